@@ -85,6 +85,187 @@ def materialize(batch: str, assets: Path = typer.Option(Path("data/assets")),
 
 
 @app.command()
+def admit(batch: str, materialized: Path = typer.Option(Path("data/materialized")),
+          out: Path = typer.Option(None)) -> None:
+    """Admission gate for one batch: admit / sft_only / repair / block, with every check."""
+    from clap.stages import admit as stage
+
+    rec = stage.run(_params(), materialized / batch, out or Path("data/admission") / f"{batch}.json")
+    console.print(f"{batch}: {rec.decision}" + (f" ({'; '.join(rec.reasons)})" if rec.reasons else ""))
+
+
+@app.command("base-model")
+def base_model_cmd() -> None:
+    """Resolve the base model (dequantise the SmolLM2 GGUF once into models/base as safetensors)."""
+    from clap import model
+
+    p = _params()["model"]
+    path = model.resolve_base(p["base"], Path(p["cache_dir"]))
+    console.print(f"base model ready: {path} {model.identity(path)['weights_sha256']}")
+
+
+@app.command()
+def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
+          batches: list[str] = typer.Option(None, "--batch", help="default: all batches in params"),
+          materialized: Path = typer.Option(Path("data/materialized")),
+          admission: Path = typer.Option(Path("data/admission")),
+          out: Path = typer.Option(None), checkpoints: Path = typer.Option(None)) -> None:
+    """Train a LoRA adapter (sft, dpo or grpo) on the admitted batches, under the runtime guards."""
+    from importlib import import_module
+
+    from clap import model
+    from clap.stages.admit import NotAdmitted
+
+    if kind not in ("sft", "dpo", "grpo"):
+        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo or grpo"))
+    cfg = _params()
+    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    stage = import_module(f"clap.stages.train_{kind}")
+    try:
+        m = stage.run(cfg, materialized, admission, batches or cfg["data"]["batches"], base,
+                      out or Path("models") / kind, checkpoints or Path("models/checkpoints") / kind)
+    except NotAdmitted as exc:
+        _fail(exc)
+    from clap.io import write_json
+
+    write_json(Path("metrics") / f"train_{kind}.json", m)
+    console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, "
+                  f"{m['tokens_per_s']} tokens/s")
+
+
+def _engine(cfg: dict, adapter: Path | None):
+    from clap import model
+    from clap.generate import Engine
+    from clap.serving import load_adapter
+
+    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    ident = model.identity(base)
+    return Engine(base, adapter, adapter_loader=lambda m, d: load_adapter(m, d, None, ident))
+
+
+@app.command()
+def evaluate(batch: str, adapter: Path = typer.Option(Path("models/sft/adapter")),
+             materialized: Path = typer.Option(Path("data/materialized")),
+             out: Path = typer.Option(None), metrics: Path = typer.Option(Path("metrics/eval"))) -> None:
+    """Baseline vs candidate on one batch's holdout: records, metrics, deltas with CIs, regressions."""
+    from clap.stages import evaluate as stage
+
+    cfg = _params()
+    r = stage.run(cfg, materialized / batch / "sft_eval.jsonl", _engine(cfg, adapter),
+                  out or Path("data/eval") / batch, batch, metrics / f"{batch}.json")
+    d = r["deltas"]["overall_score"]
+    console.print(f"{batch}: overall {r['metrics']['baseline']['overall_score']:.4f} → "
+                  f"{r['metrics']['candidate']['overall_score']:.4f} (Δ {d['delta']:+.4f}, "
+                  f"CI [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]), regressed samples {r['regressed']}")
+
+
+@app.command()
+def index(assets: Path = typer.Option(Path("data/assets")),
+          materialized: Path = typer.Option(Path("data/materialized")),
+          out: Path = typer.Option(Path("data/index"))) -> None:
+    """Build the retrieval index over all chunks; report recall@k of the gold chunk per batch."""
+    from clap.stages import index as stage
+
+    for b, r in stage.run(_params(), assets, materialized, out).items():
+        console.print(f"{b}: " + ", ".join(f"{k}={v}" for k, v in r.items()))
+
+
+@app.command()
+def replay(adapter: Path = typer.Option(Path("models/sft/adapter")),
+           assets: Path = typer.Option(Path("data/assets")),
+           materialized: Path = typer.Option(Path("data/materialized")),
+           index_dir: Path = typer.Option(Path("data/index")), out: Path = typer.Option(Path("data/replay")),
+           metrics: Path = typer.Option(Path("metrics/replay.json"))) -> None:
+    """The ABCD application-chain replay: base/adapter × with/without retrieval."""
+    from clap.stages import replay as stage
+
+    cfg = _params()
+    table = stage.run(cfg, assets, materialized, index_dir, _engine(cfg, adapter), out, metrics)
+    from clap.summary import abcd_table
+
+    console.print(abcd_table(table))
+
+
+@app.command()
+def gate(out: Path = typer.Option(Path("metrics/gate.json"))) -> None:
+    """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
+    from clap.stages import gate as stage
+
+    d = stage.run(_params(), Path("."), out)
+    console.print(f"gate decision: [bold]{d.decision}[/]")
+    for r in d.reasons:
+        console.print(f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else ""))
+
+
+@app.command()
+def bundle(out: Path = typer.Option(Path("release/bundle.json")), candidate: str = "sft") -> None:
+    """Write the evidence bundle for the candidate (hashes of everything the decision rests on)."""
+    from clap import bundle as b
+
+    res = b.write(Path("."), _params(), out, candidate)
+    console.print(f"bundle → {out}: {len(res.files)} files pinned, decision {res.decision['decision']}")
+
+
+@app.command()
+def verify(path: Path = typer.Argument(Path("release/bundle.json"))) -> None:
+    """Recompute every hash in a bundle; exit 1 naming the first file that differs."""
+    from clap.bundle import BundleMismatch
+    from clap.bundle import verify as do_verify
+
+    try:
+        b = do_verify(path, Path("."))
+    except BundleMismatch as exc:
+        console.print(f"[bold red]verify failed:[/] {exc}")
+        raise typer.Exit(code=1) from None
+    console.print(f"{path}: {len(b.files)} files verified")
+
+
+@app.command()
+def release() -> None:
+    """Tag the committed candidate (GTO format) when the gate allows it and the bundle verifies."""
+    from clap import release as rel
+
+    try:
+        r = rel.release(Path("."))
+    except rel.ReleaseRefused as exc:
+        console.print(f"[bold yellow]release refused:[/] {exc}")
+        raise typer.Exit(code=1) from None
+    console.print(f"released v{r['version']} to {r['stage']} ({r['tag']} on {r['commit'][:10]})")
+
+
+@app.command()
+def rollback(to: str = typer.Option(None, help="version to restore, e.g. v1; default: the previous prod")) -> None:
+    """Assign prod to an earlier version and restore its adapter and data byte-identically."""
+    from clap import release as rel
+
+    try:
+        r = rel.rollback(Path("."), int(to.lstrip("v")) if to else None)
+    except rel.ReleaseRefused as exc:
+        console.print(f"[bold red]rollback refused:[/] {exc}")
+        raise typer.Exit(code=1) from None
+    console.print(f"prod: v{r['from']} → v{r['to']} ({r['tag']}); artifacts restored and verified")
+
+
+@app.command()
+def registry() -> None:
+    """List adapter versions and their stage assignments (from git tags)."""
+    from clap import release as rel
+
+    for row in rel.registry(Path(".")):
+        console.print(f"{row['version']}  {row['commit']}  current={','.join(row['current']) or '-'}  "
+                      f"{' '.join(row['assignments'])}")
+
+
+@app.command("repair-queue")
+def repair_queue(out: Path = typer.Option(Path("repair/queue.jsonl"))) -> None:
+    """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
+    from clap import repair
+
+    counts = repair.run(Path("."), out)
+    console.print(f"repair queue → {out}: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "empty"))
+
+
+@app.command()
 def demo() -> None:
     """Run the whole loop on the demo corpus (`dvc repro`), then print what it decided and why."""
     import subprocess
@@ -94,6 +275,7 @@ def demo() -> None:
     if subprocess.run(["dvc", "repro"]).returncode != 0:
         _fail(RuntimeError("dvc repro failed (see the stage output above)"))
     summary.print_summary(console, Path("."))
+    summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
 
 
 if __name__ == "__main__":

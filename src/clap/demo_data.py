@@ -180,7 +180,7 @@ def generate(seed: int = 7, scale: float = 1.0, n_companies: int = 20) -> dict[s
                         chunks.append({"chunk_id": chunk_id, "doc_id": doc_id, "page": page,
                                        "text": " ".join(lines) if c.lang == "en" else "".join(lines),
                                        "lang": c.lang, "batch": batch})
-                        for key, en, zh, fam, value, dec, unit, ev in page_facts:
+                        for _key, en, zh, fam, value, dec, unit, ev in page_facts:
                             facts.append(_fact(rng, injected, c, batch, year, doc_id, page, chunk_id,
                                                en, zh, fam, value, dec, unit, ev, len(facts)))
             for i in range(max(4, round(12 * scale))):

@@ -7,7 +7,7 @@ guard report, gate decision, evidence bundle) are pydantic models that forbid un
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import pandas as pd
 import pandera.pandas as pa
@@ -55,7 +55,7 @@ class RawFact(pa.DataFrameModel):
     unit: Series[str] = pa.Field(nullable=True)
     evidence: Series[str] = pa.Field(nullable=True)
     lang: Series[str] = pa.Field(isin=LANGS)
-    question: Optional[Series[str]] = pa.Field(nullable=True)
+    question: Series[str] | None = pa.Field(nullable=True)
 
     @pa.check("record_id", "batch", "doc_id", "entity", "metric", "period", name="non_empty")
     def non_empty(cls, s: Series[str]) -> Series[bool]:
@@ -274,6 +274,8 @@ class GateDecision(_Doc):
     per_batch: dict[str, str]
     requires_rag: bool
     policy: str
+    candidate: str
+    trainers: dict[str, str]
 
 
 class BundleFile(_Doc):

@@ -35,3 +35,65 @@ def print_summary(console: Console, root: Path) -> None:
                       f"{q['before']['exact_input_overlap']} → {q['after']['exact_input_overlap']}",
                       str(q["repair_queue"]))
         console.print(t)
+
+
+ARM_NAMES = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone"}
+REPLAY_COLS = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
+               "evidence_doc_page_exact", "retrieved_target_chunk", "p95_latency_ms"]
+
+
+def abcd_table(arms: dict) -> Table:
+    t = Table(title="application-chain replay (ABCD)")
+    t.add_column("arm")
+    for c in REPLAY_COLS:
+        t.add_column(c.replace("_", " "))
+    for arm, m in arms.items():
+        t.add_row(f"{arm}: {ARM_NAMES[arm]}", *[f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}" for c in REPLAY_COLS])
+    return t
+
+
+def batch_table(root: Path, batches: list[str]) -> Table | None:
+    rows = [(b, _load(root / "metrics/eval" / f"{b}.json")) for b in batches]
+    rows = [(b, m) for b, m in rows if m]
+    if not rows:
+        return None
+    t = Table(title="evaluate: candidate vs base per batch (Δ with 95% paired-bootstrap CI)")
+    for c in ("batch", "n", "overall base → cand", "Δ overall [CI]", "value acc", "evidence acc", "parse ok",
+              "halluc.", "p95 ms"):
+        t.add_column(c)
+    for b, m in rows:
+        d = m["deltas"]["overall_score"]
+        base, cand = m["baseline"], m["candidate"]
+        t.add_row(b, str(m["n"]), f"{base['overall_score']:.3f} → {cand['overall_score']:.3f}",
+                  f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
+                  f"{base['value_accuracy']:.2f} → {cand['value_accuracy']:.2f}",
+                  f"{base['evidence_accuracy']:.2f} → {cand['evidence_accuracy']:.2f}",
+                  f"{base['parse_ok']:.2f} → {cand['parse_ok']:.2f}",
+                  f"{base['hallucination_rate']:.2f} → {cand['hallucination_rate']:.2f}",
+                  f"{base['p95_latency_ms']:.0f} → {cand['p95_latency_ms']:.0f}")
+    return t
+
+
+def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None:
+    """Everything after training: guards, per-batch deltas, ABCD, and the gate's decision with reasons."""
+    for kind in ("sft", "dpo", "grpo"):
+        g = _load(root / "models" / kind / "guard_report.json")
+        if g:
+            trip = g["trip"]
+            console.print(f"guard {kind}: {g['status']}" + (f" — {trip['rule']} at step {trip['step']} "
+                                                           f"(value {trip['value']}, threshold {trip['threshold']})"
+                                                           if trip else f" after {g['steps']} steps")
+                          + f"; peaks {g['peaks']}")
+    t = batch_table(root, batches)
+    if t:
+        console.print(t)
+    replay = _load(root / "metrics/replay.json")
+    if replay:
+        console.print(abcd_table(replay["arms"]))
+    gate = _load(root / "metrics/gate.json")
+    if gate:
+        console.print(f"\n[bold]gate decision: {gate['decision'].upper()}[/] (policy {gate['policy']}, "
+                      f"candidate {gate['candidate']}; requires RAG: {gate['requires_rag']}; trainers {gate['trainers']})")
+        for r in gate["reasons"]:
+            console.print(f"  - {r['rule']}: observed {r['observed']} vs threshold {r['threshold']} → {r['outcome']}"
+                          + (f" [{r['batch']}]" if r.get("batch") else ""))

@@ -6,7 +6,7 @@ The holdout is split by document (so no page sits on both sides); train rows tha
 the holdout — by record ID, by exact normalised input, or by MinHash near-duplicate input — are
 removed, and `data_quality.json` reports each count for a naive record-level split (before) and for
 the written split (after, always zero). Unverifiable facts go to `repair.jsonl`, never to training.
-Half of the train samples use the application's multi-source prompt, so the adapter learns the
+30% of the train samples use the application's multi-source prompt, so the adapter learns the
 format that replay sends.
 """
 
@@ -130,7 +130,7 @@ def _cap(df: pd.DataFrame, n: int | None, rng: random.Random) -> pd.DataFrame:
 
 
 def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, batch_chunks: list[dict], rng: random.Random,
-              app_share: float = 0.5) -> list[dict]:
+              app_share: float = 0.3) -> list[dict]:
     rows = []
     for f in df.to_dict("records"):
         gold = chunk_by_id[f["chunk_id"]]

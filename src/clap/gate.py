@@ -1,0 +1,106 @@
+"""Release-gate policy (DESIGN §5): a pure function from evidence to a decision with reasons.
+
+promote(M') ⇐ quality(M') ≥ quality(M) ∧ risk(M') ≤ τ, per batch and overall. Outcomes, from worst:
+- reject:   the candidate is broken (cannot answer parseable JSON) or hallucinates beyond the ceiling;
+- rollback: the candidate is what prod serves and it regressed against the baseline;
+- hold:     a guard of the candidate's trainer tripped (a probe's trip holds that probe only), admission did not allow training, a critical per-batch regression,
+            too many regressed batches, or risk increases beyond τ;
+- canary:   quality did not drop but the evidence is not conclusive (CI crosses zero, or replay
+            shows no gain, or latency rises beyond the ratio);
+- promote:  everything above passed.
+Each rule that fires is one Reason(rule, observed, threshold, batch, outcome).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from clap.schemas import GateDecision, Reason
+
+SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
+
+
+def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], evaluation: dict[str, dict],
+           replay: dict | None, candidate: str = "sft", candidate_in_prod: bool = False) -> GateDecision:
+    """`evaluation[batch]` = {"baseline": metrics, "candidate": metrics, "deltas": {...}} per batch."""
+    reasons: list[Reason] = []
+
+    def fire(rule, observed, threshold, outcome, batch=None):
+        reasons.append(Reason(rule=rule, observed=observed, threshold=threshold, batch=batch, outcome=outcome))
+
+    for b, rec in sorted(admission.items()):
+        if "sft" not in rec.get("trainable", []):
+            fire("admission", rec["decision"], "admit|sft_only", "hold", b)
+    trainers: dict[str, str] = {}
+    for name, g in sorted(guards.items()):
+        scope = "hold" if name == candidate else "info"  # a probe's trip holds the probe, not the candidate
+        if g is None:
+            trainers[name] = "hold"
+            fire(f"guard_report_missing:{name}", None, "present", scope)
+        elif g["status"] != "ok":
+            trainers[name] = "hold"
+            trip = g.get("trip") or {}
+            if policy["require_guards_ok"] or name == candidate:
+                fire(f"guard:{name}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), scope)
+        else:
+            trainers[name] = "ok"
+    per_batch: dict[str, str] = {}
+    overall = []
+    regressed = 0
+    for b, ev in sorted(evaluation.items()):
+        d = ev["deltas"]
+        cand, base = ev["candidate"], ev["baseline"]
+        delta = d["overall_score"]["delta"]
+        overall.append(delta)
+        outcome = "promote"
+        if delta < 0:
+            regressed += 1
+            outcome = "canary"
+        if delta < policy["max_batch_regression"]:
+            fire("critical_batch_regression", delta, policy["max_batch_regression"], "hold", b)
+            outcome = "hold"
+        if cand["hallucination_rate"] > policy["max_hallucination_rate"]:
+            fire("hallucination_rate", cand["hallucination_rate"], policy["max_hallucination_rate"], "hold", b)
+            outcome = "hold"
+        if cand["hallucination_rate"] - base["hallucination_rate"] > policy["max_hallucination_increase"]:
+            fire("hallucination_increase", round(cand["hallucination_rate"] - base["hallucination_rate"], 4),
+                 policy["max_hallucination_increase"], "hold", b)
+            outcome = "hold"
+        if cand["wrong_fact_rate"] - base["wrong_fact_rate"] > policy["max_wrong_fact_increase"]:
+            fire("wrong_fact_increase", round(cand["wrong_fact_rate"] - base["wrong_fact_rate"], 4),
+                 policy["max_wrong_fact_increase"], "hold", b)
+            outcome = "hold"
+        bl, cl = base.get("p95_latency_ms"), cand.get("p95_latency_ms")
+        if bl and cl and cl / bl > policy["max_p95_latency_ratio"]:
+            fire("p95_latency_ratio", round(cl / bl, 3), policy["max_p95_latency_ratio"], "canary", b)
+            outcome = max(outcome, "canary", key=SEVERITY.index)
+        per_batch[b] = outcome
+    if regressed > policy["max_regressed_batches"]:
+        fire("regressed_batches", regressed, policy["max_regressed_batches"], "hold")
+    elif regressed:
+        fire("regressed_batches", regressed, policy["max_regressed_batches"], "canary")
+    mean_delta = round(statistics.fmean(overall), 6) if overall else None
+    if mean_delta is None:
+        fire("no_evaluation", None, "≥1 batch", "hold")
+    elif mean_delta < policy["min_overall_delta"]:
+        fire("overall_delta", mean_delta, policy["min_overall_delta"], "rollback" if candidate_in_prod else "hold")
+    else:
+        lows = [ev["deltas"]["overall_score"]["ci_low"] for ev in evaluation.values()]
+        pooled_low = statistics.fmean(lows)
+        if pooled_low <= policy["ci_lower_must_exceed"]:
+            fire("overall_delta_ci_low", round(pooled_low, 6), policy["ci_lower_must_exceed"], "canary")
+    parse = [ev["candidate"]["parse_ok"] for ev in evaluation.values()]
+    if parse and statistics.fmean(parse) < policy["min_parse_ok"]:
+        fire("parse_ok", round(statistics.fmean(parse), 4), policy["min_parse_ok"], "reject")
+    requires_rag = False
+    if replay:
+        arms = replay["arms"]
+        requires_rag = arms["D"]["value_exact"] < 0.5 * max(arms["B"]["value_exact"], 1e-9)
+        gain = arms["B"]["core_fields_exact"] - arms["A"]["core_fields_exact"]
+        if policy["require_replay_gain"] and gain < 0:
+            fire("replay_core_fields_B_minus_A", round(gain, 4), 0.0, "hold")
+    elif policy["require_replay_gain"]:
+        fire("replay_missing", None, "present", "hold")
+    decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
+    return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
+                        policy=policy["name"], candidate=candidate, trainers=trainers)

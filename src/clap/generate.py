@@ -1,0 +1,157 @@
+"""Generation engine shared by evaluate and replay.
+
+Greedy decoding, length-sorted batches with left padding, KV cache, and a per-row stop as soon as
+the JSON answer closes. One base model in memory serves both the baseline and the candidate: the
+adapter is attached once and switched off (`disable_adapter`) for the baseline. Outputs equal a
+plain one-by-one `generate` loop truncated at the same JSON end (tests/test_generate.py checks it).
+
+Latency is what the application sees: a request served in a batch of `batch_size` concurrent
+requests waits for the whole batch, so each record carries its batch's wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from clap import model as base_model
+
+
+def json_end(text: str) -> int | None:
+    """Index just past the first balanced top-level JSON object, or None while it is still open."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    depth, in_str, esc = 0, False, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def truncate_at_json_end(text: str) -> str:
+    end = json_end(text)
+    return text if end is None else text[:end]
+
+
+class StopOnJsonEnd(StoppingCriteria):
+    """Per-row stop once the generated text holds a closed JSON object."""
+
+    def __init__(self, tokenizer, prompt_len: int):
+        self.tok, self.prompt_len = tokenizer, prompt_len
+
+    def __call__(self, input_ids, scores, **kwargs):
+        texts = self.tok.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
+        return torch.tensor([json_end(t) is not None for t in texts], device=input_ids.device)
+
+
+@dataclass
+class Generation:
+    text: str
+    new_tokens: int
+    latency_ms: float
+
+
+class Engine:
+    """`Engine(base_dir, adapter_dir)`; `engine.generate(msgs, use_adapter=True|False)`."""
+
+    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, adapter_loader=None):
+        self.tok = base_model.load_tokenizer(base_dir)
+        self.tok.padding_side = "left"
+        self.model = base_model.load_model(base_dir)
+        self.has_adapter = adapter_dir is not None
+        if adapter_dir is not None:
+            loader = adapter_loader or _plain_peft_load
+            self.model = loader(self.model, Path(adapter_dir))
+        self.model.eval()
+        self.device = next(self.model.parameters()).device
+
+    def _context(self, use_adapter: bool):
+        if self.has_adapter and not use_adapter:
+            return self.model.disable_adapter()
+        if use_adapter and not self.has_adapter:
+            raise ValueError("no adapter loaded")
+        return contextlib.nullcontext()
+
+    def encode(self, messages: list[dict]) -> list[int]:
+        return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                            return_dict=True)["input_ids"]
+
+    @torch.inference_mode()
+    def generate(self, conversations: list[list[dict]], use_adapter: bool, max_new_tokens: int = 96,
+                 batch_size: int = 8, progress: bool = True) -> list[Generation]:
+        encoded = [self.encode(m) for m in conversations]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        out: list[Generation | None] = [None] * len(encoded)
+        bar = _progress(len(encoded), progress)
+        started = time.perf_counter()
+        with self._context(use_adapter):
+            for s in range(0, len(order), batch_size):
+                idx = order[s:s + batch_size]
+                width = max(len(encoded[i]) for i in idx)
+                pad = self.tok.pad_token_id
+                ids = torch.tensor([[pad] * (width - len(encoded[i])) + encoded[i] for i in idx], device=self.device)
+                mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx],
+                                    device=self.device)
+                t0 = time.perf_counter()
+                gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                          do_sample=False, use_cache=True, pad_token_id=pad,
+                                          stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
+                ms = (time.perf_counter() - t0) * 1000
+                for row, i in enumerate(idx):
+                    new = gen[row, width:]
+                    text = truncate_at_json_end(self.tok.decode(new, skip_special_tokens=True))
+                    n = int((new != pad).sum())
+                    out[i] = Generation(text=text, new_tokens=n, latency_ms=ms)
+                if bar:
+                    done = min(s + batch_size, len(order))
+                    bar.update(len(idx))
+                    bar.set_postfix(samples_s=f"{done / (time.perf_counter() - started):.2f}")
+        if bar:
+            bar.close()
+        return out  # type: ignore[return-value]
+
+
+def _plain_peft_load(model, adapter_dir: Path):
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="generate", unit="sample")
+
+
+def plain_generate_loop(model, tok, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+    """The reference: one `generate` call per prompt, no batching (what benchmarks compare against)."""
+    outs = []
+    with torch.inference_mode():
+        for m in conversations:
+            enc = tok.apply_chat_template(m, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+            g = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                               pad_token_id=tok.pad_token_id)
+            outs.append(truncate_at_json_end(tok.decode(g[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)))
+    return outs

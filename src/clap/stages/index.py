@@ -1,0 +1,49 @@
+"""index: build the BM25 retrieval index over all chunks and report recall@k per batch.
+
+    clap index                 (DVC stage `index`, writes data/index/)
+
+Recall is measured on every batch's replay questions: is the gold chunk (and the gold doc/page)
+among the top k? The index is saved as numpy arrays without pickle.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from clap.io import atomic_dir, read_jsonl, write_json
+from clap.retrieval import BM25Index, DenseIndex, rrf
+
+
+def retrieve(cfg: dict, bm25: BM25Index, chunks: pd.DataFrame, queries: list[str]) -> list[list[str]]:
+    r = cfg["retrieval"]
+    if r["mode"] == "bm25":
+        return bm25.search(queries, r["k"])
+    dense = DenseIndex(chunks["chunk_id"].tolist(), chunks["text"].tolist())
+    if r["mode"] == "dense":
+        return dense.search(queries, r["k"])
+    deep = 4 * r["k"]
+    return [rrf([a, b], r["k"], r["rrf_k"]) for a, b in zip(bm25.search(queries, deep), dense.search(queries, deep))]
+
+
+def run(cfg: dict, assets: Path, materialized: Path, out: Path) -> dict:
+    chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
+    bm25 = BM25Index(chunks["chunk_id"].tolist(), chunks["text"].tolist())
+    where = {c: (d, int(p)) for c, d, p in zip(chunks["chunk_id"], chunks["doc_id"], chunks["page"])}
+    recall = {}
+    for b in cfg["data"]["batches"]:
+        cases = read_jsonl(Path(materialized) / b / "replay_cases.jsonl")
+        if not cases:
+            continue
+        hits = retrieve(cfg, bm25, chunks, [c["question"] for c in cases])
+        recall[b] = {
+            f"recall@{cfg['retrieval']['k']}_chunk": round(sum(c["gold_chunk_id"] in h for c, h in zip(cases, hits)) / len(cases), 4),
+            f"recall@{cfg['retrieval']['k']}_doc_page": round(sum((c["gold_doc_id"], c["gold_page"]) in {where[x] for x in h}
+                                                                 for c, h in zip(cases, hits)) / len(cases), 4),
+            "n": len(cases)}
+    with atomic_dir(out) as tmp:
+        bm25.save(tmp / "bm25")
+        write_json(tmp / "retrieval_metrics.json", {"mode": cfg["retrieval"]["mode"], "k": cfg["retrieval"]["k"],
+                                                    "per_batch": recall})
+    return recall

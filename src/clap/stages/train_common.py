@@ -1,0 +1,101 @@
+"""What the three trainers share: admitted data, the LoRA config, and writing a run's outputs.
+
+Each trainer (`train_sft.py`, `train_dpo.py`, `train_grpo.py`) stays readable top to bottom; only
+the bookkeeping that must be identical across them lives here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import resource
+import shutil
+import time
+from pathlib import Path
+
+from clap.io import atomic_dir, read_jsonl, write_json
+from clap.serving import adapter_manifest
+from clap.stages.admit import NotAdmitted, require
+
+
+def admitted_rows(materialized: Path, admission: Path, batches: list[str], trainer: str, filename: str
+                  ) -> tuple[list[dict], dict[str, str]]:
+    """Rows of `filename` from every batch whose admission allows `trainer`; refused batches with why."""
+    rows, refused = [], {}
+    for b in batches:
+        try:
+            require(Path(admission) / f"{b}.json", trainer)
+        except NotAdmitted as exc:
+            refused[b] = str(exc)
+            continue
+        rows += read_jsonl(Path(materialized) / b / filename)
+    if not rows:
+        raise NotAdmitted(f"{trainer}: no admitted data in {', '.join(batches)}: " + " | ".join(refused.values()))
+    for b, why in refused.items():
+        print(f"clap: {trainer} skips batch {b}: {why}")
+    return rows, refused
+
+
+def lora_config(s: dict):
+    from peft import LoraConfig
+
+    return LoraConfig(r=s.get("lora_r", 16), lora_alpha=s.get("lora_alpha", 32), lora_dropout=s.get("lora_dropout", 0.05),
+                      target_modules=s.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"]),
+                      task_type="CAUSAL_LM", bias="none")
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(folder)) if Path(folder).is_dir() else None
+
+
+def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dict, started: float) -> dict:
+    """Write adapter (last good checkpoint when a guard tripped), metrics, log, model card, guard report."""
+    report = guard.report()
+    history = [h for h in trainer.state.log_history if "train_loss" not in h]
+    summary = next((h for h in trainer.state.log_history if "train_loss" in h), {})
+    tokens = trainer.state.num_input_tokens_seen or 0
+    runtime = time.time() - started
+    metrics = {"trainer": kind, "status": report.status, "steps": trainer.state.global_step,
+               "train_loss": summary.get("train_loss"), "train_runtime_s": round(runtime, 2),
+               "tokens_seen": tokens, "tokens_per_s": round(tokens / max(summary.get("train_runtime", runtime), 1e-9), 2),
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), **extra}
+    with atomic_dir(out) as tmp:
+        adapter = tmp / "adapter"
+        if report.trip is not None and report.last_good_checkpoint and Path(report.last_good_checkpoint).exists():
+            adapter.mkdir()
+            for name in ("adapter_config.json", "adapter_model.safetensors"):
+                shutil.copy2(Path(report.last_good_checkpoint) / name, adapter / name)
+            metrics["adapter_source"] = report.last_good_checkpoint
+        else:
+            trainer.model.save_pretrained(adapter, safe_serialization=True)
+            metrics["adapter_source"] = "final" if report.trip is None else "final_after_trip_no_good_checkpoint"
+        for stray in adapter.glob("*.bin"):
+            stray.unlink()
+        (adapter / "README.md").write_text(_model_card(kind, base_identity, metrics, report.model_dump()))
+        write_json(adapter / "manifest.json", adapter_manifest(adapter, base_identity))
+        write_json(tmp / "train_metrics.json", metrics)
+        write_json(tmp / "guard_report.json", report.model_dump())
+        (tmp / "train_log.csv").write_text(_log_csv(history))
+    return metrics
+
+
+def _log_csv(history: list[dict]) -> str:
+    keys = ["step"] + sorted({k for h in history for k in h if k not in ("step", "epoch")})
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
+    w.writeheader()
+    for h in history:
+        w.writerow(h)
+    return buf.getvalue()
+
+
+def _model_card(kind: str, base: dict, metrics: dict, guard: dict) -> str:
+    return (f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {base['name']} "
+            f"(weights sha256 {json.dumps(base['weights_sha256'])}).\n\n"
+            f"Trained by `clap train {kind}`; status **{metrics['status']}**, {metrics['steps']} steps.\n\n"
+            f"## Training metrics\n\n```json\n{json.dumps(metrics, indent=2)}\n```\n\n"
+            f"## Guard report\n\n```json\n{json.dumps(guard, indent=2)}\n```\n\n"
+            "Load it only through `clap.serving.load_adapter`, which checks its hashes against the evidence bundle.\n")

@@ -1,0 +1,87 @@
+import pytest
+
+from clap.config import compose
+from clap.gate import decide
+
+POLICY = compose()["gate"]
+ADMIT = {f"b{i}": {"decision": "admit", "trainable": ["sft", "dpo", "grpo"]} for i in range(1, 6)}
+OK = {"status": "ok", "trip": None}
+
+
+def metrics(overall, halluc=0.02, wrong=0.07, parse=1.0, p95=2800.0):
+    return {"overall_score": overall, "hallucination_rate": halluc, "wrong_fact_rate": wrong, "parse_ok": parse,
+            "p95_latency_ms": p95}
+
+
+def evaluation(deltas, ci_half=0.01, **cand):
+    out = {}
+    for i, d in enumerate(deltas, start=1):
+        out[f"b{i}"] = {"baseline": metrics(0.84, p95=3082.0), "candidate": metrics(0.84 + d, **cand),
+                        "deltas": {"overall_score": {"delta": d, "ci_low": d - ci_half, "ci_high": d + ci_half}}}
+    return out
+
+
+REPLAY_GOOD = {"arms": {"A": {"value_exact": 0.83, "core_fields_exact": 0.71}, "B": {"value_exact": 0.85, "core_fields_exact": 0.78},
+                        "C": {"value_exact": 0.0, "core_fields_exact": 0.0}, "D": {"value_exact": 0.0, "core_fields_exact": 0.0}}}
+
+
+def test_paper_case_is_not_an_unconditional_promote():
+    """The paper's per-batch SFT deltas: average +0.0098 but 2 of 5 batches regress."""
+    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([-0.0101, -0.0006, 0.0076, 0.0183, 0.0336]), REPLAY_GOOD)
+    assert d.decision != "promote"
+    assert d.decision == "hold"
+    assert any(r.rule == "regressed_batches" and r.observed == 2 for r in d.reasons)
+    assert d.per_batch["b1"] == "canary" and d.per_batch["b5"] == "promote"
+    assert d.requires_rag  # the adapter alone recovers no facts
+
+
+@pytest.mark.parametrize("kl_peak", [168.2, 1200.0, 6712.0])
+def test_grpo_with_paper_kl_peaks_is_held(kl_peak):
+    grpo = {"status": "stopped", "trip": {"rule": "kl_above_max", "step": 3, "value": kl_peak, "threshold": 50.0}}
+    d = decide(POLICY, ADMIT, {"grpo": grpo}, evaluation([0.02] * 5), REPLAY_GOOD, candidate="grpo")
+    assert d.decision == "hold" and d.trainers["grpo"] == "hold"
+    assert any(r.rule == "guard:grpo:kl_above_max" and r.observed == kl_peak for r in d.reasons)
+
+
+def test_probe_trip_does_not_hold_the_sft_candidate():
+    grpo = {"status": "stopped", "trip": {"rule": "kl_spike", "step": 2, "value": 900.0, "threshold": 40.0}}
+    d = decide(POLICY, ADMIT, {"sft": OK, "grpo": grpo}, evaluation([0.03] * 5, ci_half=0.01), REPLAY_GOOD)
+    assert d.decision == "promote" and d.trainers == {"sft": "ok", "grpo": "hold"}
+
+
+@pytest.mark.parametrize("case, kwargs, expected, rule", [
+    ("clear gain", dict(deltas=[0.03] * 5), "promote", None),
+    ("gain but CI crosses zero", dict(deltas=[0.01] * 5, ci_half=0.05), "canary", "overall_delta_ci_low"),
+    ("one small regression", dict(deltas=[-0.005, 0.03, 0.03, 0.03, 0.03]), "canary", "regressed_batches"),
+    ("critical regression", dict(deltas=[-0.05, 0.06, 0.06, 0.06, 0.06]), "hold", "critical_batch_regression"),
+    ("overall drop", dict(deltas=[-0.01] * 5), "hold", "overall_delta"),
+    ("hallucination ceiling", dict(deltas=[0.03] * 5, halluc=0.2), "hold", "hallucination_rate"),
+    ("latency blow-up", dict(deltas=[0.03] * 5, p95=9000.0), "canary", "p95_latency_ratio"),
+    ("broken output", dict(deltas=[0.03] * 5, parse=0.5), "reject", "parse_ok"),
+])
+def test_policy_table(case, kwargs, expected, rule):
+    deltas = kwargs.pop("deltas")
+    ci = kwargs.pop("ci_half", 0.01)
+    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation(deltas, ci_half=ci, **kwargs), REPLAY_GOOD)
+    assert d.decision == expected, (case, d.reasons)
+    if rule:
+        assert any(r.rule == rule for r in d.reasons), case
+
+
+def test_candidate_in_prod_that_regresses_is_rolled_back():
+    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([-0.01] * 5), REPLAY_GOOD, candidate_in_prod=True)
+    assert d.decision == "rollback"
+
+
+def test_missing_evidence_never_promotes():
+    assert decide(POLICY, ADMIT, {"sft": None}, evaluation([0.05] * 5), REPLAY_GOOD).decision == "hold"
+    assert decide(POLICY, ADMIT, {"sft": OK}, {}, REPLAY_GOOD).decision == "hold"
+    assert decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.05] * 5), None).decision == "hold"
+    blocked = ADMIT | {"b2": {"decision": "block", "trainable": []}}
+    assert decide(POLICY, blocked, {"sft": OK}, evaluation([0.05] * 5), REPLAY_GOOD).decision == "hold"
+
+
+def test_replay_loss_holds():
+    bad = {"arms": REPLAY_GOOD["arms"] | {"B": {"value_exact": 0.8, "core_fields_exact": 0.5}}}
+    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5), bad)
+    assert d.decision == "hold" and any(r.rule == "replay_core_fields_B_minus_A" for r in d.reasons)
