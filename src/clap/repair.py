@@ -5,7 +5,7 @@
 Collects, each with its reason: rows quarantined by assetize, unverifiable facts held back by
 materialize, evaluation samples the candidate regressed on, and replay cases the adapter missed.
 A person (or a fixing job) writes corrected fact rows, in the raw facts contract, to
-`repair/repaired.jsonl`; the next `assetize` takes them back in (a repaired row replaces the row
+`repair/fixed/*.jsonl`; the next `assetize` takes them back in (a repaired row replaces the row
 with the same record_id) and counts them in its report as `repaired_rows_in`.
 """
 

@@ -276,6 +276,7 @@ class GateDecision(_Doc):
     policy: str
     candidate: str
     trainers: dict[str, str]
+    summary: dict[str, float | int | None]  # numeric, so `dvc metrics diff` shows decision changes
 
 
 class BundleFile(_Doc):

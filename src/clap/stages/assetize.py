@@ -41,12 +41,8 @@ def run(raw: Path, out: Path, repaired: Path | None = None) -> dict:
     for name in ("chunks", "facts", "decisions"):
         path = find_input(raw, name)
         df, bad = _load(path, name)
-        if name == "facts" and repaired is not None and Path(repaired).exists() and Path(repaired).stat().st_size:
-            extra, extra_bad = _load(Path(repaired), name)
-            extra["record_id"] = extra["record_id"].astype(str)
-            report["repaired_rows_in"] = len(extra) + len(extra_bad)
-            df = pd.concat([df[~df["record_id"].isin(extra["record_id"])], extra], ignore_index=True)
-            bad += extra_bad
+        if name == "facts" and repaired is not None:
+            df, bad, report["repaired_rows_in"] = _merge_repaired(df, bad, Path(repaired))
         tables[name] = df
         quarantine += bad
         report["inputs"][name] = {"file": str(path), "rows_in": len(df) + len(bad), "quarantined": len(bad),
@@ -76,6 +72,25 @@ def run(raw: Path, out: Path, repaired: Path | None = None) -> dict:
         write_jsonl(tmp / "quarantine.jsonl", quarantine)
         write_json(tmp / "report.json", report)
     return report
+
+
+def _merge_repaired(df: pd.DataFrame, bad: list[dict], repaired: Path) -> tuple[pd.DataFrame, list[dict], int]:
+    """Repaired fact rows (`repaired/*.jsonl`, or one file) replace raw rows with the same record_id.
+
+    The replaced raw rows are accounted as quarantined with rule `superseded_by_repair`, so rows in =
+    kept + quarantined still holds over raw and repaired inputs together.
+    """
+    files = sorted(repaired.glob("*.jsonl")) if repaired.is_dir() else ([repaired] if repaired.exists() else [])
+    taken = 0
+    for f in files:
+        extra, extra_bad = _load(f, "facts")
+        taken += len(extra) + len(extra_bad)
+        bad = bad + extra_bad
+        replaced = df["record_id"].isin(set(extra["record_id"]))
+        bad += [quarantine_record(STAGE, str(f), int(r["_row"]), "superseded_by_repair", "record_id",
+                                  {k: v for k, v in r.items() if k != "_row"}) for r in df[replaced].to_dict("records")]
+        df = pd.concat([df[~replaced], extra], ignore_index=True)
+    return df, bad, taken
 
 
 def _count(items) -> dict[str, int]:

@@ -7,6 +7,7 @@ the bookkeeping that must be identical across them lives here.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import resource
@@ -45,10 +46,20 @@ def lora_config(s: dict):
                       task_type="CAUSAL_LM", bias="none")
 
 
-def last_checkpoint(folder: Path) -> str | None:
+def resume_point(folder: Path, run_key: dict) -> str | None:
+    """The last checkpoint of *this* run, or None. Checkpoints left by a run with another config,
+    data or base model are cleared: resuming them would continue a different run (with its
+    learning-rate schedule), which is how a changed `max_steps` can silently train nothing."""
     from transformers.trainer_utils import get_last_checkpoint
 
-    return get_last_checkpoint(str(folder)) if Path(folder).is_dir() else None
+    folder = Path(folder)
+    key = hashlib.sha256(json.dumps(run_key, sort_keys=True, default=str).encode()).hexdigest()
+    stamp = folder / "run_key.txt"
+    if folder.is_dir() and (not stamp.exists() or stamp.read_text().strip() != key):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key)
+    return get_last_checkpoint(str(folder))
 
 
 def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dict, started: float) -> dict:
@@ -62,6 +73,8 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
                "train_loss": summary.get("train_loss"), "train_runtime_s": round(runtime, 2),
                "tokens_seen": tokens, "tokens_per_s": round(tokens / max(summary.get("train_runtime", runtime), 1e-9), 2),
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), **extra}
+    if not trainer.is_world_process_zero():
+        return metrics  # under `accelerate launch`, rank 0 writes the run's outputs
     with atomic_dir(out) as tmp:
         adapter = tmp / "adapter"
         if report.trip is not None and report.last_good_checkpoint and Path(report.last_good_checkpoint).exists():

@@ -14,7 +14,7 @@ from pathlib import Path
 from clap import model as base_model
 from clap.guards import GuardCallback
 from clap.prompts import SYSTEM_DECIDE
-from clap.stages.train_common import admitted_rows, finish, last_checkpoint, lora_config
+from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point
 
 
 def build_dataset(rows: list[dict]):
@@ -46,8 +46,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                      max_length=512, dataloader_num_workers=0)
     guard = GuardCallback("dpo", t["guards"], Path(out) / "guard_report.json")
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
-                         peft_config=lora_config(cfg["train"]["sft"]), callbacks=[guard, *(callbacks or [])])
-    resume = last_checkpoint(checkpoints)
+                         peft_config=lora_config(cfg["train"]["sft"]), callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_model.identity(base_dir)})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "dpo", base_model.identity(base_dir),
                   {"pairs": len(rows), "batches_refused": refused, "resumed_from": resume}, started)

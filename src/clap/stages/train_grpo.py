@@ -18,7 +18,7 @@ from clap import model as base_model
 from clap.guards import GuardCallback
 from clap.prompts import SYSTEM_DECIDE
 from clap.rewards import decision_reward
-from clap.stages.train_common import admitted_rows, finish, last_checkpoint, lora_config
+from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point
 
 
 def build_dataset(rows: list[dict]):
@@ -37,7 +37,8 @@ def make_reward(weights: dict, max_chars: int):
 
 
 def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
-        checkpoints: Path, callbacks: list | None = None) -> dict:
+        checkpoints: Path, callbacks: list | None = None, reward_funcs: list | None = None) -> dict:
+    """`reward_funcs` replaces the composite reward (tests use one a random model can vary)."""
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
@@ -56,9 +57,9 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                       bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
     guard = GuardCallback("grpo", t["guards"], Path(out) / "guard_report.json")
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
-                          reward_funcs=[make_reward(cfg["rewards"]["weights"], cfg["rewards"]["max_chars"])],
-                          peft_config=lora_config(cfg["train"]["sft"]), callbacks=[guard, *(callbacks or [])])
-    resume = last_checkpoint(checkpoints)
+                          reward_funcs=reward_funcs or [make_reward(cfg["rewards"]["weights"], cfg["rewards"]["max_chars"])],
+                          peft_config=lora_config(cfg["train"]["sft"]), callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_model.identity(base_dir)})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "grpo", base_model.identity(base_dir),
                   {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"]}, started)

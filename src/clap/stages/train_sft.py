@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap.guards import GuardCallback
-from clap.stages.train_common import admitted_rows, finish, last_checkpoint, lora_config
+from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point
 
 
 def build_dataset(rows: list[dict]):
@@ -55,8 +55,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
         disable_tqdm=False, gradient_checkpointing=False)  # 135M fits easily; recomputation costs ~30%
     guard = GuardCallback("sft", t["guards"], Path(out) / "guard_report.json")
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                         peft_config=lora_config(s), callbacks=[guard, *(callbacks or [])])
-    resume = last_checkpoint(checkpoints)
+                         peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_model.identity(base_dir)})
     if resume:
         print(f"clap: resuming SFT from {resume}")
     trainer.train(resume_from_checkpoint=resume)

@@ -1,0 +1,154 @@
+"""Reports for review: Markdown for the pull request, static HTML with the plots.
+
+    clap report [--base main] [--out reports/]
+
+The Markdown holds the metric diff against the base revision (`dvc metrics diff`), the per-batch
+table with confidence intervals, the ABCD table, the guard summary and the gate decision with its
+reasons. The HTML adds plots (per-batch deltas with CIs, training loss/KL/reward, ABCD bars)
+embedded as PNG, so the file is self-contained and renders anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import subprocess
+from pathlib import Path
+
+from clap.io import atomic_write_text
+
+ARMS = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone"}
+
+
+def _load(p: Path):
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def metrics_diff(root: Path, base: str | None) -> str:
+    cmd = ["dvc", "metrics", "diff", "--md"] + ([base] if base else [])
+    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"_`dvc metrics diff` unavailable: {r.stderr.strip()[:300]}_"
+    return r.stdout.strip() or "_no metric changed_"
+
+
+def markdown(root: Path, batches: list[str], base: str | None) -> str:
+    out = ["# CLAP candidate report", ""]
+    gate = _load(root / "metrics/gate.json")
+    if gate:
+        out += [f"**Gate decision: `{gate['decision']}`** (policy `{gate['policy']}`, candidate `{gate['candidate']}`, "
+                f"requires RAG: {gate['requires_rag']})", ""]
+        out += ["| rule | batch | observed | threshold | outcome |", "|---|---|---|---|---|"]
+        out += [f"| {r['rule']} | {r.get('batch') or ''} | {r['observed']} | {r['threshold']} | {r['outcome']} |"
+                for r in gate["reasons"]] or ["| — | | | | |"]
+        out.append("")
+    out += ["## Per batch: candidate vs base (Δ with 95% paired-bootstrap CI)", "",
+            "| batch | n | overall base | overall cand | Δ overall | CI | value acc | evidence acc | hallucination | p95 ms |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for b in batches:
+        m = _load(root / "metrics/eval" / f"{b}.json")
+        if not m:
+            continue
+        d, bl, cd = m["deltas"]["overall_score"], m["baseline"], m["candidate"]
+        out.append(f"| {b} | {m['n']} | {bl['overall_score']:.3f} | {cd['overall_score']:.3f} | {d['delta']:+.3f} | "
+                   f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | {bl['value_accuracy']:.2f} → {cd['value_accuracy']:.2f} | "
+                   f"{bl['evidence_accuracy']:.2f} → {cd['evidence_accuracy']:.2f} | "
+                   f"{bl['hallucination_rate']:.2f} → {cd['hallucination_rate']:.2f} | "
+                   f"{bl['p95_latency_ms']:.0f} → {cd['p95_latency_ms']:.0f} |")
+    replay = _load(root / "metrics/replay.json")
+    if replay:
+        cols = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
+                "evidence_doc_page_exact", "retrieved_target_chunk", "p95_latency_ms"]
+        out += ["", f"## Application-chain replay (ABCD, {replay['n_cases']} cases)", "",
+                "| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for arm, m in replay["arms"].items():
+            out.append(f"| {arm}: {ARMS[arm]} | " + " | ".join(f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}"
+                                                            for c in cols) + " |")
+    out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
+    for kind in ("sft", "dpo", "grpo"):
+        g = _load(root / "models" / kind / "guard_report.json")
+        if g:
+            t = g["trip"] or {}
+            peaks = ", ".join(f"{k}={v:.4g}" for k, v in g["peaks"].items() if v is not None)
+            out.append(f"| {kind} | {g['status']} | {t.get('rule', '')} | {t.get('step', '')} | {peaks} |")
+    out += ["", f"## Metric diff against `{base or 'HEAD'}`", "", metrics_diff(root, base), ""]
+    return "\n".join(out)
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def plots(root: Path, batches: list[str]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = {}
+    rows = [(b, _load(root / "metrics/eval" / f"{b}.json")) for b in batches]
+    rows = [(b, m["deltas"]["overall_score"]) for b, m in rows if m]
+    if rows:
+        fig, ax = plt.subplots(figsize=(6, 3))
+        x = range(len(rows))
+        deltas = [d["delta"] for _, d in rows]
+        err = [[d["delta"] - d["ci_low"] for _, d in rows], [d["ci_high"] - d["delta"] for _, d in rows]]
+        ax.bar(x, deltas, color=["#c0392b" if v < 0 else "#27ae60" for v in deltas])
+        ax.errorbar(x, deltas, yerr=err, fmt="none", ecolor="black", capsize=4)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(list(x), [b for b, _ in rows])
+        ax.set_title("overall score Δ (candidate − base) per batch, 95% CI")
+        figs["per-batch deltas"] = _png(fig)
+        plt.close(fig)
+    series = []
+    for kind, keys in (("sft", ["loss"]), ("dpo", ["loss"]), ("grpo", ["loss", "kl", "reward"])):
+        f = root / "models" / kind / "train_log.csv"
+        if f.exists():
+            data = list(csv.DictReader(f.open()))
+            for k in keys:
+                pts = [(int(float(r["step"])), float(r[k])) for r in data if r.get(k) not in (None, "")]
+                if pts:
+                    series.append((f"{kind} {k}", pts))
+    if series:
+        fig, axes = plt.subplots(1, len(series), figsize=(3.2 * len(series), 2.8), squeeze=False)
+        for ax, (name, pts) in zip(axes[0], series):
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".")
+            ax.set_title(name)
+            ax.set_xlabel("step")
+        figs["training curves"] = _png(fig)
+        plt.close(fig)
+    replay = _load(root / "metrics/replay.json")
+    if replay:
+        cols = ["answer_json_parse", "value_exact", "core_fields_exact", "evidence_chunk_exact"]
+        fig, ax = plt.subplots(figsize=(7, 3))
+        width = 0.2
+        for i, arm in enumerate(replay["arms"]):
+            ax.bar([j + i * width for j in range(len(cols))], [replay["arms"][arm][c] for c in cols], width,
+                   label=f"{arm}: {ARMS[arm]}")
+        ax.set_xticks([j + 1.5 * width for j in range(len(cols))], [c.replace("_", "\n") for c in cols])
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=7)
+        ax.set_title("ABCD application-chain replay")
+        figs["ABCD replay"] = _png(fig)
+        plt.close(fig)
+    return figs
+
+
+def write_reports(root: Path, out: Path, batches: list[str], base: str | None) -> tuple[Path, Path]:
+    md = markdown(root, batches, base)
+    imgs = plots(root, batches)
+    body = "".join(f'<section><h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" '
+                   f'src="data:image/png;base64,{data}"/></section>' for name, data in imgs.items())
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>CLAP report</title>"
+            "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}pre{white-space:pre-wrap;"
+            "background:#f6f6f6;padding:1em}img{max-width:100%}</style></head><body><h1>CLAP candidate report</h1>"
+            f"{body}<h2>Summary</h2><pre>{html.escape(md)}</pre></body></html>")
+    out = Path(out)
+    atomic_write_text(out / "report.md", md)
+    atomic_write_text(out / "report.html", page)
+    return out / "report.md", out / "report.html"

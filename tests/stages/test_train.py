@@ -1,0 +1,122 @@
+"""Trainers on a tiny random model: LoRA weights change, base weights do not, guards stop, resume works."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+from clap.stages import train_dpo, train_grpo, train_sft
+from clap.stages.admit import NotAdmitted
+
+
+def tiny_cfg(params, **sft):
+    cfg = copy.deepcopy(params)
+    cfg["train"]["sft"].update({"max_steps": 3, "logging_steps": 1, "save_steps": 2, "per_device_batch_size": 2,
+                                "gradient_accumulation": 1, **sft})
+    cfg["train"]["dpo"].update(max_steps=2)
+    cfg["train"]["grpo"].update(max_steps=2, num_generations=2, per_device_batch_size=2, max_completion_length=8)
+    return cfg
+
+
+def base_weights(path):
+    return load_file(str(path / "model.safetensors"))
+
+
+def assert_lora_trained(out, tiny_dir, before):
+    adapter = load_file(str(out / "adapter" / "adapter_model.safetensors"))
+    lora_b = [v for k, v in adapter.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b), "LoRA B matrices start at zero and must move"
+    after = base_weights(tiny_dir)
+    assert all(torch.equal(before[k], after[k]) for k in before), "base weights must not change"
+    assert not list((out / "adapter").glob("*.bin")) and (out / "adapter" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("trainer, kind", [(train_sft, "sft"), (train_dpo, "dpo"), (train_grpo, "grpo")])
+def test_trainer_changes_lora_not_base(trainer, kind, params, small_loop, tiny_dir, tmp_path):
+    cfg = tiny_cfg(params)
+    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    before = base_weights(tiny_dir)
+    # a random model earns the same composite reward for every completion (zero advantage, no update);
+    # a length reward gives GRPO a signal to move on
+    extra = {"reward_funcs": [lambda completions, **_: [float(len(str(c))) for c in completions]]} if kind == "grpo" else {}
+    m = trainer.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
+                    tmp_path / kind, tmp_path / "ckpt", **extra)
+    assert m["steps"] >= 2 and m["status"] == "ok"
+    assert_lora_trained(tmp_path / kind, tiny_dir, before)
+    report = json.loads((tmp_path / kind / "guard_report.json").read_text())
+    assert report["status"] == "ok" and report["trainer"] == kind
+    assert (tmp_path / kind / "train_log.csv").read_text().startswith("step,")
+
+
+class Inject(TrainerCallback):
+    """Overwrites a logged value at one step, as a real spike or NaN would appear."""
+
+    def __init__(self, key, value, at_step):
+        self.key, self.value, self.at_step = key, value, at_step
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs is not None and state.global_step == self.at_step and "train_loss" not in logs:
+            logs[self.key] = self.value
+
+
+@pytest.mark.parametrize("key, value, rule", [("loss", math.nan, "non_finite:loss"), ("loss", math.inf, "non_finite:loss")])
+def test_guard_stops_sft_on_nan_within_one_logging_step(key, value, rule, params, small_loop, tiny_dir, tmp_path):
+    cfg = tiny_cfg(params, max_steps=6)
+    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+                      tmp_path / "c", callbacks=[Inject(key, value, 3)])
+    report = json.loads((tmp_path / "o" / "guard_report.json").read_text())
+    assert report["status"] == "stopped" and report["trip"]["rule"] == rule and report["trip"]["step"] == 3
+    assert m["steps"] == 3, "stopped on the logging step that tripped"
+    assert report["last_good_checkpoint"].endswith("checkpoint-2") and m["adapter_source"].endswith("checkpoint-2")
+
+
+def test_guard_stops_grpo_on_injected_kl_spike(params, small_loop, tiny_dir, tmp_path):
+    cfg = tiny_cfg(params)
+    cfg["train"]["grpo"].update(max_steps=4)
+    cfg["train"]["guards"].update(reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    m = train_grpo.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+                       tmp_path / "c", callbacks=[Inject("kl", 6712.0, 2)])
+    report = json.loads((tmp_path / "o" / "guard_report.json").read_text())
+    assert report["trip"]["rule"] == "kl_above_max" and report["trip"]["value"] == 6712.0
+    assert m["steps"] == 2 and report["peaks"]["kl"] == 6712.0
+
+
+class Kill(TrainerCallback):
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == 3:
+            raise KeyboardInterrupt("simulated kill")
+
+
+def test_killed_run_resumes_from_last_checkpoint(params, small_loop, tiny_dir, tmp_path):
+    cfg = tiny_cfg(params, max_steps=4)
+    with pytest.raises(KeyboardInterrupt):
+        train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+                      tmp_path / "c", callbacks=[Kill()])
+    assert not (tmp_path / "o").exists(), "a killed run leaves no output DVC would accept"
+    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+                      tmp_path / "c")
+    assert m["resumed_from"].endswith("checkpoint-2") and m["steps"] == 4
+    log = (tmp_path / "o" / "train_log.csv").read_text().splitlines()
+    assert [int(line.split(",")[0]) for line in log[1:]][-2:] == [3, 4]
+
+
+def test_blocked_batch_is_refused(params, small_loop, tiny_dir, tmp_path):
+    rec = json.loads((small_loop / "admission" / "b1.json").read_text())
+    blocked = tmp_path / "admission"
+    blocked.mkdir()
+    (blocked / "b1.json").write_text(json.dumps(rec | {"decision": "block", "trainable": [],
+                                                       "reasons": ["train_eval_overlap=4 violates <= 0 → block"]}))
+    with pytest.raises(NotAdmitted, match="train_eval_overlap=4"):
+        train_sft.run(tiny_cfg(params), small_loop / "materialized", blocked, ["b1"], tiny_dir, tmp_path / "o",
+                      tmp_path / "c")
+
+
+def test_checkpoints_of_another_config_are_not_resumed(params, small_loop, tiny_dir, tmp_path):
+    args = (small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o", tmp_path / "c")
+    first = train_sft.run(tiny_cfg(params, max_steps=2, save_steps=1), *args)
+    again = train_sft.run(tiny_cfg(params, max_steps=3, save_steps=1), *args)
+    assert first["steps"] == 2 and again["resumed_from"] is None and again["steps"] == 3

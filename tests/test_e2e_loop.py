@@ -1,0 +1,98 @@
+"""The whole loop in a temporary clone on a tiny configuration: dvc repro, a threshold change that
+re-runs only the gate (and the bundle that pins its output), metrics diff, release, rollback."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+TINY_OVERRIDES = [
+    "demo.scale=0.2", "data.batches=[b1,b2]", "materialize.max_train_per_batch=6", "materialize.max_eval_per_batch=3",
+    "materialize.max_replay_per_batch=2", "admit.min_train_samples=4", "train.sft.max_steps=2", "train.sft.save_steps=1",
+    "train.sft.per_device_batch_size=2", "train.sft.gradient_accumulation=1", "train.dpo.max_steps=1",
+    "train.grpo.max_steps=1", "train.grpo.num_generations=2", "train.grpo.per_device_batch_size=2",
+    "train.grpo.max_completion_length=8", "train.guards.max_clipped_ratio=1.1", "train.guards.reward_collapse_std=-1",
+    "evaluate.max_new_tokens=8", "evaluate.bootstrap=50", "replay.max_new_tokens=8",
+    # a random tiny model cannot answer, so the policy is relaxed until it can promote
+    "gate.min_parse_ok=0.0", "gate.require_replay_gain=false", "gate.max_regressed_batches=5",
+    "gate.ci_lower_must_exceed=-1.0", "gate.max_batch_regression=-1.0", "gate.min_overall_delta=-1.0",
+]
+
+
+def run(cwd, *cmd, env=None):
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory, tiny_dir):
+    root = tmp_path_factory.mktemp("clone") / "clap"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        if (ROOT / f).is_file():
+            (root / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, root / f)
+    env = os.environ | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@x", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    run(root, "git", "init", "-q", env=env)
+    sys.path.insert(0, str(ROOT / "src"))
+    from clap.config import compose, dump
+
+    params = compose(TINY_OVERRIDES + [f"model.base={tiny_dir}"], conf_dir=root / "conf")
+    (root / "params.yaml").write_text(dump(params))
+    run(root, "dvc", "remote", "modify", "local", "url", str(root.parent / "remote"), env=env)
+    run(root, "git", "add", "-A", env=env)
+    run(root, "git", "commit", "-qm", "clone", env=env)
+    return root, env
+
+
+def test_loop_threshold_change_release_rollback(clone):
+    root, env = clone
+    out = run(root, "dvc", "repro", env=env)
+    assert "Running stage 'gate'" in out and "Running stage 'train_sft'" in out
+    for f in ("metrics/gate.json", "metrics/replay.json", "metrics/eval/b1.json", "release/bundle.json",
+              "repair/queue.jsonl", "models/sft/adapter/adapter_model.safetensors", "data/index/bm25/chunk_ids.json"):
+        assert (root / f).exists(), f
+    gate = json.loads((root / "metrics/gate.json").read_text())
+    assert gate["decision"] == "promote", gate
+    assert "up to date" in run(root, "dvc", "repro", env=env)
+    run(root, "git", "add", "-A", env=env)
+    run(root, "git", "commit", "-qm", "run 1", env=env)
+    run(root, "dvc", "push", "-q", env=env)
+    assert "released v1 to prod" in run(root, "clap", "release", env=env)
+
+    # tighten one gate threshold: only the gate (and the bundle pinning its output) re-run
+    params = (root / "params.yaml").read_text().replace("min_parse_ok: 0.0", "min_parse_ok: 0.95")
+    (root / "params.yaml").write_text(params)
+    out = run(root, "dvc", "repro", env=env)
+    ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
+    assert ran == {"gate", "bundle"}, ran
+    assert json.loads((root / "metrics/gate.json").read_text())["decision"] == "reject"
+    diff = run(root, "dvc", "metrics", "diff", "--json", env=env)
+    assert "metrics/gate.json" in json.loads(diff)
+    out = subprocess.run(["clap", "release"], cwd=root, capture_output=True, text=True, env=env)
+    assert out.returncode == 1 and "uncommitted" in out.stdout
+
+    # relax again, change the candidate's data path a little (new version), release v2, roll back to v1
+    (root / "params.yaml").write_text(params.replace("min_parse_ok: 0.95", "min_parse_ok: 0.0")
+                                      .replace("max_steps: 2", "max_steps: 3", 1))
+    run(root, "dvc", "repro", env=env)
+    run(root, "git", "add", "-A", env=env)
+    run(root, "git", "commit", "-qm", "run 2", env=env)
+    run(root, "dvc", "push", "-q", env=env)
+    v2_adapter = (root / "models/sft/adapter/adapter_model.safetensors").read_bytes()
+    assert "released v2 to prod" in run(root, "clap", "release", env=env)
+    out = run(root, "clap", "rollback", env=env)
+    assert "v2 → v1" in out
+    assert (root / "models/sft/adapter/adapter_model.safetensors").read_bytes() != v2_adapter
+    run(root, "clap", "verify", "release/bundle.json", env=env)
+    reg = run(root, "clap", "registry", env=env)
+    assert "v1" in reg and "current=prod" in reg

@@ -1,0 +1,60 @@
+"""The PR report: Markdown reads well, and the HTML renders its plots in headless Chromium."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from clap.report import write_reports
+
+
+def fake_results(root):
+    (root / "metrics/eval").mkdir(parents=True)
+    for i, d in enumerate([-0.01, 0.02, 0.03], start=1):
+        m = {"overall_score": 0.8, "value_accuracy": 0.5, "evidence_accuracy": 0.4, "hallucination_rate": 0.05,
+             "p95_latency_ms": 900.0}
+        (root / f"metrics/eval/b{i}.json").write_text(json.dumps({
+            "n": 12, "baseline": m, "candidate": m | {"overall_score": 0.8 + d},
+            "deltas": {"overall_score": {"delta": d, "ci_low": d - 0.02, "ci_high": d + 0.02}}}))
+    arm = {"answer_json_parse": 1.0, "value_exact": 0.8, "period_exact": 0.9, "core_fields_exact": 0.7,
+           "evidence_chunk_exact": 0.4, "evidence_doc_page_exact": 0.4, "retrieved_target_chunk": 0.9,
+           "retrieved_target_doc_page": 0.9, "p95_latency_ms": 1200.0}
+    (root / "metrics/replay.json").write_text(json.dumps({"n_cases": 10, "arms": {a: arm for a in "ABCD"}}))
+    (root / "metrics/gate.json").write_text(json.dumps({
+        "decision": "canary", "policy": "default", "candidate": "sft", "requires_rag": True,
+        "reasons": [{"rule": "regressed_batches", "observed": 1, "threshold": 1, "batch": None, "outcome": "canary"}]}))
+    (root / "models/sft").mkdir(parents=True)
+    (root / "models/sft/train_log.csv").write_text("step,loss\n1,2.0\n2,1.2\n3,0.8\n")
+    (root / "models/sft/guard_report.json").write_text(json.dumps({"status": "ok", "trip": None, "peaks": {"loss": 2.0}}))
+
+
+def test_markdown_report(tmp_path):
+    fake_results(tmp_path)
+    md, page = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)
+    text = md.read_text()
+    assert "**Gate decision: `canary`**" in text and "| regressed_batches |" in text
+    assert "| b1 | 12 | 0.800 | 0.790 | -0.010 | [-0.030, +0.010] |" in text
+    assert "| A: base + RAG |" in text and "| sft | ok |" in text
+    assert page.read_text().count("data:image/png;base64,") == 3
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (installed by .ci/run)")
+def test_html_report_renders_plots_in_chromium(tmp_path):
+    fake_results(tmp_path)
+    _, page = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)
+    shot = tmp_path / "shot.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    subprocess.run(["chromium", *flags, f"--screenshot={shot}", "--window-size=1100,1600", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    dom = subprocess.run(["chromium", *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert shot.exists() and shot.stat().st_size > 20_000
+    assert dom.count("<img") == 3 and "per-batch deltas" in dom and "ABCD replay" in dom
+    from PIL import Image
+
+    img = Image.open(shot).convert("RGB")
+    colours = len(set(img.resize((200, 300)).getdata()))
+    assert colours > 50, "the screenshot shows plots, not a blank page"

@@ -1,0 +1,166 @@
+"""Tamper tests, the serving check, and release/rollback in a temporary git + DVC repo."""
+
+import json
+import pickle
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clap import bundle, release
+from clap.model import identity, load_model
+from clap.serving import AdapterRefused, adapter_manifest, load_adapter
+
+
+def sh(root, *cmd):
+    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout
+
+
+def make_adapter(tiny_dir, folder):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(load_model(tiny_dir), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    model.save_pretrained(folder, safe_serialization=True)
+    (Path(folder) / "manifest.json").write_text(json.dumps(adapter_manifest(folder, identity(tiny_dir))))
+    return Path(folder)
+
+
+def test_serving_check_accepts_good_and_refuses_tampered(tiny_dir, tmp_path):
+    ad = make_adapter(tiny_dir, tmp_path / "adapter")
+    ident = identity(tiny_dir)
+    load_adapter(load_model(tiny_dir), ad, None, ident)
+    weights = ad / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(AdapterRefused, match="adapter_model.safetensors: sha256"):
+        load_adapter(load_model(tiny_dir), ad, None, ident)
+
+
+def test_pickle_posing_as_adapter_is_refused_unloaded(tiny_dir, tmp_path, monkeypatch):
+    ad = make_adapter(tiny_dir, tmp_path / "adapter")
+    (ad / "adapter_model.safetensors").write_bytes(pickle.dumps({"w": 1}, protocol=4))
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle was loaded"))
+    with pytest.raises(AdapterRefused, match="pickle"):
+        load_adapter(load_model(tiny_dir), ad, None, identity(tiny_dir))
+    (ad / "adapter_model.bin").write_bytes(b"\x80\x04junk")
+    with pytest.raises(AdapterRefused, match="adapter_model.bin"):
+        load_adapter(load_model(tiny_dir), ad, None, identity(tiny_dir))
+
+
+def test_adapter_on_a_different_base_is_refused(tiny_dir, tmp_path):
+    ad = make_adapter(tiny_dir, tmp_path / "adapter")
+    other = identity(tiny_dir) | {"weights_sha256": {"model.safetensors": "0" * 64}}
+    with pytest.raises(AdapterRefused, match="base model weights differ"):
+        load_adapter(load_model(tiny_dir), ad, None, other)
+
+
+def _fake_run(root: Path, tiny_dir, params, decision="promote", seed=0):
+    """The artifacts a loop run leaves, small: materialized data, adapter, eval/replay metrics, gate."""
+    (root / "data/materialized/b1").mkdir(parents=True, exist_ok=True)
+    (root / "data/materialized/b1/sft_train.jsonl").write_text(json.dumps({"v": seed}) + "\n")
+    (root / "data/admission").mkdir(parents=True, exist_ok=True)
+    (root / "data/admission/b1.json").write_text("{}")
+    ad = root / "models/sft/adapter"
+    if ad.exists():
+        shutil.rmtree(ad)
+    make_adapter(tiny_dir, ad)
+    (root / "models/sft/guard_report.json").write_text(json.dumps({"status": "ok", "seed": seed}))
+    (root / "metrics/eval").mkdir(parents=True, exist_ok=True)
+    (root / "metrics/eval/b1.json").write_text(json.dumps({"seed": seed}))
+    (root / "metrics/gate.json").write_text(json.dumps({"decision": decision, "reasons": [], "per_batch": {},
+                                                        "policy": "default", "requires_rag": True}))
+    bundle.write(root, params, root / "release/bundle.json")
+
+
+@pytest.fixture
+def repo(tmp_path, tiny_dir, params):
+    root = tmp_path / "repo"
+    root.mkdir()
+    sh(root, "git", "init", "-q")
+    sh(root, "git", "config", "user.email", "ci@example.com")
+    sh(root, "git", "config", "user.name", "CI")
+    sh(root, "dvc", "init", "-q")
+    sh(root, "dvc", "remote", "add", "-d", "local", str(tmp_path / "remote"))
+    base = root / "models/base"
+    shutil.copytree(tiny_dir, base)
+    p = json.loads(json.dumps(params))
+    p["model"]["cache_dir"] = "models/base"
+    p["data"]["batches"] = ["b1"]
+    return root, p
+
+
+def _commit_version(root, tiny_dir, params, seed, decision="promote"):
+    _fake_run(root, tiny_dir, params, decision, seed)
+    sh(root, "dvc", "add", "-q", "data/materialized", "models/sft")
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", f"run {seed}")
+    return {p: (root / p).read_bytes() for p in ("models/sft/adapter/adapter_model.safetensors",
+                                                  "data/materialized/b1/sft_train.jsonl")}
+
+
+def test_verify_names_the_tampered_file(repo, tiny_dir):
+    root, params = repo
+    _fake_run(root, tiny_dir, params)
+    bundle.verify(root / "release/bundle.json", root)
+    target = root / "data/materialized/b1/sft_train.jsonl"
+    target.write_text(target.read_text().replace("0", "1"))
+    with pytest.raises(bundle.BundleMismatch, match="sft_train.jsonl"):
+        bundle.verify(root / "release/bundle.json", root)
+    target.write_text(json.dumps({"v": 0}) + "\n")
+    b = json.loads((root / "release/bundle.json").read_text())
+    b["decision"]["decision"] = "promote-please"
+    (root / "release/bundle.json").write_text(json.dumps(b))
+    with pytest.raises(bundle.BundleMismatch):
+        bundle.verify(root / "release/bundle.json", root)
+
+
+def test_release_requires_clean_tree_verified_bundle_and_allowed_decision(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1, decision="hold")
+    with pytest.raises(release.ReleaseRefused, match="hold"):
+        release.release(root)
+    _commit_version(root, tiny_dir, params, 2)
+    (root / "metrics/eval/b1.json").write_text("{}")
+    with pytest.raises(release.ReleaseRefused, match="uncommitted"):
+        release.release(root)
+    sh(root, "git", "commit", "-qam", "tamper")
+    with pytest.raises(release.ReleaseRefused, match="metrics/eval/b1.json"):
+        release.release(root)
+
+
+def test_concurrent_release_is_refused(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    lock = root / ".git" / "clap-release.lock"
+    lock.write_text("12345")
+    with pytest.raises(release.ReleaseRefused, match="another release"):
+        release.release(root)
+    lock.unlink()
+    assert release.release(root)["version"] == 1
+
+
+def test_release_release_rollback_restores_v1_byte_identically(repo, tiny_dir):
+    root, params = repo
+    v1 = _commit_version(root, tiny_dir, params, 1)
+    r1 = release.release(root)
+    sh(root, "dvc", "push", "-q")
+    v2 = _commit_version(root, tiny_dir, params, 2)
+    assert v1 != v2
+    r2 = release.release(root)
+    assert (r1["version"], r2["version"]) == (1, 2) and r2["tag"] == "clap-adapter#prod#2"
+    rb = release.rollback(root)
+    assert rb["from"] == 2 and rb["to"] == 1 and rb["tag"] == "clap-adapter#prod#3"
+    for path, data in v1.items():
+        assert (root / path).read_bytes() == data, path
+    bundle.verify(root / "release/bundle.json", root)
+    tags = sh(root, "git", "tag", "--list").split()
+    assert tags == sorted(["clap-adapter@v1", "clap-adapter@v2", "clap-adapter#prod#1", "clap-adapter#prod#2",
+                           "clap-adapter#prod#3"])
+    assert "rollback from v2" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter#prod#3")
+    assert "gate promote" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter@v1")
+    reg = {r["version"]: r["current"] for r in release.registry(root)}
+    assert reg == {"v1": ["prod"], "v2": []}
