@@ -10,7 +10,6 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from tests.conftest import ROOT
 
 
