@@ -133,11 +133,13 @@ def use_qlora(setting) -> bool:
 
     if setting is False or setting == "off":
         return False
+    if setting is True or setting == "on":
+        if not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None):
+            raise RuntimeError("qlora: on needs CUDA and bitsandbytes (pip install -e '.[gpu]')")
+        return True
     has_bnb = importlib.util.find_spec("bitsandbytes") is not None
     if torch.cuda.is_available() and has_bnb:
         return True
-    if setting is True or setting == "on":
-        raise RuntimeError("qlora: on needs CUDA and bitsandbytes")
     print("clap: no CUDA/bitsandbytes here — training plain LoRA (fp32 base) instead of 4-bit QLoRA")
     return False
 
