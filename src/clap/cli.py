@@ -15,11 +15,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 
 from clap.io import InputFileError  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-console = Console()
+console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
 
 
 def _fail(exc: Exception) -> None:
@@ -194,7 +195,7 @@ def gate(out: Path = typer.Option(Path("metrics/gate.json"))) -> None:
     d = stage.run(_params(), Path("."), out)
     console.print(f"gate decision: [bold]{d.decision}[/]")
     for r in d.reasons:
-        console.print(f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else ""))
+        console.print(escape(f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else "")))
 
 
 @app.command()

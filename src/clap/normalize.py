@@ -11,6 +11,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 # canonical unit -> (dimension, factor to the dimension's base unit)
 UNITS: dict[str, tuple[str, float]] = {
@@ -58,18 +59,24 @@ _ABSORB = {("元", 1e3): "千元", ("元", 1e4): "万元", ("元", 1e6): "百万
 _NUM = r"[-−]?\(?\s*[-−]?\d+(?:,\d{3})*(?:\.\d+)?\s*\)?"
 _MULT_RE = "|".join(sorted((re.escape(m) for m in MULTIPLIERS), key=len, reverse=True))
 _VALUE_RE = re.compile(rf"^\s*(?P<num>{_NUM})\s*(?P<mult>{_MULT_RE})?\s*(?P<pct>%)?\s*(?P<rest>.*?)\s*$", re.I)
-_NUMBER_IN_TEXT = re.compile(r"\(?[-−]?\d+(?:,\d{3})*(?:\.\d+)?\)?\s*(?:亿|百万|万|千|million|billion|mn|bn|thousand)?", re.I)
 _SEP = r"[\s,;:|/\-–—~]+"
 _LEAD_VALUE = re.compile(rf"^\s*{_NUM}\s*(?:{_MULT_RE})?\s*(?:%|[^\s,;:|/\-–—]*?)?\s*(?:{_SEP})", re.I)
 _TRAIL_VALUE = re.compile(rf"(?:{_SEP}){_NUM}\s*(?:{_MULT_RE})?\s*(?:%|[a-z\u4e00-\u9fff]{{0,6}})?\s*$", re.I)
 
 
 def fold(text: object) -> str:
-    """NFKC-fold text (full-width digits and punctuation become ASCII); None/NaN become ''."""
+    """NFKC-fold text (full-width digits and punctuation become ASCII), collapse whitespace;
+    None/NaN become ''. ASCII text skips normalisation (NFKC is the identity there)."""
     if text is None or (isinstance(text, float) and math.isnan(text)):
         return ""
-    s = unicodedata.normalize("NFKC", str(text)).replace("−", "-").replace("\u3000", " ")
-    return re.sub(r"\s+", " ", s).strip()
+    return _fold_str(text if isinstance(text, str) else str(text))
+
+
+@lru_cache(maxsize=1 << 17)
+def _fold_str(s: str) -> str:
+    if not s.isascii():
+        s = unicodedata.normalize("NFKC", s).replace("−", "-")
+    return " ".join(s.split())
 
 
 def canonical_unit(unit_raw: object) -> str | None:
@@ -203,15 +210,23 @@ def metric_key(label: object) -> str:
     return re.sub(r"[\W_]+", "", fold(label).lower())
 
 
-def numbers_in(text: object) -> list[float]:
-    """Every number written in a text, as written (separators and parentheses understood)."""
+_NUM_ONLY = re.compile(r"\(?[-−]?\d+(?:,\d{3})*(?:\.\d+)?\)?")
+
+
+@lru_cache(maxsize=1 << 16)
+def _numbers_cached(text: str) -> tuple[float, ...]:
     out = []
-    for m in _NUMBER_IN_TEXT.finditer(fold(text)):
-        num = re.match(r"\(?[-−]?\d+(?:,\d{3})*(?:\.\d+)?\)?", m.group(0))
-        v = _parse_number(num.group(0)) if num else None
+    for m in _NUM_ONLY.finditer(fold(text)):
+        v = _parse_number(m.group(0))
         if v is not None:
             out.append(v)
-    return out
+    return tuple(out)
+
+
+def numbers_in(text: object) -> list[float]:
+    """Every number written in a text, as written (separators and parentheses understood).
+    Cached: chunk texts are checked once per fact that cites them."""
+    return list(_numbers_cached(text if isinstance(text, str) else fold(text)))
 
 
 def value_in_text(value: float, text: object, rel_tol: float = 1e-6) -> bool:
@@ -219,7 +234,19 @@ def value_in_text(value: float, text: object, rel_tol: float = 1e-6) -> bool:
     return any(math.isclose(abs(value), abs(v), rel_tol=rel_tol, abs_tol=1e-9) for v in numbers_in(text))
 
 
+@lru_cache(maxsize=1 << 16)
+def _terms_cached(metric: str, text: str) -> bool:
+    return _terms(metric, text)
+
+
 def terms_in_text(metric: object, text: object) -> bool:
+    """Cached front of `_terms` for string arguments."""
+    if isinstance(metric, str) and isinstance(text, str):
+        return _terms_cached(metric, text)
+    return _terms(metric, text)
+
+
+def _terms(metric: object, text: object) -> bool:
     """True when the key terms of a metric label are findable in a text.
 
     Chinese labels must appear as a substring; English labels need every content word (≥ 3 letters).

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -95,5 +96,5 @@ def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None
         console.print(f"\n[bold]gate decision: {gate['decision'].upper()}[/] (policy {gate['policy']}, "
                       f"candidate {gate['candidate']}; requires RAG: {gate['requires_rag']}; trainers {gate['trainers']})")
         for r in gate["reasons"]:
-            console.print(f"  - {r['rule']}: observed {r['observed']} vs threshold {r['threshold']} → {r['outcome']}"
-                          + (f" [{r['batch']}]" if r.get("batch") else ""))
+            console.print(escape(f"  - {r['rule']}: observed {r['observed']} vs threshold {r['threshold']} → "
+                                 f"{r['outcome']}" + (f" [{r['batch']}]" if r.get("batch") else "")))

@@ -114,7 +114,7 @@ def _coerce(df: pd.DataFrame, name: str, file: str) -> tuple[pd.DataFrame, list[
     """Cast columns to their contract types; a value that cannot be cast quarantines its row."""
     bad, drop = [], pd.Series(False, index=df.index)
     for col in STR_COLUMNS[name]:
-        if col in df:
+        if col in df and pd.api.types.infer_dtype(df[col], skipna=True) not in ("string", "empty"):
             df[col] = df[col].map(_as_str).astype(object)
     for col in INT_COLUMNS[name]:
         if col not in df:
@@ -184,12 +184,13 @@ def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFr
     page_chunks: dict[tuple[str, int], list[str]] = {}
     for cid, doc, page in zip(chunks["chunk_id"], chunks["doc_id"], chunks["page"]):
         page_chunks.setdefault((doc, int(page)), []).append(cid)
-    numbers_of: dict[str, list[float]] = {}
+    numbers_of: dict[str, set[float]] = {}
+    folded: dict[str, str] = {}
 
     def has_value(cid: str, v: float) -> bool:
-        if cid not in numbers_of:
-            numbers_of[cid] = nz.numbers_in(text_of[cid])
-        return any(abs(abs(v) - abs(x)) <= 1e-6 * max(1.0, abs(v)) for x in numbers_of[cid])
+        if cid not in numbers_of:  # values as written carry ≤ 6 decimals; rounding makes this a set lookup
+            numbers_of[cid] = {round(abs(x), 6) for x in nz.numbers_in(text_of[cid])}
+        return round(abs(v), 6) in numbers_of[cid]
 
     noise = {k: 0 for k in ("value_bearing_label", "unit_respelled", "fullwidth_or_format", "numeric_value",
                             "negative_in_parentheses", "multiplier_in_value", "missing_evidence_found",
@@ -197,9 +198,8 @@ def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFr
                             "evidence_not_in_chunk", "duplicate_content", "duplicate_across_batches",
                             "question_missing")}
     rows, bad = [], []
-    records = df.to_dict("records")
+    records = df.astype(object).where(df.notna(), None).to_dict("records")
     for r in records:
-        r = {k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
         value_raw = r["value"]
         unit_raw = r.get("unit")
         metric, stripped = _label(r["metric"])
@@ -235,7 +235,9 @@ def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFr
             else:
                 reason = "value_not_in_evidence_chunk"
         text = text_of.get(cid, "") if cid else ""
-        if reason is None and (not evidence or nz.fold(evidence) not in nz.fold(text)
+        if cid and cid not in folded:
+            folded[cid] = nz.fold(text)
+        if reason is None and (not evidence or nz.fold(evidence) not in folded.get(cid, "")
                                or not nz.value_in_text(q.value, evidence)):
             if not evidence:
                 noise["missing_evidence_found"] += 1
