@@ -63,8 +63,11 @@ def main() -> None:
         clap = {"steps": m["steps"], "tokens": m["tokens_seen"], "s": round(wall, 2),
                 "tokens_s": round(m["tokens_seen"] / wall, 1), "padding_free": m["padding_free"]}
         plain = plain_trl(cfg, rows, args.model, Path(tmp) / "plain", args.steps)
-    print(json.dumps({"clap": clap, "plain_trl": plain, "ratio_tokens_s": round(clap["tokens_s"] / plain["tokens_s"], 2)},
-                     indent=2))
+    samples = args.steps * cfg["train"]["sft"]["per_device_batch_size"] * cfg["train"]["sft"]["gradient_accumulation"]
+    for r in (clap, plain):
+        r["samples_s"] = round(samples / r["s"], 3)
+    print(json.dumps({"clap": clap, "plain_trl": plain, "ratio_tokens_s": round(clap["tokens_s"] / plain["tokens_s"], 2),
+                      "ratio_samples_s": round(clap["samples_s"] / plain["samples_s"], 2)}, indent=2))
 
 
 if __name__ == "__main__":
