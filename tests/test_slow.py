@@ -1,5 +1,5 @@
-"""Slower tests: the real SmolLM2 through materialize → admit → SFT, and SFT data-parallel over two CPU
-processes. Run alone with `pytest -m slow`."""
+"""Slower tests: the real SmolLM2 through materialize → admit → SFT, and SFT under `accelerate launch`
+with two CPU processes. Run alone with `pytest -m slow`."""
 
 import copy
 import json
@@ -33,14 +33,13 @@ def test_real_smollm2_sft_few_steps(params, small_loop, smollm2_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_cpu_processes_train_the_same_adapter(small_loop, tiny_dir, tmp_path):
-    """DDP over gloo with torchrun — the launcher `accelerate launch` uses for multi-GPU; accelerate's own
-    MULTI_CPU mode needs an MPI install, which this machine does not have."""
+def test_accelerate_two_cpu_processes_train_the_same_adapter(small_loop, tiny_dir, tmp_path):
+    """`accelerate launch` with conf/accelerate/cpu2.yaml: two gloo processes on the CPU."""
     out = tmp_path / "ddp"
     env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-                        str(ROOT / "tests/helpers/ddp_train.py"), str(small_loop), str(tiny_dir), str(out)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                        str(ROOT / "conf/accelerate/cpu2.yaml"), str(ROOT / "tests/helpers/ddp_train.py"),
+                        str(small_loop), str(tiny_dir), str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in (0, 1)]
     assert [x["world"] for x in ranks] == [2, 2] and ranks[0]["step"] == ranks[1]["step"] == 3

@@ -1,4 +1,4 @@
-"""Run tiny SFT data-parallel (torchrun); each rank writes the hash of its trained LoRA weights."""
+"""Run tiny SFT under `accelerate launch`; each rank writes the hash of its trained LoRA weights."""
 
 import hashlib
 import json

@@ -10,6 +10,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import resource
 import shutil
 import time
@@ -55,6 +56,11 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
     folder = Path(folder)
     key = hashlib.sha256(json.dumps(run_key, sort_keys=True, default=str).encode()).hexdigest()
     stamp = folder / "run_key.txt"
+    if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: rank 0 owns the folder; wait for its stamp
+        deadline = time.time() + 120
+        while time.time() < deadline and not (stamp.exists() and stamp.read_text().strip() == key):
+            time.sleep(0.2)
+        return get_last_checkpoint(str(folder))
     if folder.is_dir() and (not stamp.exists() or stamp.read_text().strip() != key):
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
