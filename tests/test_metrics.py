@@ -25,6 +25,8 @@ def pred(**kw):
      {"value_accuracy": 1, "evidence_accuracy": 0, "hallucination_rate": 1, "pass_rate": 0}),
     ("distractor number", pred(value=5120.40, evidence="上年同期（2022年）该指标为5,120.40万元。"),
      {"value_accuracy": 0, "wrong_fact_rate": 1, "hallucination_rate": 0, "evidence_accuracy": 0}),
+    ("right number, wrong unit", pred(unit="%"), {"value_accuracy": 0, "wrong_fact_rate": 0, "hallucination_rate": 0,
+                                                  "field_accuracy": 0.75}),
     ("invented number", pred(value=9999.0), {"value_accuracy": 0, "hallucination_rate": 1, "wrong_fact_rate": 0}),
     ("value-bearing metric label", pred(metric="6,076.97，原材料采购总额"), {"field_accuracy": 1}),
     ("extra keys ignored", pred(confidence=0.9, note="x"), {"parse_ok": 1, "target_match": 1}),

@@ -105,7 +105,11 @@ def score_sample(pred: dict | None, gold: dict, source: str, weights: dict[str, 
     has_value = pred_quantity(pred) is not None
     in_input = _value_in_input(pred, source)
     hallucinated = (has_value and not in_input and not value_ok) or (bool(ev) and ev not in nz.fold(source))
-    wrong_fact = has_value and in_input and not value_ok
+    # a wrong fact is another number taken from the input (a distractor); the right number with a wrong
+    # unit is a unit error, which value_accuracy and field_accuracy already count
+    q, gold_value = pred_quantity(pred), float(gold["value"])
+    same_number = q is not None and abs(abs(q.value) - abs(gold_value)) <= 1e-6 * max(1.0, abs(gold_value))
+    wrong_fact = has_value and in_input and not value_ok and not same_number
     out = {
         "parse_ok": 1.0,
         "field_accuracy": sum(fields) / len(fields),
