@@ -236,7 +236,6 @@ def _fact(rng, injected, c, batch, year, doc_id, page, chunk_id, en, zh, fam, va
 
 def _cross_batch_noise(rng: random.Random, injected: dict, facts: list[dict]) -> list[dict]:
     out = list(facts)
-    by_batch = {b: [f for f in facts if f["batch"] == b] for b in BATCHES}
     next_id = len(facts)
     for f in facts:
         r = rng.random()
@@ -257,7 +256,6 @@ def _cross_batch_noise(rng: random.Random, injected: dict, facts: list[dict]) ->
             out.append({**f, "record_id": f"f{next_id:06d}", "entity": "", "page": 0})
             injected["malformed_row"] += 1
             next_id += 1
-    del by_batch
     rng.shuffle(out)
     return out
 

@@ -20,32 +20,13 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from clap import model as base_model
+from clap.metrics import object_end
 
 
 def json_end(text: str) -> int | None:
     """Index just past the first balanced top-level JSON object, or None while it is still open."""
     start = text.find("{")
-    if start < 0:
-        return None
-    depth, in_str, esc = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
+    return None if start < 0 else object_end(text, start)
 
 
 def truncate_at_json_end(text: str) -> str:

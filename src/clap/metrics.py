@@ -15,33 +15,45 @@ TARGET_FIELDS = ("entity", "metric", "period", "value", "unit", "evidence")
 TEXT_FIELDS = ("entity", "metric", "period", "unit")
 
 
+def object_end(text: str, start: int) -> int | None:
+    """Index just past the balanced JSON object opening at `text[start]`, or None while it is open.
+    Braces inside strings (and escaped quotes) do not count."""
+    depth, in_str, esc = 0, False, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
 def parse_answer(text: str) -> dict | None:
-    """The first balanced JSON object in a completion, or None."""
+    """The first balanced JSON object in a completion that parses, or None."""
     if not isinstance(text, str):
         return None
     start = text.find("{")
     while start != -1:
-        depth, in_str, esc = 0, False, False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if in_str:
-                esc = ch == "\\" and not esc
-                if ch == '"' and not esc:
-                    in_str = False
-                elif ch != "\\":
-                    esc = False
-            elif ch == '"':
-                in_str = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        obj = json.loads(text[start:i + 1])
-                    except json.JSONDecodeError:
-                        break
-                    return obj if isinstance(obj, dict) else None
+        end = object_end(text, start)
+        if end is None:
+            return None
+        try:
+            obj = json.loads(text[start:end])
+            if isinstance(obj, dict):
+                return obj
+        except json.JSONDecodeError:
+            pass
         start = text.find("{", start + 1)
     return None
 
