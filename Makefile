@@ -20,12 +20,12 @@ $(VENV)/.installed: pyproject.toml Makefile
 setup: $(VENV)/.installed
 
 demo: setup
-	$(VENV)/bin/clap demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/clap demo
 
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/clap params --check
-	$(VENV)/bin/pytest -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

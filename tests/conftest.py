@@ -1,7 +1,11 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# tests call `dvc`, `clap` and `accelerate` as commands: use this interpreter's environment
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

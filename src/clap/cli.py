@@ -6,8 +6,12 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
+# Subprocesses (dvc, and the `clap …` commands of dvc.yaml's stages) must resolve to this environment
+# even when it is not activated, e.g. `.venv/bin/clap demo` from the Makefile.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
