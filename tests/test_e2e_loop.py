@@ -21,6 +21,8 @@ TINY_OVERRIDES = [
     # a random tiny model cannot answer, so the policy is relaxed until it can promote
     "gate.min_parse_ok=0.0", "gate.require_replay_gain=false", "gate.max_regressed_batches=5",
     "gate.ci_lower_must_exceed=-1.0", "gate.max_batch_regression=-1.0", "gate.min_overall_delta=-1.0",
+    # latency on a shared CI machine is noise at this size; the test must not depend on wall-clock time
+    "gate.max_p95_latency_ratio=1000.0",
 ]
 
 
