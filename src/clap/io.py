@@ -181,6 +181,11 @@ def read_json(path: Path):
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def read_json_if_exists(path: Path):
+    """The JSON document at `path`, or None when the stage that writes it has not run."""
+    return read_json(path) if Path(path).exists() else None
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 

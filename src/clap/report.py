@@ -14,17 +14,13 @@ import base64
 import csv
 import html
 import io
-import json
 import subprocess
 from pathlib import Path
 
 from clap.io import atomic_write_text
+from clap.io import read_json_if_exists as _load
 
 ARMS = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone"}
-
-
-def _load(p: Path):
-    return json.loads(p.read_text()) if p.exists() else None
 
 
 def metrics_diff(root: Path, base: str | None) -> str:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-
-def _load(path: Path):
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+from clap.io import read_json_if_exists as _load
 
 
 def print_summary(console: Console, root: Path) -> None:
