@@ -204,5 +204,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def content_hash(*parts) -> str:
+    """sha256 of the parts joined by a unit separator (None counts as empty): the content address of a row."""
+    return hashlib.sha256("\x1f".join("" if p is None else str(p) for p in parts).encode()).hexdigest()
+
+
 def sha256_json(obj) -> str:
     return hashlib.sha256(json.dumps(jsonable(obj), sort_keys=True, ensure_ascii=False).encode()).hexdigest()

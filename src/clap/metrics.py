@@ -7,7 +7,6 @@ Every metric takes the parsed answer (or None), the gold target and the model's 
 from __future__ import annotations
 
 import json
-import re
 
 from clap import normalize as nz
 
@@ -58,19 +57,13 @@ def parse_answer(text: str) -> dict | None:
     return None
 
 
-def _period(p) -> str:
-    s = nz.fold(p)
-    y = re.search(r"(19|20)\d{2}(?:Q[1-4])?", s, re.I)
-    return y.group(0).upper() if y else s.lower()
-
-
 def field_equal(name: str, pred, gold) -> bool:
     if pred is None:
         return False
     if name == "metric":
         return nz.metric_key(nz.clean_metric_label(pred)[0]) == nz.metric_key(gold)
     if name == "period":
-        return _period(pred) == _period(gold)
+        return nz.normalize_period(pred).lower() == nz.normalize_period(gold).lower()
     if name == "unit":
         return nz.canonical_unit(pred) == nz.canonical_unit(gold) and nz.canonical_unit(gold) is not None
     return nz.fold(pred).lower() == nz.fold(gold).lower()

@@ -258,3 +258,19 @@ def _terms(metric: object, text: object) -> bool:
         return metric_key(m) in metric_key(t)
     words = [w for w in re.findall(r"[a-z]{3,}", m)]
     return bool(words) and all(w in t for w in words)
+
+
+_QUARTER = re.compile(r"Q([1-4])|第([一二三四1-4])季度", re.I)
+
+
+def normalize_period(period_raw: object) -> str:
+    """`FY2023`, `2023年`, `２０２３` → `2023`; `2023年第一季度`/`Q1 2023` → `2023Q1`; no year → folded text."""
+    s = fold(period_raw)
+    year = re.search(r"(19|20)\d{2}", s)
+    if not year:
+        return s
+    q = _QUARTER.search(s)
+    if not q:
+        return year.group(0)
+    n = q.group(1) or q.group(2)
+    return f"{year.group(0)}Q{n if n.isdigit() else '一二三四'.index(n) + 1}"

@@ -13,7 +13,6 @@ to the repair queue instead of training.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from functools import lru_cache
@@ -22,7 +21,17 @@ from pathlib import Path
 import pandas as pd
 
 from clap import normalize as nz
-from clap.io import InputFileError, atomic_dir, find_input, quarantine_record, read_table, write_json, write_jsonl
+from clap.io import (
+    InputFileError,
+    atomic_dir,
+    content_hash,
+    find_input,
+    quarantine_record,
+    read_table,
+    write_json,
+    write_jsonl,
+)
+from clap.normalize import normalize_period
 from clap.schemas import ID_COLUMN, INT_COLUMNS, RAW_SCHEMAS, ChunkAsset, DecisionAsset, FactAsset, split_valid
 
 STAGE = "assetize"
@@ -142,13 +151,9 @@ def _as_str(v):
     return v if isinstance(v, str) else (json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else str(v))
 
 
-def _sha(*parts) -> str:
-    return hashlib.sha256("\x1f".join("" if p is None else str(p) for p in parts).encode()).hexdigest()
-
-
 def _chunks(df: pd.DataFrame) -> pd.DataFrame:
     out = df[["chunk_id", "doc_id", "page", "text", "lang", "batch"]].copy()
-    out["content_hash"] = [_sha(d, p, t) for d, p, t in zip(out["doc_id"], out["page"], out["text"])]
+    out["content_hash"] = [content_hash(d, p, t) for d, p, t in zip(out["doc_id"], out["page"], out["text"])]
     return out.reset_index(drop=True)
 
 
@@ -160,19 +165,6 @@ def _label(metric_raw: str) -> tuple[str, bool]:
 @lru_cache(maxsize=65536)
 def _unit(unit_raw: str) -> str | None:
     return nz.canonical_unit(unit_raw)
-
-
-def normalize_period(period_raw: object) -> str:
-    """`FY2023`, `2023年`, `２０２３` → `2023`; `2023年第一季度`/`Q1 2023` → `2023Q1`."""
-    s = nz.fold(period_raw)
-    year = re.search(r"(19|20)\d{2}", s)
-    if not year:
-        return s
-    q = re.search(r"Q([1-4])|第([一二三四1-4])季度", s, re.I)
-    if q:
-        n = q.group(1) or "一二三四".find(q.group(2)) + 1 if not (q.group(2) or "").isdigit() else q.group(2)
-        return f"{year.group(0)}Q{n}"
-    return year.group(0)
 
 
 def _sentences(text: str) -> list[str]:
@@ -263,7 +255,7 @@ def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFr
             "value_raw": value_raw if isinstance(value_raw, str) else repr(value_raw), "unit": q.unit,
             "unit_raw": unit_raw, "evidence": evidence, "lang": r["lang"], "question": nz.fold(question),
             "verifiable": reason is None, "unverifiable_reason": reason,
-            "content_hash": _sha(cid, nz.fold(r["entity"]), nz.metric_key(metric), period, q.value, q.unit, evidence),
+            "content_hash": content_hash(cid, nz.fold(r["entity"]), nz.metric_key(metric), period, q.value, q.unit, evidence),
         })
     out = pd.DataFrame.from_records(rows, columns=list(FactAsset.to_schema().columns))
     if len(out):
@@ -291,5 +283,5 @@ def _decisions(df: pd.DataFrame, file: str) -> tuple[pd.DataFrame, list[dict]]:
         rows.append({"record_id": r["record_id"], "batch": r["batch"], "case_type": r["case_type"],
                      "situation": nz.fold(r["situation"]), "causes_json": causes_json, "main_cause": main,
                      "action": r["action"].strip(), "risk_focus": r["risk_focus"], "lang": r["lang"],
-                     "content_hash": _sha(r["case_type"], nz.fold(r["situation"]), causes_json, r["action"])})
+                     "content_hash": content_hash(r["case_type"], nz.fold(r["situation"]), causes_json, r["action"])})
     return pd.DataFrame.from_records(rows, columns=list(DecisionAsset.to_schema().columns)), bad

@@ -12,7 +12,6 @@ format that replay sends.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -23,17 +22,13 @@ from datasketch import MinHash, MinHashLSH
 
 from clap import normalize as nz
 from clap import prompts
-from clap.io import atomic_dir, write_json, write_jsonl
+from clap.io import atomic_dir, content_hash, write_json, write_jsonl
 from clap.rewards import decision_reward
 from clap.schemas import GrpoGroup, PreferencePair, ReplayCase, SftSample
 
 
-def _h(*parts) -> str:
-    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()
-
-
 def _in_eval(key: str, fraction: float, seed: int) -> bool:
-    return int(_h(seed, key)[:8], 16) / 0xFFFFFFFF < fraction
+    return int(content_hash(seed, key)[:8], 16) / 0xFFFFFFFF < fraction
 
 
 def _shingles(text: str) -> set[str]:
@@ -145,9 +140,9 @@ def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, batch_chunks: lis
             system, prompt, target = prompts.SYSTEM_EXTRACT, prompts.extraction_prompt(f["question"], gold), \
                 prompts.target_json(f)
             source = gold["text"]
-        rows.append({"sample_id": _h(system, prompt, target)[:16], "record_id": f["record_id"], "batch": f["batch"],
+        rows.append({"sample_id": content_hash(system, prompt, target)[:16], "record_id": f["record_id"], "batch": f["batch"],
                      "split": split, "system": system, "prompt": prompt, "source": source, "target": target,
-                     "question": f["question"], "chunk_id": f["chunk_id"], "content_hash": _h(prompt, target)})
+                     "question": f["question"], "chunk_id": f["chunk_id"], "content_hash": content_hash(prompt, target)})
     return rows
 
 

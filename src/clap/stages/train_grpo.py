@@ -59,7 +59,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
                           reward_funcs=reward_funcs or [make_reward(cfg["rewards"]["weights"], cfg["rewards"]["max_chars"])],
                           peft_config=lora_config(cfg["train"]["sft"]), callbacks=[*(callbacks or []), guard])
-    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_model.identity(base_dir)})
+    base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
+    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_identity})
     trainer.train(resume_from_checkpoint=resume)
-    return finish(trainer, guard, out, "grpo", base_model.identity(base_dir),
+    return finish(trainer, guard, out, "grpo", base_identity,
                   {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"]}, started)

@@ -56,11 +56,12 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     guard = GuardCallback("sft", t["guards"], Path(out) / "guard_report.json")
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                          peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
-    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_model.identity(base_dir)})
+    base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
+    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_identity})
     if resume:
         print(f"clap: resuming SFT from {resume}")
     trainer.train(resume_from_checkpoint=resume)
-    return finish(trainer, guard, out, "sft", base_model.identity(base_dir),
+    return finish(trainer, guard, out, "sft", base_identity,
                   {"samples": len(rows), "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
                    "padding_free": padding_free}, started)
 
