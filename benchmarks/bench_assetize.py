@@ -33,29 +33,30 @@ print(json.dumps({"s": time.perf_counter() - t, "rss_mb": resource.getrusage(res
 
 
 def make_corpus(folder: Path, n_facts: int) -> None:
-    """Replicate the demo corpus (facts and their chunks) with fresh ids up to n_facts rows."""
+    """Demo corpora from successive seeds, ids suffixed per seed, until n_facts facts are written.
+
+    Each seed draws new values, documents and evidence (copies of one small corpus would let
+    per-value caches hide the real cost); noise rates are the demo's. One seed at a time keeps
+    the generator's memory flat.
+    """
     from clap import demo_data
 
-    base = demo_data.generate(seed=7, scale=1.0)
-    facts, chunks, decisions = base["facts"], base["chunks"], base["decisions"]
     folder.mkdir(parents=True, exist_ok=True)
-    reps = -(-n_facts // len(facts))
-    written = 0
+    written, r = 0, 0
     with open(folder / "facts.jsonl", "w") as ff, open(folder / "chunks.jsonl", "w") as fc:
-        for r in range(reps):
-            for c in chunks:
+        while written < n_facts:
+            corpus = demo_data.generate(seed=7 + r, scale=1.0)
+            for c in corpus["chunks"]:
                 fc.write(json.dumps(c | {"chunk_id": f"{c['chunk_id']}~{r}", "doc_id": f"{c['doc_id']}~{r}"},
                                     ensure_ascii=False) + "\n")
-            for f in facts:
-                if written == n_facts:
-                    break
+            for f in corpus["facts"][: n_facts - written]:
                 row = f | {"record_id": f"{f['record_id']}~{r}", "doc_id": f"{f['doc_id']}~{r}",
                            "chunk_id": f"{f['chunk_id']}~{r}" if f["chunk_id"] else None}
                 ff.write(json.dumps(row, ensure_ascii=False) + "\n")
                 written += 1
+            r += 1
     with open(folder / "decisions.jsonl", "w") as fd:
-        for d in decisions:
-            fd.write(json.dumps(d, ensure_ascii=False) + "\n")
+        fd.writelines(json.dumps(d, ensure_ascii=False) + "\n" for d in demo_data.generate(seed=7)["decisions"])
 
 
 def measure(mode: str, raw: Path, out: Path) -> dict:

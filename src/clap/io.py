@@ -17,9 +17,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 SUFFIXES = (".jsonl", ".csv", ".parquet")
@@ -43,16 +45,18 @@ def find_input(folder: Path, name: str) -> Path:
     return found[0]
 
 
-def read_table(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
+def read_table(path: Path, stage: str, types: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """Read a JSONL/CSV/Parquet table. Returns (rows with a `_row` column, quarantined rows).
 
     `_row` is the 1-based line (JSONL), record (CSV) or row (Parquet) number in the file.
+    `types` (column -> "str" | "int" | "object", from the contract) enables the columnar JSONL
+    fast path; without it, or when the file is not clean, lines are read one by one.
     """
     if not path.exists():
         raise InputFileError(f"{path}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return _read_jsonl(path, stage)
+        return _read_jsonl(path, stage, types)
     if suffix == ".csv":
         return _read_csv(path, stage)
     if suffix == ".parquet":
@@ -65,11 +69,15 @@ def read_table(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
     raise InputFileError(f"{path}: unsupported format {suffix!r} (use .jsonl, .csv or .parquet)")
 
 
-def _read_jsonl(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
+def _read_jsonl(path: Path, stage: str, types: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read ({exc})") from exc
+    if types:
+        fast = _read_jsonl_columnar(data, types)
+        if fast is not None:
+            return fast, []
     rows: list[dict] = []
     bad: list[dict] = []
     for n, line in enumerate(data.split(b"\n"), start=1):
@@ -97,6 +105,49 @@ def _read_jsonl(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
     if "_row" not in df:
         df["_row"] = pd.Series(dtype="int64")
     return df, bad
+
+
+def _read_jsonl_columnar(data: bytes, types: dict[str, str]) -> pd.DataFrame | None:
+    """Clean files only: one JSON object per line, the contract's types, no blank lines.
+
+    pyarrow's multithreaded JSON reader parses the str/int columns; columns whose values may be of
+    several JSON types ("object", e.g. a fact's `value`: "1,234.5" or 1234.5) are decoded per line by
+    msgspec, which also refuses unknown keys. Anything unusual (a malformed or non-UTF-8 line, a
+    blank line, a wrong type, an unknown key, a contract column missing from every row) returns None
+    and the caller reads line by line, which quarantines each bad row with its reason. Measured
+    ~5× faster than the line-by-line path on 1M facts (`python benchmarks/bench_assetize.py`).
+    """
+    if not data or data.startswith(b"\n") or b"\n\n" in data or b"\r" in data:
+        return None
+    typed = {c: t for c, t in types.items() if t in ("str", "int")}
+    loose = [c for c, t in types.items() if t == "object"]
+    schema = pa.schema([(c, pa.string() if t == "str" else pa.int64()) for c, t in typed.items()])
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore" if loose else "infer")
+    try:
+        table = pa_json.read_json(pa.py_buffer(data), parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    lines = data.split(b"\n")
+    if not lines[-1]:
+        lines.pop()
+    if table.num_rows != len(lines) or any(table.column(c).null_count == table.num_rows for c in typed):
+        return None
+    df = table.to_pandas()
+    if loose:
+        line_type = msgspec.defstruct("Line", [(c, msgspec.Raw if c in typed else object, msgspec.UNSET) for c in types],
+                                      forbid_unknown_fields=True)
+        decode = msgspec.json.Decoder(line_type).decode
+        try:
+            decoded = [decode(line) for line in lines]
+        except msgspec.DecodeError:
+            return None
+        for c in loose:
+            values = [getattr(r, c) for r in decoded]
+            if all(v is msgspec.UNSET for v in values):
+                return None
+            df[c] = pd.Series([None if v is msgspec.UNSET else v for v in values], dtype=object)
+    df.insert(0, "_row", range(1, len(df) + 1))
+    return df
 
 
 def _read_csv(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:

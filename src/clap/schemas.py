@@ -303,42 +303,37 @@ def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, fi
 
     Duplicate IDs keep the first occurrence and quarantine the rest (`duplicate_id`).
     """
-    bad: list[dict] = []
-    drop = pd.Series(False, index=df.index)
+    failed: dict = {}  # index -> (rule, column), first failure of each row
     if id_column and id_column in df:
         dup = df[id_column].notna() & df.duplicated(subset=[id_column], keep="first")
-        for i in df.index[dup]:
-            bad.append(_q(df, i, stage, file, "duplicate_id", id_column))
-        drop |= dup
-    rest = df[~drop]
-    try:
-        model.validate(rest.drop(columns=["_row"], errors="ignore"), lazy=True)
-        return rest, bad
+        failed = dict.fromkeys(df.index[dup].tolist(), ("duplicate_id", id_column))
+    try:  # the whole frame at once: uniqueness failures are the duplicates already found above
+        model.validate(df.drop(columns=["_row"], errors="ignore"), lazy=True)
+        cases = None
     except SchemaErrors as exc:
         cases = exc.failure_cases
-    rows = cases[cases["index"].notna()]
-    fails: dict = {}
-    for _, c in rows.iterrows():
-        idx = c["index"]
-        if idx in rest.index and idx not in fails:
-            check = str(c["check"])
-            if check.startswith("field_uniqueness"):
-                check = "duplicate_id"
-            fails[idx] = (check, c["column"])
-    frame_level = cases[cases["index"].isna()]
-    frame_level = frame_level[~frame_level["check"].astype(str).str.startswith(("dtype(", "field_uniqueness"))]
-    if len(frame_level):
+    if cases is not None:
+        frame_level = cases[cases["index"].isna()]
+        frame_level = frame_level[~frame_level["check"].astype(str).str.startswith(("dtype(", "field_uniqueness"))]
         missing = frame_level[frame_level["check"].astype(str).str.contains("column_in_dataframe")]
         if len(missing):
             cols = ", ".join(sorted(set(missing["failure_case"].astype(str))))
             raise ValueError(f"{file}: required column(s) missing from every row: {cols}")
-    for idx, (check, column) in fails.items():
-        bad.append(_q(rest, idx, stage, file, check, column))
-    return rest.drop(index=list(fails)), bad
-
-
-def _q(df: pd.DataFrame, idx, stage: str, file: str, rule: str, column) -> dict:
-    row = df.loc[idx]
-    original = {k: jsonable(v) for k, v in row.items() if k != "_row"}
-    return quarantine_record(stage, file, int(row["_row"]) if "_row" in row else None, rule,
-                             None if column is None else str(column), original)
+        rows = cases[cases["index"].notna()]
+        for idx, check, column in zip(rows["index"].tolist(), rows["check"].astype(str).tolist(), rows["column"].tolist()):
+            if check.startswith("field_uniqueness"):
+                if id_column:
+                    continue
+                check = "duplicate_id"
+            if idx not in failed:
+                failed[idx] = (check, column)
+    if not failed:
+        return df, []
+    originals = df.loc[list(failed)]
+    row_numbers = originals["_row"].tolist() if "_row" in originals else [None] * len(failed)
+    originals = originals.drop(columns=["_row"], errors="ignore").astype(object)
+    originals = originals.where(originals.notna(), None).to_dict("records")
+    bad = [quarantine_record(stage, file, None if n is None else int(n), rule, None if column is None else str(column),
+                             {k: jsonable(v) for k, v in original.items()})
+           for (rule, column), n, original in zip(failed.values(), row_numbers, originals)]
+    return df.drop(index=list(failed)), bad

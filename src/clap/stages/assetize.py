@@ -13,14 +13,19 @@ to the repair queue instead of training.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import re
-from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from clap import normalize as nz
+from clap import normalize_many as nm
 from clap.io import (
     InputFileError,
     atomic_dir,
@@ -43,9 +48,26 @@ STR_COLUMNS = {
 }
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """Millions of short-lived tuples make the cyclic GC rescan a large heap again and again (~15 % of
+    the stage at 1M facts); nothing here builds reference cycles."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def run(raw: Path, out: Path, repaired: Path | None = None) -> dict:
     """Assetize `raw` into `out`. Returns the report (also written to `out/report.json`)."""
-    raw, out = Path(raw), Path(out)
+    with _gc_paused():
+        return _run(Path(raw), Path(out), repaired)
+
+
+def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
     tables, quarantine, report = {}, [], {"inputs": {}, "noise": {}}
     for name in ("chunks", "facts", "decisions"):
         path = find_input(raw, name)
@@ -110,13 +132,19 @@ def _count(items) -> dict[str, int]:
 
 
 def _load(path: Path, name: str) -> tuple[pd.DataFrame, list[dict]]:
-    df, bad = read_table(path, STAGE)
+    df, bad = read_table(path, STAGE, _contract_types(name))
     df, type_bad = _coerce(df, name, str(path))
     try:
         kept, invalid = split_valid(df, RAW_SCHEMAS[name], STAGE, str(path), ID_COLUMN[name])
     except ValueError as exc:
         raise InputFileError(str(exc)) from exc
     return kept, bad + type_bad + invalid
+
+
+def _contract_types(name: str) -> dict[str, str]:
+    """Column -> "str" | "int" | "object" for the columnar reader (object: any JSON type, e.g. `value`)."""
+    return {c: "str" if c in STR_COLUMNS[name] else "int" if c in INT_COLUMNS[name] else "object"
+            for c in RAW_SCHEMAS[name].to_schema().columns}
 
 
 def _coerce(df: pd.DataFrame, name: str, file: str) -> tuple[pd.DataFrame, list[dict]]:
@@ -157,115 +185,256 @@ def _chunks(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-@lru_cache(maxsize=65536)
-def _label(metric_raw: str) -> tuple[str, bool]:
-    return nz.clean_metric_label(metric_raw)
-
-
-@lru_cache(maxsize=65536)
-def _unit(unit_raw: str) -> str | None:
-    return nz.canonical_unit(unit_raw)
-
-
 def _sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[。！？])|(?<=[.!?])\s+", text) if s and s.strip()]
 
 
+def _per_distinct(column: pd.Series, fn) -> list:
+    """fn applied once per distinct value of a column, nulls passed as None.
+
+    Labels, units, periods and entities repeat across millions of facts; this is what keeps
+    their normalisation off the per-row path.
+    """
+    codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    results = np.empty(len(uniques) + 1, dtype=object)
+    for i, u in enumerate(pd.Series(uniques).tolist()):
+        results[i] = fn(u)
+    results[-1] = fn(None)  # code -1: null
+    return results[codes].tolist()
+
+
+def _round6(x):
+    """Values as written carry ≤ 6 decimals: rounding both sides makes "is it written there" an equality."""
+    return np.round(np.abs(x), 6)
+
+
+class _Chunks:
+    """Chunk texts, folded, with the numbers each one holds (read for all chunks at once)."""
+
+    def __init__(self, chunks: pd.DataFrame):
+        self.ids = chunks["chunk_id"].tolist()
+        self.text = chunks["text"].tolist()
+        folded = nm.fold_many(pa.array(chunks["text"]))
+        self.folded = folded.to_pylist()
+        self.rows, numbers = nm.numbers_many(folded)  # sorted by chunk row
+        self.rounded = _round6(numbers)
+        self.docs, self.pages = chunks["doc_id"].tolist(), chunks["page"].tolist()
+        self._on_page: dict[tuple[str, int], list[int]] | None = None
+        self._sets: dict[int, set[float]] = {}
+        self._lower: dict[int, str] = {}
+        self._keys: dict[int, str] = {}
+
+    def positions(self, chunk_ids: list) -> np.ndarray:
+        """Row of each chunk id in the chunk table, -1 where unknown or missing."""
+        return pd.Index(self.ids).get_indexer(pd.Index(chunk_ids, dtype=object))
+
+    def hold(self, positions: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """For each fact: is its value written in the chunk at its position? (-1: no chunk.)"""
+        starts = np.searchsorted(self.rows, positions, "left")
+        lengths = np.searchsorted(self.rows, positions, "right") - starts
+        lengths[positions < 0] = 0
+        fact = np.repeat(np.arange(len(positions)), lengths)
+        offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths) + starts[fact]
+        hit = np.zeros(len(positions), dtype=bool)
+        hit[fact[self.rounded[offsets] == _round6(values)[fact]]] = True
+        return hit
+
+    def has_value(self, i: int, rounded: float) -> bool:
+        """`hold` for one chunk and a value already `_round6`ed (the repair path: other chunks of the page)."""
+        numbers = self._sets.get(i)
+        if numbers is None:
+            start, end = np.searchsorted(self.rows, [i, i + 1])
+            numbers = self._sets[i] = set(self.rounded[start:end].tolist())
+        return rounded in numbers
+
+    def on_page(self, doc: str, page: int) -> list[int]:
+        if self._on_page is None:
+            self._on_page = {}
+            for i, key in enumerate(zip(self.docs, self.pages)):
+                self._on_page.setdefault((key[0], int(key[1])), []).append(i)
+        return self._on_page.get((doc, int(page)), [])
+
+    def lower(self, i: int) -> str:
+        text = self._lower.get(i)
+        if text is None:
+            text = self._lower[i] = self.folded[i].lower()
+        return text
+
+    def key(self, i: int) -> str:
+        text = self._keys.get(i)
+        if text is None:
+            text = self._keys[i] = nz.metric_key(self.lower(i))
+        return text
+
+    def terms_found(self, terms: nz.MetricTerms | None, i: int) -> bool:
+        if terms is None or i < 0:
+            return False
+        return nz.terms_found(terms, self.lower(i), self.key(i) if terms.cjk else "")
+
+    def terms_found_many(self, terms: dict[str, nz.MetricTerms | None], metrics: list[str], positions: np.ndarray) -> np.ndarray:
+        """`terms_found` per row, one substring search per distinct label and term over its rows' chunks."""
+        found = np.zeros(len(metrics), dtype=bool)
+        codes, labels = pd.factorize(pd.Series(metrics, dtype=object))
+        for code, label in enumerate(labels):
+            t = terms[label]
+            rows = np.flatnonzero((codes == code) & (positions >= 0))
+            if t is None or not len(rows) or (not t.cjk and not t.words):
+                continue
+            chunk_rows = positions[rows].tolist()
+            texts = pa.array([self.key(i) for i in chunk_rows] if t.cjk else [self.lower(i) for i in chunk_rows], pa.string())
+            ok = np.ones(len(rows), dtype=bool)
+            for term in [t.key] if t.cjk else t.words:
+                ok &= np.asarray(pc.match_substring(texts, term), dtype=bool)
+            found[rows] = ok
+        return found
+
+
+def _find_quotes(texts: list[str], values: np.ndarray, metrics: list[str], terms: dict) -> list[str | None]:
+    """Per row: the single sentence of its chunk text holding the value and the metric's terms, else None."""
+    rows, sentences = [], []
+    for r, text in enumerate(texts):
+        split = _sentences(text)
+        rows += [r] * len(split)
+        sentences += split
+    rows_arr = np.array(rows, dtype=np.int64)
+    folded = nm.fold_many(sentences)
+    holds = nm.values_among(values[rows_arr], *nm.numbers_many(folded)) if sentences else np.zeros(0, dtype=bool)
+    for k, lowered in enumerate(s.lower() for s in folded.to_pylist()):
+        if holds[k]:
+            t = terms[metrics[rows[k]]]
+            holds[k] = nz.terms_found(t, lowered, nz.metric_key(lowered) if t is not None and t.cjk else "")
+    found = np.bincount(rows_arr[holds], minlength=len(texts))
+    first = {}
+    for k in np.flatnonzero(holds).tolist():
+        first.setdefault(rows[k], sentences[k])
+    return [first[r] if found[r] == 1 else None for r in range(len(texts))]
+
+
+def _pylist(column: pd.Series) -> list:
+    return column.astype(object).where(column.notna(), None).tolist()
+
+
+def _value_noise(values: list, parsed: np.ndarray) -> dict[str, int]:
+    """How values were written: JSON numbers, full-width or unseparated text, (negatives), multipliers."""
+    text = [i for i, v in enumerate(values) if isinstance(v, str)]
+    raw = pa.array([values[i] for i in text], pa.string())
+    unseparated = np.asarray(pc.invert(pc.match_substring(raw, ",")), dtype=bool) & (np.abs(parsed[text]) >= 1000)
+    return {
+        "numeric_value": len(values) - len(text),
+        "fullwidth_or_format": int((np.asarray(pc.not_equal(nm.fold_many(raw), raw), dtype=bool) | unseparated).sum()),
+        "negative_in_parentheses": sum(values[i].strip().startswith(("(", "（")) for i in text),
+        "multiplier_in_value": int(np.asarray(pc.match_substring_regex(raw, "[亿万千]|million|billion", ignore_case=True),
+                                              dtype=bool).sum()),
+    }
+
+
 def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFrame, list[dict], dict]:
-    text_of = dict(zip(chunks["chunk_id"], chunks["text"]))
-    page_chunks: dict[tuple[str, int], list[str]] = {}
-    for cid, doc, page in zip(chunks["chunk_id"], chunks["doc_id"], chunks["page"]):
-        page_chunks.setdefault((doc, int(page)), []).append(cid)
-    numbers_of: dict[str, set[float]] = {}
-    folded: dict[str, str] = {}
+    """Normalise, verify and repair facts.
 
-    def has_value(cid: str, v: float) -> bool:
-        if cid not in numbers_of:  # values as written carry ≤ 6 decimals; rounding makes this a set lookup
-            numbers_of[cid] = {round(abs(x), 6) for x in nz.numbers_in(text_of[cid])}
-        return round(abs(v), 6) in numbers_of[cid]
+    Column-at-a-time (normalize_many) for folding, number parsing and "is the value written in its
+    chunk and its quote"; per distinct value for labels, units and periods; per row in Python only
+    for the rows that need repair and for the cheap substring checks.
+    """
+    noise = dict.fromkeys(("value_bearing_label", "unit_respelled", "fullwidth_or_format", "numeric_value",
+                           "negative_in_parentheses", "multiplier_in_value", "missing_evidence_found",
+                           "missing_evidence_fixed", "wrong_evidence_chunk_found", "wrong_evidence_chunk_fixed",
+                           "evidence_not_in_chunk", "duplicate_content", "duplicate_across_batches",
+                           "question_missing"), 0)
+    df = df.reset_index(drop=True)
+    labels = _per_distinct(df["metric"], nz.clean_metric_label)
+    values, units = df["value"].tolist(), _pylist(df["unit"])
+    parsed, unit = nm.parse_quantities(values, units)
+    keep, bad_at = [], {}
+    for i, (u, (metric, _)) in enumerate(zip(unit, labels)):
+        if u is None:
+            rule = "unknown_unit" if nz.parse_quantity(values[i], "") is not None else "unparseable_value"
+            bad_at[i] = (rule, "unit" if rule == "unknown_unit" else "value")
+        elif not metric:
+            bad_at[i] = ("empty_metric_after_cleaning", "metric")
+        else:
+            keep.append(i)
+    bad = []
+    if bad_at:
+        originals = df.iloc[list(bad_at)].drop(columns="_row").astype(object)
+        originals = originals.where(originals.notna(), None).to_dict("records")
+        for (rule, column), row_no, original in zip(bad_at.values(), df["_row"].iloc[list(bad_at)].tolist(), originals):
+            bad.append(quarantine_record(STAGE, file, int(row_no), rule, column, original))
+        df = df.iloc[keep].reset_index(drop=True)
+        labels, values = [labels[i] for i in keep], [values[i] for i in keep]
+        parsed, unit = parsed[keep], unit[keep]
+    noise |= _value_noise(values, parsed)
+    noise["value_bearing_label"] = sum(stripped for _, stripped in labels)
+    noise["unit_respelled"] = sum(_per_distinct(df["unit"], lambda u: bool(u) and nz.canonical_unit(u) not in (None, u)))
+    metrics = [m for m, _ in labels]
+    terms = {m: nz.metric_terms(m) for m in set(metrics)}
 
-    noise = {k: 0 for k in ("value_bearing_label", "unit_respelled", "fullwidth_or_format", "numeric_value",
-                            "negative_in_parentheses", "multiplier_in_value", "missing_evidence_found",
-                            "missing_evidence_fixed", "wrong_evidence_chunk_found", "wrong_evidence_chunk_fixed",
-                            "evidence_not_in_chunk", "duplicate_content", "duplicate_across_batches",
-                            "question_missing")}
-    rows, bad = [], []
-    records = df.astype(object).where(df.notna(), None).to_dict("records")
-    for r in records:
-        value_raw = r["value"]
-        unit_raw = r.get("unit")
-        metric, stripped = _label(r["metric"])
-        q = nz.parse_quantity(value_raw, unit_raw or "")
-        if q is None:
-            rule = "unknown_unit" if nz.parse_quantity(value_raw, "") is not None else "unparseable_value"
-            bad.append(quarantine_record(STAGE, file, int(r["_row"]), rule, "unit" if rule == "unknown_unit" else "value",
-                                         {k: v for k, v in r.items() if k != "_row"}))
-            continue
-        if not metric:
-            bad.append(quarantine_record(STAGE, file, int(r["_row"]), "empty_metric_after_cleaning", "metric",
-                                         {k: v for k, v in r.items() if k != "_row"}))
-            continue
-        noise["value_bearing_label"] += stripped
-        raw_s = value_raw if isinstance(value_raw, str) else None
-        if isinstance(value_raw, (int, float)):
-            noise["numeric_value"] += 1
-        elif raw_s is not None:
-            noise["fullwidth_or_format"] += nz.fold(raw_s) != raw_s or ("," not in raw_s and abs(q.value) >= 1000)
-            noise["negative_in_parentheses"] += raw_s.strip().startswith(("(", "（"))
-            noise["multiplier_in_value"] += bool(re.search(r"[亿万千]|million|billion", raw_s, re.I))
-        unit_c = _unit(unit_raw or "") if unit_raw else None
-        noise["unit_respelled"] += bool(unit_raw) and unit_c is not None and unit_c != unit_raw
-        cid, evidence, reason = r.get("chunk_id"), r.get("evidence"), None
-        page_key = (r["doc_id"], int(r["page"]))
-        if cid not in text_of or not has_value(cid, q.value):
-            candidates = [c for c in page_chunks.get(page_key, []) if has_value(c, q.value)]
-            if cid is not None and cid != (candidates[0] if candidates else None):
-                noise["wrong_evidence_chunk_found"] += 1
-            if candidates:
-                noise["wrong_evidence_chunk_fixed"] += cid != candidates[0]
-                cid = candidates[0]
-            else:
-                reason = "value_not_in_evidence_chunk"
-        text = text_of.get(cid, "") if cid else ""
-        if cid and cid not in folded:
-            folded[cid] = nz.fold(text)
-        if reason is None and (not evidence or nz.fold(evidence) not in folded.get(cid, "")
-                               or not nz.value_in_text(q.value, evidence)):
-            if not evidence:
-                noise["missing_evidence_found"] += 1
-            else:
-                noise["evidence_not_in_chunk"] += 1
-            found = [s for s in _sentences(text) if nz.value_in_text(q.value, s) and nz.terms_in_text(metric, s)]
-            if len(found) == 1:
-                evidence = found[0]
-                noise["missing_evidence_fixed"] += 1
-            else:
-                reason = "evidence_not_found_in_chunk"
-        if reason is None and not nz.terms_in_text(metric, text):
-            reason = "metric_terms_not_in_chunk"
-        question = r.get("question")
-        if not question:
+    ch = _Chunks(chunks)
+    cids, evidences = _pylist(df["chunk_id"]), _pylist(df["evidence"])
+    docs, pages, rounded = df["doc_id"].tolist(), df["page"].tolist(), _round6(parsed).tolist()
+    at = ch.positions(cids)
+    reasons = np.full(len(at), None, dtype=object)
+    # 1. a value that is not written in its chunk: re-point to the chunk of the same page that holds it
+    for j in np.flatnonzero(~ch.hold(at, parsed)).tolist():
+        i = int(at[j])
+        candidates = [c for c in ch.on_page(docs[j], pages[j]) if ch.has_value(c, rounded[j])]
+        if cids[j] is not None and (not candidates or i != candidates[0]):
+            noise["wrong_evidence_chunk_found"] += 1
+        if candidates:
+            noise["wrong_evidence_chunk_fixed"] += i != candidates[0]
+            at[j] = candidates[0]
+        else:
+            reasons[j] = "value_not_in_evidence_chunk"
+    located = np.array([r is None for r in reasons], dtype=bool)
+    # 2. a quote that is missing, not in the chunk or without the value: the one chunk sentence that has both
+    ev_folded_arr = nm.fold_many(evidences)
+    ev_folded = ev_folded_arr.to_pylist()
+    in_quote = nm.values_among(parsed, *nm.numbers_many(ev_folded_arr))
+    quoted = np.fromiter((ok and bool(e) and f in ch.folded[i] for ok, e, f, i in zip(located, evidences, ev_folded, at.tolist())),
+                         dtype=bool, count=len(at))
+    requote = np.flatnonzero(located & ~(quoted & in_quote))
+    missing = sum(not evidences[j] for j in requote.tolist())
+    noise["missing_evidence_found"], noise["evidence_not_in_chunk"] = missing, len(requote) - missing
+    quotes = _find_quotes([ch.text[at[j]] for j in requote], parsed[requote], [metrics[j] for j in requote], terms)
+    for j, quote in zip(requote.tolist(), quotes):
+        if quote is None:
+            reasons[j] = "evidence_not_found_in_chunk"
+        else:
+            evidences[j] = quote
+            noise["missing_evidence_fixed"] += 1
+    # 3. the metric's key terms must be findable in the chunk
+    ok = np.array([r is None for r in reasons], dtype=bool)
+    reasons[ok & ~ch.terms_found_many(terms, metrics, np.where(ok, at, -1))] = "metric_terms_not_in_chunk"
+    cids = [ch.ids[i] if i >= 0 else c for c, i in zip(cids, at.tolist())]
+    values_py, reasons = parsed.tolist(), reasons.tolist()
+
+    entity = _per_distinct(df["entity"], nz.fold)
+    period = _per_distinct(df["period"], normalize_period)
+    question = _pylist(df["question"]) if "question" in df else [None] * len(df)
+    for j, text in enumerate(question):
+        if not text:
             noise["question_missing"] += 1
-            question = f"What was {r['entity']}'s {metric} for {normalize_period(r['period'])}?"
-        period = normalize_period(r["period"])
-        rows.append({
-            "record_id": r["record_id"], "batch": r["batch"], "doc_id": r["doc_id"], "page": int(r["page"]),
-            "chunk_id": cid, "entity": nz.fold(r["entity"]), "metric": metric, "metric_raw": r["metric"],
-            "period": period, "period_raw": r["period"], "value": float(q.value),
-            "value_raw": value_raw if isinstance(value_raw, str) else repr(value_raw), "unit": q.unit,
-            "unit_raw": unit_raw, "evidence": evidence, "lang": r["lang"], "question": nz.fold(question),
-            "verifiable": reason is None, "unverifiable_reason": reason,
-            "content_hash": content_hash(cid, nz.fold(r["entity"]), nz.metric_key(metric), period, q.value, q.unit, evidence),
-        })
-    out = pd.DataFrame.from_records(rows, columns=list(FactAsset.to_schema().columns))
+            question[j] = f"What was {df['entity'].iat[j]}'s {metrics[j]} for {period[j]}?"
+    metric_keys = {m: nz.metric_key(m) for m in terms}
+    hashes = [content_hash(c, e, metric_keys[m], p, v, u, ev)
+              for c, e, m, p, v, u, ev in zip(cids, entity, metrics, period, values_py, unit.tolist(), evidences)]
+    out = pd.DataFrame({
+        "record_id": df["record_id"], "batch": df["batch"], "doc_id": df["doc_id"], "page": df["page"].astype("int64"),
+        "chunk_id": pd.Series(cids, dtype="str"), "entity": pd.Series(entity, dtype="str"),
+        "metric": pd.Series(metrics, dtype="str"), "metric_raw": df["metric"],
+        "period": pd.Series(period, dtype="str"), "period_raw": df["period"], "value": parsed.astype("float64"),
+        "value_raw": pd.Series([v if isinstance(v, str) else repr(v) for v in values], dtype="str"),
+        "unit": pd.Series(unit, dtype="str"), "unit_raw": df["unit"],
+        "evidence": pd.Series(evidences, dtype="str"), "lang": df["lang"],
+        "question": pd.Series(nm.fold_many(question).to_pylist(), dtype="str"),
+        "verifiable": np.array([r is None for r in reasons], dtype=bool),
+        "unverifiable_reason": pd.Series(reasons, dtype="str"),
+        "content_hash": pd.Series(hashes, dtype="str"),
+    }, columns=list(FactAsset.to_schema().columns))
     if len(out):
         dup = out.duplicated(subset=["batch", "content_hash"], keep="first")
         noise["duplicate_content"] = int(dup.sum())
         first_batch = out.groupby("content_hash")["batch"].transform("min")
         noise["duplicate_across_batches"] = int((out["batch"] != first_batch).sum())
-    out["page"] = out["page"].astype("int64")
-    out["value"] = out["value"].astype("float64")
-    out["verifiable"] = out["verifiable"].astype(bool)
     return out, bad, noise
 
 

@@ -1,0 +1,150 @@
+"""Column-at-a-time twins of `normalize`'s scalar functions (pyarrow compute, RE2).
+
+assetize runs these over a million facts at once; the scalar functions stay the definition, and
+`tests/test_normalize_many.py` checks each twin against its scalar on the tricky cases and on
+generated text. Where the two regex engines could disagree — Python's `\\d` takes every Unicode
+digit, RE2's only 0-9 — the rows go through the scalar function, so results are the same either
+way. Why: per-row Python cost ~40 µs/fact; these run at ~1 µs/fact
+(`python benchmarks/bench_assetize.py`).
+"""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clap import normalize as nz
+
+# everything Python's str.split() splits on that NFKC leaves in place (or maps to a space)
+_WS = r"\t\n\x0b\x0c\r\x1c-\x1f\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
+# a whitespace run that is not already one plain space (most are; leaving them alone is 3× faster)
+_SPACES = rf"[ {_WS}]*[{_WS}][ {_WS}]*|  +"
+# runs of the characters a number can be written with; a run that is one whole number (most are)
+# is read in C, any other run by the scalar function
+_NOT_NUMBER_CHARS = r"[^0-9(),.\-]+"
+_WHOLE_NUMBER = r"^\(?-?[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?\)?$"
+_VALUE_RE2 = "(?i)" + nz._VALUE_RE.pattern.replace(r"\d", "[0-9]")
+
+
+@lru_cache(maxsize=1)
+def _other_digits() -> str:
+    """RE2 class of the decimal digits outside 0-9, as this Python's `\\d` knows them (category Nd)."""
+    ranges: list[list[int]] = []
+    for cp in range(0x80, sys.maxunicode + 1):
+        if unicodedata.category(chr(cp)) == "Nd":
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1][1] = cp
+            else:
+                ranges.append([cp, cp])
+    return "[" + "".join(f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in ranges) + "]"
+
+
+def strings(values) -> pa.Array:
+    """A pyarrow string array from a list/Series/array (None and NaN become null)."""
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values
+    return pa.array([v if isinstance(v, str) else None for v in values], pa.string())
+
+
+def fold_many(values) -> pa.Array:
+    """`fold` for a column: NFKC, '−' → '-', whitespace runs → one space, trimmed; null → ''."""
+    arr = pc.utf8_normalize(strings(values), "NFKC")
+    if pc.any(pc.match_substring(arr, "−")).as_py():
+        arr = pc.replace_substring(arr, "−", "-")
+    arr = pc.replace_substring_regex(arr, _SPACES, " ")
+    return pc.fill_null(pc.utf8_trim(arr, " "), "")
+
+
+def _odd_digits(folded: pa.Array) -> np.ndarray:
+    """Rows holding a digit outside 0-9 (Python's \\d reads them, RE2's does not)."""
+    return np.asarray(pc.fill_null(pc.match_substring_regex(folded, _other_digits()), False), dtype=bool)
+
+
+def _signed(tokens: pa.Array) -> np.ndarray:
+    """`_parse_number` for number tokens without spaces: float64, NaN where not finite."""
+    negative = pc.or_(pc.or_(pc.starts_with(tokens, "-"), pc.starts_with(tokens, "(-")),
+                      pc.and_(pc.starts_with(tokens, "("), pc.ends_with(tokens, ")")))
+    digits = pc.replace_substring(pc.utf8_trim(tokens, "()-"), ",", "")
+    digits = pc.if_else(pc.equal(digits, ""), pa.scalar(None, pa.string()), digits)
+    values = np.asarray(pc.fill_null(pc.cast(digits, pa.float64()), np.nan), dtype="float64")
+    values = np.where(np.asarray(pc.fill_null(negative, False), dtype=bool), -values, values)
+    return np.where(np.isfinite(values), values, np.nan)
+
+
+def numbers_many(folded: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """`numbers_in_folded` for a column of folded texts: (row index, number) pairs, in text order."""
+    runs = pc.split_pattern_regex(folded, _NOT_NUMBER_CHARS)
+    run_rows = np.asarray(pc.list_parent_indices(runs), dtype=np.int64)
+    flat = pc.utf8_trim(pc.list_flatten(runs), ",.")  # a leading/trailing , or . never belongs to a number
+    digits = np.asarray(pc.match_substring_regex(flat, "[0-9]"), dtype=bool)
+    whole = np.asarray(pc.match_substring_regex(flat, _WHOLE_NUMBER), dtype=bool)
+    odd = _odd_digits(folded)
+    fast = np.flatnonzero(digits & whole & ~odd[run_rows])
+    parts = [(run_rows[fast], fast, np.zeros(len(fast), np.int64), _signed(flat.take(pa.array(fast))))]
+    scalar = [(int(run_rows[k]), int(k), flat[int(k)].as_py()) for k in np.flatnonzero(digits & ~whole & ~odd[run_rows])]
+    scalar += [(int(i), 0, folded[int(i)].as_py()) for i in np.flatnonzero(odd)]
+    for row, k, text in scalar:
+        found = np.array(nz.numbers_in_folded(text), dtype="float64")
+        parts.append((np.full(len(found), row), np.full(len(found), k), np.arange(len(found)), found))
+    rows, run, sub, values = (np.concatenate(x) for x in zip(*parts))
+    keep = ~np.isnan(values)
+    rows, run, sub, values = rows[keep], run[keep], sub[keep], values[keep]
+    order = np.lexsort((sub, run, rows))
+    return rows[order].astype(np.int64), values[order]
+
+
+def values_among(row_values: np.ndarray, rows: np.ndarray, numbers: np.ndarray, rel_tol: float = 1e-6) -> np.ndarray:
+    """`value_among` per row: does row i's value equal (sign aside) one of the numbers of row i?"""
+    a, b = np.abs(row_values[rows]), np.abs(numbers)
+    close = np.abs(a - b) <= np.maximum(rel_tol * np.maximum(a, b), 1e-9)
+    hit = np.zeros(len(row_values), dtype=bool)
+    hit[rows[close]] = True
+    return hit
+
+
+def parse_quantities(values: list, units: list) -> tuple[np.ndarray, np.ndarray]:
+    """`parse_quantity(value, unit)` per row: (value float64, canonical unit or None when unparsed).
+
+    Text values go through RE2, and the unit words around the number are resolved once per distinct
+    spelling; JSON numbers, and text the engines could read differently (digits outside 0-9,
+    several minus signs), go through the scalar function.
+    """
+    n = len(values)
+    out_value, out_unit = np.full(n, np.nan), np.full(n, None, dtype=object)
+    is_text = np.fromiter((isinstance(v, str) for v in values), dtype=bool, count=n)
+    text_rows = np.flatnonzero(is_text)
+    scalar_rows = np.flatnonzero(~is_text)
+    if len(text_rows):
+        folded = fold_many([values[i] for i in text_rows])
+        m = pc.extract_regex(folded, _VALUE_RE2)
+        num = pc.replace_substring(m.field("num"), " ", "")
+        odd = _odd_digits(folded) | np.asarray(pc.fill_null(pc.greater(pc.count_substring(num, "-"), 1), False), dtype=bool)
+        number = _signed(pc.fill_null(num, ""))
+        unit_text = fold_many([units[i] if isinstance(units[i], str) else None for i in text_rows])
+        key = pc.binary_join_element_wise(pc.fill_null(m.field("rest"), ""), unit_text,
+                                          pc.fill_null(m.field("pct"), ""), pc.fill_null(m.field("mult"), ""), "\x1f")
+        codes = pc.dictionary_encode(key)  # fold turns \x1f into a space, so it cannot occur inside a part
+        resolved = [nz._resolve_unit(rest, unit, bool(pct), mult.lower())
+                    for rest, unit, pct, mult in (k.split("\x1f") for k in codes.dictionary.to_pylist())]
+        known = np.array([r is not None for r in resolved] + [False], dtype=bool)
+        unit_of = np.array([r[0] if r else None for r in resolved] + [None], dtype=object)
+        mult_of = np.array([1.0 if r is None or r[2] else r[1] for r in resolved] + [1.0])
+        code = np.asarray(pc.fill_null(codes.indices, -1), dtype=np.int64)
+        ok = np.asarray(m.is_valid(), dtype=bool) & known[code] & ~np.isnan(number) & ~odd
+        rows = text_rows[ok]
+        mult = mult_of[code[ok]]
+        out_value[rows] = np.where(mult == 1.0, number[ok], number[ok] * mult)
+        out_unit[rows] = unit_of[code[ok]]
+        scalar_rows = np.concatenate([scalar_rows, text_rows[odd]])
+    for i in scalar_rows.tolist():
+        q = nz.parse_quantity(values[i], units[i] or "")
+        if q is not None:
+            out_value[i], out_unit[i] = q.value, q.unit
+    return out_value, out_unit
