@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -123,31 +124,42 @@ def _read_jsonl_columnar(data: bytes, types: dict[str, str]) -> pd.DataFrame | N
     loose = [c for c, t in types.items() if t == "object"]
     schema = pa.schema([(c, pa.string() if t == "str" else pa.int64()) for c, t in typed.items()])
     options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore" if loose else "infer")
-    try:
-        table = pa_json.read_json(pa.py_buffer(data), parse_options=options)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    lines = data.split(b"\n")
-    if not lines[-1]:
-        lines.pop()
-    if table.num_rows != len(lines) or any(table.column(c).null_count == table.num_rows for c in typed):
+    with ThreadPoolExecutor(1) as pool:  # arrow parses (GIL released) while msgspec decodes the loose columns
+        parsed = pool.submit(pa_json.read_json, pa.py_buffer(data), read_options=pa_json.ReadOptions(block_size=4 << 20),
+                             parse_options=options)
+        lines = data.split(b"\n")
+        if not lines[-1]:
+            lines.pop()
+        loose_values = _loose_columns(lines, types, loose) if loose else {}
+        try:
+            table = parsed.result()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    if loose_values is None or table.num_rows != len(lines) or any(table.column(c).null_count == table.num_rows for c in typed):
         return None
     df = table.to_pandas()
-    if loose:
-        line_type = msgspec.defstruct("Line", [(c, msgspec.Raw if c in typed else object, msgspec.UNSET) for c in types],
-                                      forbid_unknown_fields=True)
-        decode = msgspec.json.Decoder(line_type).decode
-        try:
-            decoded = [decode(line) for line in lines]
-        except msgspec.DecodeError:
-            return None
-        for c in loose:
-            values = [getattr(r, c) for r in decoded]
-            if all(v is msgspec.UNSET for v in values):
-                return None
-            df[c] = pd.Series([None if v is msgspec.UNSET else v for v in values], dtype=object)
+    for c, values in loose_values.items():
+        df[c] = pd.Series(values, dtype=object)
     df.insert(0, "_row", range(1, len(df) + 1))
     return df
+
+
+def _loose_columns(lines: list[bytes], types: dict[str, str], loose: list[str]) -> dict[str, list] | None:
+    """The columns of any JSON type, decoded per line; None when a line is not a clean contract row."""
+    line_type = msgspec.defstruct("Line", [(c, object if c in loose else msgspec.Raw, msgspec.UNSET) for c in types],
+                                  forbid_unknown_fields=True)
+    decode = msgspec.json.Decoder(line_type).decode
+    try:
+        decoded = [decode(line) for line in lines]
+    except msgspec.DecodeError:
+        return None
+    out = {}
+    for c in loose:
+        values = [getattr(r, c) for r in decoded]
+        if all(v is msgspec.UNSET for v in values):
+            return None
+        out[c] = [None if v is msgspec.UNSET else v for v in values]
+    return out
 
 
 def _read_csv(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:

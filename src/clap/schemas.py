@@ -308,7 +308,7 @@ def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, fi
         dup = df[id_column].notna() & df.duplicated(subset=[id_column], keep="first")
         failed = dict.fromkeys(df.index[dup].tolist(), ("duplicate_id", id_column))
     try:  # the whole frame at once: uniqueness failures are the duplicates already found above
-        model.validate(df.drop(columns=["_row"], errors="ignore"), lazy=True)
+        model.validate(df, lazy=True)  # raw models are not strict: `_row` passes through
         cases = None
     except SchemaErrors as exc:
         cases = exc.failure_cases

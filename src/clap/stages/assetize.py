@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -40,6 +41,7 @@ from clap.normalize import normalize_period
 from clap.schemas import ID_COLUMN, INT_COLUMNS, RAW_SCHEMAS, ChunkAsset, DecisionAsset, FactAsset, split_valid
 
 STAGE = "assetize"
+RAW_OF = {"metric_raw": "metric", "period_raw": "period", "unit_raw": "unit"}  # fact asset column -> raw column
 STR_COLUMNS = {
     "chunks": ["chunk_id", "doc_id", "text", "lang", "batch"],
     "facts": ["record_id", "batch", "doc_id", "chunk_id", "entity", "metric", "period", "unit", "evidence",
@@ -181,7 +183,8 @@ def _as_str(v):
 
 def _chunks(df: pd.DataFrame) -> pd.DataFrame:
     out = df[["chunk_id", "doc_id", "page", "text", "lang", "batch"]].copy()
-    out["content_hash"] = [content_hash(d, p, t) for d, p, t in zip(out["doc_id"], out["page"], out["text"])]
+    out["content_hash"] = [hashlib.sha256(f"{d}\x1f{p}\x1f{t}".encode()).hexdigest()  # = io.content_hash(d, p, t)
+                           for d, p, t in zip(out["doc_id"].tolist(), out["page"].tolist(), out["text"].tolist())]
     return out.reset_index(drop=True)
 
 
@@ -221,12 +224,12 @@ class _Chunks:
         self.docs, self.pages = chunks["doc_id"].tolist(), chunks["page"].tolist()
         self._on_page: dict[tuple[str, int], list[int]] | None = None
         self._sets: dict[int, set[float]] = {}
-        self._lower: dict[int, str] = {}
-        self._keys: dict[int, str] = {}
+        self._lowered: pa.Array | None = None
 
     def positions(self, chunk_ids: list) -> np.ndarray:
         """Row of each chunk id in the chunk table, -1 where unknown or missing."""
-        return pd.Index(self.ids).get_indexer(pd.Index(chunk_ids, dtype=object))
+        found = pc.index_in(pa.array(chunk_ids, pa.string()), value_set=pa.array(self.ids, pa.string()))
+        return np.asarray(pc.fill_null(found, -1), dtype=np.int64)
 
     def hold(self, positions: np.ndarray, values: np.ndarray) -> np.ndarray:
         """For each fact: is its value written in the chunk at its position? (-1: no chunk.)"""
@@ -254,25 +257,15 @@ class _Chunks:
                 self._on_page.setdefault((key[0], int(key[1])), []).append(i)
         return self._on_page.get((doc, int(page)), [])
 
-    def lower(self, i: int) -> str:
-        text = self._lower.get(i)
-        if text is None:
-            text = self._lower[i] = self.folded[i].lower()
-        return text
-
-    def key(self, i: int) -> str:
-        text = self._keys.get(i)
-        if text is None:
-            text = self._keys[i] = nz.metric_key(self.lower(i))
-        return text
-
-    def terms_found(self, terms: nz.MetricTerms | None, i: int) -> bool:
-        if terms is None or i < 0:
-            return False
-        return nz.terms_found(terms, self.lower(i), self.key(i) if terms.cjk else "")
-
     def terms_found_many(self, terms: dict[str, nz.MetricTerms | None], metrics: list[str], positions: np.ndarray) -> np.ndarray:
-        """`terms_found` per row, one substring search per distinct label and term over its rows' chunks."""
+        """`terms_found` per row: one substring search per distinct label and term over its rows' chunks.
+
+        A Chinese label found verbatim in the lower-cased chunk is found in its punctuation-free key
+        too (the key only drops characters the label has none of), so `metric_key` of a chunk is
+        computed only for the rows where the verbatim search fails.
+        """
+        if self._lowered is None:
+            self._lowered = pa.array([s.lower() for s in self.folded], pa.string())
         found = np.zeros(len(metrics), dtype=bool)
         codes, labels = pd.factorize(pd.Series(metrics, dtype=object))
         for code, label in enumerate(labels):
@@ -280,11 +273,13 @@ class _Chunks:
             rows = np.flatnonzero((codes == code) & (positions >= 0))
             if t is None or not len(rows) or (not t.cjk and not t.words):
                 continue
-            chunk_rows = positions[rows].tolist()
-            texts = pa.array([self.key(i) for i in chunk_rows] if t.cjk else [self.lower(i) for i in chunk_rows], pa.string())
+            texts = self._lowered.take(pa.array(positions[rows]))
             ok = np.ones(len(rows), dtype=bool)
             for term in [t.key] if t.cjk else t.words:
                 ok &= np.asarray(pc.match_substring(texts, term), dtype=bool)
+            if t.cjk:
+                for k in np.flatnonzero(~ok).tolist():
+                    ok[k] = t.key in nz.metric_key(self._lowered[int(positions[rows[k]])].as_py())
             found[rows] = ok
         return found
 
@@ -415,27 +410,32 @@ def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFr
             noise["question_missing"] += 1
             question[j] = f"What was {df['entity'].iat[j]}'s {metrics[j]} for {period[j]}?"
     metric_keys = {m: nz.metric_key(m) for m in terms}
-    hashes = [content_hash(c, e, metric_keys[m], p, v, u, ev)
+    hashes = [hashlib.sha256("\x1f".join((c or "", e, metric_keys[m], p, str(v), u, ev or "")).encode()).hexdigest()
               for c, e, m, p, v, u, ev in zip(cids, entity, metrics, period, values_py, unit.tolist(), evidences)]
-    out = pd.DataFrame({
-        "record_id": df["record_id"], "batch": df["batch"], "doc_id": df["doc_id"], "page": df["page"].astype("int64"),
-        "chunk_id": pd.Series(cids, dtype="str"), "entity": pd.Series(entity, dtype="str"),
-        "metric": pd.Series(metrics, dtype="str"), "metric_raw": df["metric"],
-        "period": pd.Series(period, dtype="str"), "period_raw": df["period"], "value": parsed.astype("float64"),
-        "value_raw": pd.Series([v if isinstance(v, str) else repr(v) for v in values], dtype="str"),
-        "unit": pd.Series(unit, dtype="str"), "unit_raw": df["unit"],
-        "evidence": pd.Series(evidences, dtype="str"), "lang": df["lang"],
-        "question": pd.Series(nm.fold_many(question).to_pylist(), dtype="str"),
-        "verifiable": np.array([r is None for r in reasons], dtype=bool),
-        "unverifiable_reason": pd.Series(reasons, dtype="str"),
-        "content_hash": pd.Series(hashes, dtype="str"),
-    }, columns=list(FactAsset.to_schema().columns))
-    if len(out):
-        dup = out.duplicated(subset=["batch", "content_hash"], keep="first")
-        noise["duplicate_content"] = int(dup.sum())
-        first_batch = out.groupby("content_hash")["batch"].transform("min")
-        noise["duplicate_across_batches"] = int((out["batch"] != first_batch).sum())
+    text = {"chunk_id": cids, "entity": entity, "metric": metrics, "period": period, "unit": unit.tolist(),
+            "value_raw": [v if isinstance(v, str) else repr(v) for v in values], "evidence": evidences,
+            "question": nm.fold_many(question), "unverifiable_reason": reasons, "content_hash": hashes}
+    arrays = {c: pa.array(values, pa.string()) if isinstance(values, list) else values for c, values in text.items()}
+    arrays |= {c: pa.array(df[RAW_OF.get(c, c)]) for c in ("record_id", "batch", "doc_id", "page", "metric_raw", "period_raw",
+                                                          "unit_raw", "lang")}
+    arrays["value"] = pa.array(parsed, pa.float64())
+    arrays["verifiable"] = pa.array(np.array([r is None for r in reasons], dtype=bool))
+    out = pa.table({c: arrays[c] for c in FactAsset.to_schema().columns}).to_pandas()
+    out["page"] = out["page"].astype("int64")
+    noise["duplicate_content"], noise["duplicate_across_batches"] = _duplicates(out["batch"], out["content_hash"])
     return out, bad, noise
+
+
+def _duplicates(batch: pd.Series, content: pd.Series) -> tuple[int, int]:
+    """(rows repeating content already seen in their batch, rows whose content first appeared in an earlier batch)."""
+    if not len(content):
+        return 0, 0
+    content_code, _ = pd.factorize(content)
+    batch_code, batches = pd.factorize(batch, sort=True)  # sorted: a lower code is an earlier batch
+    seen_in_batch = pd.Series(content_code * len(batches) + batch_code).duplicated(keep="first")
+    first_batch = np.full(content_code.max() + 1, len(batches))
+    np.minimum.at(first_batch, content_code, batch_code)
+    return int(seen_in_batch.sum()), int((batch_code != first_batch[content_code]).sum())
 
 
 def _decisions(df: pd.DataFrame, file: str) -> tuple[pd.DataFrame, list[dict]]:
