@@ -124,9 +124,13 @@ def parse_quantity(value_raw: object, unit_raw: object = "") -> Quantity | None:
     if isinstance(value_raw, bool):
         return None
     if isinstance(value_raw, (int, float)):
-        if not math.isfinite(float(value_raw)):
+        try:
+            number = float(value_raw)
+        except OverflowError:  # an integer beyond float range
             return None
-        text = repr(float(value_raw))
+        if not math.isfinite(number):
+            return None
+        text = repr(number)
     else:
         text = fold(value_raw)
     m = _VALUE_RE.match(text)

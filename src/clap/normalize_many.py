@@ -10,6 +10,7 @@ way. Why: per-row Python cost ~40 µs/fact; these run at ~1 µs/fact
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import unicodedata
@@ -86,7 +87,7 @@ def _odd_digits(folded: pa.Array) -> np.ndarray:
 
 
 def _signed(tokens: pa.Array) -> np.ndarray:
-    """`_parse_number` for number tokens without spaces: float64, NaN where not finite."""
+    """`_parse_number` for number tokens without spaces: float64, NaN where empty or not finite."""
     negative = pc.or_(pc.or_(pc.starts_with(tokens, "-"), pc.starts_with(tokens, "(-")),
                       pc.and_(pc.starts_with(tokens, "("), pc.ends_with(tokens, ")")))
     digits = pc.replace_substring(pc.utf8_trim(tokens, "()-"), ",", "")
@@ -107,12 +108,13 @@ def _numbers_part(folded: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     runs = pc.split_pattern_regex(folded, _NOT_NUMBER_CHARS)
     run_rows = np.asarray(pc.list_parent_indices(runs), dtype=np.int64)
     flat = pc.utf8_trim(pc.list_flatten(runs), ",.")  # a leading/trailing , or . never belongs to a number
-    digits = np.asarray(pc.match_substring_regex(flat, "[0-9]"), dtype=bool)
     whole = np.asarray(pc.match_substring_regex(flat, _WHOLE_NUMBER), dtype=bool)
     odd = _odd_digits(folded)
-    fast = np.flatnonzero(digits & whole & ~odd[run_rows])
+    fast = np.flatnonzero(whole & ~odd[run_rows]) if odd.any() else np.flatnonzero(whole)
+    rest = np.flatnonzero(~whole)  # runs like "2020-2021" or "-": the scalar reads those holding a digit
+    rest = rest[np.asarray(pc.match_substring_regex(flat.take(pa.array(rest)), "[0-9]"), dtype=bool) & ~odd[run_rows[rest]]]
     parts = [(run_rows[fast], fast, np.zeros(len(fast), np.int64), _signed(flat.take(pa.array(fast))))]
-    scalar = [(int(run_rows[k]), int(k), flat[int(k)].as_py()) for k in np.flatnonzero(digits & ~whole & ~odd[run_rows])]
+    scalar = [(int(run_rows[k]), int(k), flat[int(k)].as_py()) for k in rest]
     scalar += [(int(i), 0, folded[int(i)].as_py()) for i in np.flatnonzero(odd)]
     for row, k, text in scalar:
         found = np.array(nz.numbers_in_folded(text), dtype="float64")
@@ -120,8 +122,10 @@ def _numbers_part(folded: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     rows, run, sub, values = (np.concatenate(x) for x in zip(*parts))
     keep = ~np.isnan(values)
     rows, run, sub, values = rows[keep], run[keep], sub[keep], values[keep]
-    order = np.lexsort((sub, run, rows))
-    return rows[order].astype(np.int64), values[order]
+    if scalar:  # the fast runs are already in text order; merge the others in
+        order = np.lexsort((sub, run, rows))
+        rows, values = rows[order], values[order]
+    return rows.astype(np.int64), values
 
 
 def values_among(row_values: np.ndarray, rows: np.ndarray, numbers: np.ndarray, rel_tol: float = 1e-6) -> np.ndarray:
@@ -133,41 +137,53 @@ def values_among(row_values: np.ndarray, rows: np.ndarray, numbers: np.ndarray, 
     return hit
 
 
+def _value_text(v) -> str | None:
+    """The text parse_quantity reads for a value: JSON numbers as repr(float), bools and non-finite as nothing."""
+    if isinstance(v, str):
+        return v
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        try:
+            f = float(v)
+        except OverflowError:
+            return None
+        return repr(f) if math.isfinite(f) else None
+    return str(v)
+
+
 def parse_quantities(values: list, units: list) -> tuple[np.ndarray, np.ndarray]:
     """`parse_quantity(value, unit)` per row: (value float64, canonical unit or None when unparsed).
 
-    Text values go through RE2, and the unit words around the number are resolved once per distinct
-    spelling; JSON numbers, and text the engines could read differently (digits outside 0-9,
-    several minus signs), go through the scalar function.
+    Values go through RE2 (JSON numbers as the text the scalar reads for them), and the unit words
+    around the number are resolved once per distinct spelling; text the engines could read
+    differently (digits outside 0-9, several minus signs) goes through the scalar function.
     """
     n = len(values)
     out_value, out_unit = np.full(n, np.nan), np.full(n, None, dtype=object)
-    is_text = np.fromiter((isinstance(v, str) for v in values), dtype=bool, count=n)
-    text_rows = np.flatnonzero(is_text)
-    scalar_rows = np.flatnonzero(~is_text)
-    if len(text_rows):
-        folded = fold_many([values[i] for i in text_rows])
-        m = pc.extract_regex(folded, _VALUE_RE2)
-        num = pc.replace_substring(m.field("num"), " ", "")
-        odd = _odd_digits(folded) | np.asarray(pc.fill_null(pc.greater(pc.count_substring(num, "-"), 1), False), dtype=bool)
-        number = _signed(pc.fill_null(num, ""))
-        unit_text = fold_many([units[i] if isinstance(units[i], str) else None for i in text_rows])
-        key = pc.binary_join_element_wise(pc.fill_null(m.field("rest"), ""), unit_text,
-                                          pc.fill_null(m.field("pct"), ""), pc.fill_null(m.field("mult"), ""), "\x1f")
-        codes = pc.dictionary_encode(key)  # fold turns \x1f into a space, so it cannot occur inside a part
-        resolved = [nz._resolve_unit(rest, unit, bool(pct), mult.lower())
-                    for rest, unit, pct, mult in (k.split("\x1f") for k in codes.dictionary.to_pylist())]
-        known = np.array([r is not None for r in resolved] + [False], dtype=bool)
-        unit_of = np.array([r[0] if r else None for r in resolved] + [None], dtype=object)
-        mult_of = np.array([1.0 if r is None or r[2] else r[1] for r in resolved] + [1.0])
-        code = np.asarray(pc.fill_null(codes.indices, -1), dtype=np.int64)
-        ok = np.asarray(m.is_valid(), dtype=bool) & known[code] & ~np.isnan(number) & ~odd
-        rows = text_rows[ok]
-        mult = mult_of[code[ok]]
-        out_value[rows] = np.where(mult == 1.0, number[ok], number[ok] * mult)
-        out_unit[rows] = unit_of[code[ok]]
-        scalar_rows = np.concatenate([scalar_rows, text_rows[odd]])
-    for i in scalar_rows.tolist():
+    if not n:
+        return out_value, out_unit
+    folded = fold_many([_value_text(v) for v in values])
+    m = pc.extract_regex(folded, _VALUE_RE2)
+    num = pc.replace_substring(m.field("num"), " ", "")
+    odd = _odd_digits(folded) | np.asarray(pc.fill_null(pc.greater(pc.count_substring(num, "-"), 1), False), dtype=bool)
+    number = _signed(pc.fill_null(num, ""))
+    unit_codes = pc.dictionary_encode(strings(units))  # few distinct spellings
+    unit_text = pc.fill_null(fold_many(unit_codes.dictionary).take(unit_codes.indices), "")
+    key = pc.binary_join_element_wise(pc.fill_null(m.field("rest"), ""), unit_text,
+                                      pc.fill_null(m.field("pct"), ""), pc.fill_null(m.field("mult"), ""), "\x1f")
+    codes = pc.dictionary_encode(key)  # fold turns \x1f into a space, so it cannot occur inside a part
+    resolved = [nz._resolve_unit(rest, unit, bool(pct), mult.lower())
+                for rest, unit, pct, mult in (k.split("\x1f") for k in codes.dictionary.to_pylist())]
+    known = np.array([r is not None for r in resolved] + [False], dtype=bool)
+    unit_of = np.array([r[0] if r else None for r in resolved] + [None], dtype=object)
+    mult_of = np.array([1.0 if r is None or r[2] else r[1] for r in resolved] + [1.0])
+    code = np.asarray(pc.fill_null(codes.indices, -1), dtype=np.int64)
+    ok = np.asarray(m.is_valid(), dtype=bool) & known[code] & ~np.isnan(number) & ~odd
+    mult = mult_of[code[ok]]
+    out_value[ok] = np.where(mult == 1.0, number[ok], number[ok] * mult)
+    out_unit[ok] = unit_of[code[ok]]
+    for i in np.flatnonzero(odd).tolist():
         q = nz.parse_quantity(values[i], units[i] or "")
         if q is not None:
             out_value[i], out_unit[i] = q.value, q.unit

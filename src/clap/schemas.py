@@ -7,6 +7,7 @@ guard report, gate decision, evidence bundle) are pydantic models that forbid un
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import pandas as pd
@@ -308,7 +309,7 @@ def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, fi
         dup = df[id_column].notna() & df.duplicated(subset=[id_column], keep="first")
         failed = dict.fromkeys(df.index[dup].tolist(), ("duplicate_id", id_column))
     try:  # the whole frame at once: uniqueness failures are the duplicates already found above
-        model.validate(df, lazy=True)  # raw models are not strict: `_row` passes through
+        _without_unique(model, id_column).validate(df, lazy=True)  # raw models are not strict: `_row` passes
         cases = None
     except SchemaErrors as exc:
         cases = exc.failure_cases
@@ -337,3 +338,11 @@ def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, fi
                              {k: jsonable(v) for k, v in original.items()})
            for (rule, column), n, original in zip(failed.values(), row_numbers, originals)]
     return df.drop(index=list(failed)), bad
+
+
+@functools.lru_cache(maxsize=16)
+def _without_unique(model: type[pa.DataFrameModel], id_column: str | None):
+    """The model's schema, minus the uniqueness check on the id column that split_valid makes itself
+    (keeping the first row of each id, which a plain unique check cannot say)."""
+    schema = model.to_schema()
+    return schema.update_column(id_column, unique=False) if id_column in schema.columns else schema

@@ -18,6 +18,7 @@ import gc
 import hashlib
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -71,17 +72,21 @@ def run(raw: Path, out: Path, repaired: Path | None = None) -> dict:
 
 def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
     tables, quarantine, report = {}, [], {"inputs": {}, "noise": {}}
+    paths = {name: find_input(raw, name) for name in ("chunks", "facts", "decisions")}
+    with ThreadPoolExecutor(1) as pool:  # the chunk side overlaps the fact side (measured -2 s at 1M facts)
+        chunk_side = pool.submit(_chunk_side, paths["chunks"])
+        loaded = {name: _load(paths[name], name) for name in ("facts", "decisions")}
+        loaded["chunks"] = chunk_side.result()[:2]
+        chunks, ch = chunk_side.result()[2:]
     for name in ("chunks", "facts", "decisions"):
-        path = find_input(raw, name)
-        df, bad = _load(path, name)
+        df, bad = loaded[name]
         if name == "facts" and repaired is not None:
             df, bad, report["repaired_rows_in"] = _merge_repaired(df, bad, Path(repaired))
         tables[name] = df
         quarantine += bad
-        report["inputs"][name] = {"file": str(path), "rows_in": len(df) + len(bad), "quarantined": len(bad),
+        report["inputs"][name] = {"file": str(paths[name]), "rows_in": len(df) + len(bad), "quarantined": len(bad),
                                   "extra_columns": sorted(set(df.columns) - set(RAW_SCHEMAS[name].to_schema().columns) - {"_row"})}
-    chunks = _chunks(tables["chunks"])
-    facts, fact_bad, noise = _facts(tables["facts"], chunks, report["inputs"]["facts"]["file"])
+    facts, fact_bad, noise = _facts(tables["facts"], ch, report["inputs"]["facts"]["file"])
     decisions, dec_bad = _decisions(tables["decisions"], report["inputs"]["decisions"]["file"])
     quarantine += fact_bad + dec_bad
     report["inputs"]["facts"]["quarantined"] += len(fact_bad)
@@ -99,12 +104,21 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
     FactAsset.validate(facts, lazy=True)
     DecisionAsset.validate(decisions, lazy=True)
     with atomic_dir(out) as tmp:
-        chunks.to_parquet(tmp / "chunks.parquet", index=False)
-        facts.to_parquet(tmp / "facts.parquet", index=False)
-        decisions.to_parquet(tmp / "decisions.parquet", index=False)
-        write_jsonl(tmp / "quarantine.jsonl", quarantine)
-        write_json(tmp / "report.json", report)
+        with ThreadPoolExecutor(2) as pool:  # parquet encoding releases the GIL: the tables are written side by side
+            writes = [pool.submit(df.to_parquet, tmp / f"{name}.parquet", index=False)
+                      for name, df in (("chunks", chunks), ("facts", facts), ("decisions", decisions))]
+            write_jsonl(tmp / "quarantine.jsonl", quarantine)
+            write_json(tmp / "report.json", report)
+        for write in writes:
+            write.result()  # a failed write raises here, inside atomic_dir: nothing is left behind
     return report
+
+
+def _chunk_side(path: Path) -> tuple[pd.DataFrame, list[dict], pd.DataFrame, _Chunks]:
+    """Raw chunks, their quarantine, the chunk asset table and what verification needs of each chunk."""
+    df, bad = _load(path, "chunks")
+    chunks = _chunks(df)
+    return df, bad, chunks, _Chunks(chunks)
 
 
 def _merge_repaired(df: pd.DataFrame, bad: list[dict], repaired: Path) -> tuple[pd.DataFrame, list[dict], int]:
@@ -222,7 +236,6 @@ class _Chunks:
         self.rows, numbers = nm.numbers_many(folded)  # sorted by chunk row
         self.rounded = _round6(numbers)
         self.docs, self.pages = chunks["doc_id"].tolist(), chunks["page"].tolist()
-        self._on_page: dict[tuple[str, int], list[int]] | None = None
         self._sets: dict[int, set[float]] = {}
         self._lowered: pa.Array | None = None
 
@@ -250,12 +263,17 @@ class _Chunks:
             numbers = self._sets[i] = set(self.rounded[start:end].tolist())
         return rounded in numbers
 
-    def on_page(self, doc: str, page: int) -> list[int]:
-        if self._on_page is None:
-            self._on_page = {}
-            for i, key in enumerate(zip(self.docs, self.pages)):
-                self._on_page.setdefault((key[0], int(key[1])), []).append(i)
-        return self._on_page.get((doc, int(page)), [])
+    def pages_of(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], list[int]]:
+        """Chunk rows of each (doc, page) asked for, in table order."""
+        out: dict[tuple[str, int], list[int]] = {}
+        if not keys:
+            return out
+        near = pc.is_in(pa.array(self.docs, pa.string()), value_set=pa.array(sorted({d for d, _ in keys}), pa.string()))
+        for i in np.flatnonzero(np.asarray(near, dtype=bool)).tolist():
+            key = (self.docs[i], int(self.pages[i]))
+            if key in keys:
+                out.setdefault(key, []).append(i)
+        return out
 
     def terms_found_many(self, terms: dict[str, nz.MetricTerms | None], metrics: list[str], positions: np.ndarray) -> np.ndarray:
         """`terms_found` per row: one substring search per distinct label and term over its rows' chunks.
@@ -323,7 +341,7 @@ def _value_noise(values: list, parsed: np.ndarray) -> dict[str, int]:
     }
 
 
-def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFrame, list[dict], dict]:
+def _facts(df: pd.DataFrame, ch: _Chunks, file: str) -> tuple[pd.DataFrame, list[dict], dict]:
     """Normalise, verify and repair facts.
 
     Column-at-a-time (normalize_many) for folding, number parsing and "is the value written in its
@@ -363,15 +381,16 @@ def _facts(df: pd.DataFrame, chunks: pd.DataFrame, file: str) -> tuple[pd.DataFr
     metrics = [m for m, _ in labels]
     terms = {m: nz.metric_terms(m) for m in set(metrics)}
 
-    ch = _Chunks(chunks)
     cids, evidences = _pylist(df["chunk_id"]), _pylist(df["evidence"])
     docs, pages, rounded = df["doc_id"].tolist(), df["page"].tolist(), _round6(parsed).tolist()
     at = ch.positions(cids)
     reasons = np.full(len(at), None, dtype=object)
     # 1. a value that is not written in its chunk: re-point to the chunk of the same page that holds it
-    for j in np.flatnonzero(~ch.hold(at, parsed)).tolist():
+    misplaced = np.flatnonzero(~ch.hold(at, parsed)).tolist()
+    on_page = ch.pages_of({(docs[j], int(pages[j])) for j in misplaced})
+    for j in misplaced:
         i = int(at[j])
-        candidates = [c for c in ch.on_page(docs[j], pages[j]) if ch.has_value(c, rounded[j])]
+        candidates = [c for c in on_page.get((docs[j], int(pages[j])), []) if ch.has_value(c, rounded[j])]
         if cids[j] is not None and (not candidates or i != candidates[0]):
             noise["wrong_evidence_chunk_found"] += 1
         if candidates:
