@@ -74,8 +74,9 @@ def run(raw: Path, out: Path, repaired: Path | None = None) -> dict:
 def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
     tables, quarantine, report = {}, [], {"inputs": {}, "noise": {}}
     paths = {name: find_input(raw, name) for name in ("chunks", "facts", "decisions")}
-    with ThreadPoolExecutor(1) as pool:  # the chunk side is built while the facts are read and parsed
-        chunk_side = pool.submit(_chunk_side, paths["chunks"])
+    with atomic_dir(out) as tmp, ThreadPoolExecutor(2) as pool:
+        # the chunk side (read, hash, fold, find numbers, write) runs while the facts are read and parsed
+        chunk_side = pool.submit(_chunk_side, paths["chunks"], tmp / "chunks.parquet")
         loaded = {name: _load(paths[name], name) for name in ("facts", "decisions")}
         df, bad = loaded["facts"]
         if repaired is not None:
@@ -84,43 +85,41 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
         facts, fact_bad, noise = _facts(df, lambda: chunk_side.result()[3], str(paths["facts"]))
         loaded["chunks"] = chunk_side.result()[:2]
         chunks = chunk_side.result()[2]
-    for name in ("chunks", "facts", "decisions"):
-        df, bad = loaded[name]
-        tables[name] = df
-        quarantine += bad
-        report["inputs"][name] = {"file": str(paths[name]), "rows_in": len(df) + len(bad), "quarantined": len(bad),
-                                  "extra_columns": sorted(set(df.columns) - set(RAW_SCHEMAS[name].to_schema().columns) - {"_row"})}
-    decisions, dec_bad = _decisions(tables["decisions"], report["inputs"]["decisions"]["file"])
-    quarantine += fact_bad + dec_bad
-    report["inputs"]["facts"]["quarantined"] += len(fact_bad)
-    report["inputs"]["decisions"]["quarantined"] += len(dec_bad)
-    for name, df in (("chunks", chunks), ("facts", facts), ("decisions", decisions)):
-        entry = report["inputs"][name]
-        entry["kept"] = len(df)
-        if entry["kept"] + entry["quarantined"] != entry["rows_in"]:
-            raise AssertionError(f"{name}: rows in {entry['rows_in']} != kept {entry['kept']} + quarantined {entry['quarantined']}")
-    report["noise"] = noise
-    report["quarantine_by_rule"] = _count(q["rule"] for q in quarantine)
-    report["verifiable_facts"] = int(facts["verifiable"].sum())
-    report["unverifiable_facts"] = int((~facts["verifiable"]).sum())
-    ChunkAsset.validate(chunks, lazy=True)
-    FactAsset.validate(facts, lazy=True)
-    DecisionAsset.validate(decisions, lazy=True)
-    with atomic_dir(out) as tmp:
-        with ThreadPoolExecutor(2) as pool:  # parquet encoding releases the GIL: the tables are written side by side
-            writes = [pool.submit(df.to_parquet, tmp / f"{name}.parquet", index=False)
-                      for name, df in (("chunks", chunks), ("facts", facts), ("decisions", decisions))]
-            write_jsonl(tmp / "quarantine.jsonl", quarantine)
-            write_json(tmp / "report.json", report)
-        for write in writes:
-            write.result()  # a failed write raises here, inside atomic_dir: nothing is left behind
+        for name in ("chunks", "facts", "decisions"):
+            df, bad = loaded[name]
+            tables[name] = df
+            quarantine += bad
+            report["inputs"][name] = {"file": str(paths[name]), "rows_in": len(df) + len(bad), "quarantined": len(bad),
+                                      "extra_columns": sorted(set(df.columns) - set(RAW_SCHEMAS[name].to_schema().columns) - {"_row"})}
+        decisions, dec_bad = _decisions(tables["decisions"], report["inputs"]["decisions"]["file"])
+        quarantine += fact_bad + dec_bad
+        report["inputs"]["facts"]["quarantined"] += len(fact_bad)
+        report["inputs"]["decisions"]["quarantined"] += len(dec_bad)
+        for name, df in (("chunks", chunks), ("facts", facts), ("decisions", decisions)):
+            entry = report["inputs"][name]
+            entry["kept"] = len(df)
+            if entry["kept"] + entry["quarantined"] != entry["rows_in"]:
+                raise AssertionError(f"{name}: rows in {entry['rows_in']} != kept {entry['kept']} + quarantined {entry['quarantined']}")
+        report["noise"] = noise
+        report["quarantine_by_rule"] = _count(q["rule"] for q in quarantine)
+        report["verifiable_facts"] = int(facts["verifiable"].sum())
+        report["unverifiable_facts"] = int((~facts["verifiable"]).sum())
+        FactAsset.validate(facts, lazy=True)
+        DecisionAsset.validate(decisions, lazy=True)
+        facts_written = pool.submit(facts.to_parquet, tmp / "facts.parquet", index=False)  # encoding releases the GIL
+        decisions.to_parquet(tmp / "decisions.parquet", index=False)
+        write_jsonl(tmp / "quarantine.jsonl", quarantine)
+        write_json(tmp / "report.json", report)
+        facts_written.result()  # a failed write raises here, inside atomic_dir: nothing is left behind
     return report
 
 
-def _chunk_side(path: Path) -> tuple[pd.DataFrame, list[dict], pd.DataFrame, _Chunks]:
-    """Raw chunks, their quarantine, the chunk asset table and what verification needs of each chunk."""
+def _chunk_side(path: Path, parquet: Path) -> tuple[pd.DataFrame, list[dict], pd.DataFrame, _Chunks]:
+    """Raw chunks, their quarantine, the chunk asset table (validated, written) and what verification needs."""
     df, bad = _load(path, "chunks")
     chunks = _chunks(df)
+    ChunkAsset.validate(chunks, lazy=True)
+    chunks.to_parquet(parquet, index=False)
     return df, bad, chunks, _Chunks(chunks)
 
 
@@ -240,7 +239,8 @@ class _Chunks:
         self.rounded = _round6(numbers)
         self.docs, self.pages = chunks["doc_id"].tolist(), chunks["page"].tolist()
         self._sets: dict[int, set[float]] = {}
-        self._lowered: pa.Array | None = None
+        self._starts: list[int] | None = None
+        self.lowered = pa.array([s.lower() for s in self.folded], pa.string())  # for the terms check
 
     def positions(self, chunk_ids: list) -> np.ndarray:
         """Row of each chunk id in the chunk table, -1 where unknown or missing."""
@@ -262,8 +262,9 @@ class _Chunks:
         """`hold` for one chunk and a value already `_round6`ed (the repair path: other chunks of the page)."""
         numbers = self._sets.get(i)
         if numbers is None:
-            start, end = np.searchsorted(self.rows, [i, i + 1])
-            numbers = self._sets[i] = set(self.rounded[start:end].tolist())
+            if self._starts is None:
+                self._starts = np.searchsorted(self.rows, np.arange(len(self.ids) + 1)).tolist()
+            numbers = self._sets[i] = set(self.rounded[self._starts[i]:self._starts[i + 1]].tolist())
         return rounded in numbers
 
     def pages_of(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], list[int]]:
@@ -285,22 +286,23 @@ class _Chunks:
         too (the key only drops characters the label has none of), so `metric_key` of a chunk is
         computed only for the rows where the verbatim search fails.
         """
-        if self._lowered is None:
-            self._lowered = pa.array([s.lower() for s in self.folded], pa.string())
         found = np.zeros(len(metrics), dtype=bool)
         codes, labels = pd.factorize(pd.Series(metrics, dtype=object))
+        codes = np.where(positions >= 0, codes, -1)  # rows without a chunk are never found
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
         for code, label in enumerate(labels):
             t = terms[label]
-            rows = np.flatnonzero((codes == code) & (positions >= 0))
+            rows = order[bounds[code]:bounds[code + 1]]
             if t is None or not len(rows) or (not t.cjk and not t.words):
                 continue
-            texts = self._lowered.take(pa.array(positions[rows]))
+            texts = self.lowered.take(pa.array(positions[rows]))
             ok = np.ones(len(rows), dtype=bool)
             for term in [t.key] if t.cjk else t.words:
                 ok &= np.asarray(pc.match_substring(texts, term), dtype=bool)
             if t.cjk:
                 for k in np.flatnonzero(~ok).tolist():
-                    ok[k] = t.key in nz.metric_key(self._lowered[int(positions[rows[k]])].as_py())
+                    ok[k] = t.key in nz.metric_key(self.lowered[int(positions[rows[k]])].as_py())
             found[rows] = ok
         return found
 
@@ -332,15 +334,18 @@ def _pylist(column: pd.Series) -> list:
 
 def _value_noise(values: list, parsed: np.ndarray) -> dict[str, int]:
     """How values were written: JSON numbers, full-width or unseparated text, (negatives), multipliers."""
-    text = [i for i, v in enumerate(values) if isinstance(v, str)]
-    raw = pa.array([values[i] for i in text], pa.string())
-    unseparated = np.asarray(pc.invert(pc.match_substring(raw, ",")), dtype=bool) & (np.abs(parsed[text]) >= 1000)
+    raw = nm.strings(values)  # JSON numbers become null here
+    text = np.asarray(raw.is_valid(), dtype=bool)
+
+    def count(mask) -> int:
+        return int((np.asarray(pc.fill_null(mask, False), dtype=bool) & text).sum())
+
+    unseparated = np.asarray(pc.fill_null(pc.invert(pc.match_substring(raw, ",")), False), dtype=bool) & (np.abs(parsed) >= 1000)
     return {
-        "numeric_value": len(values) - len(text),
-        "fullwidth_or_format": int((np.asarray(pc.not_equal(nm.fold_many(raw), raw), dtype=bool) | unseparated).sum()),
-        "negative_in_parentheses": sum(values[i].strip().startswith(("(", "（")) for i in text),
-        "multiplier_in_value": int(np.asarray(pc.match_substring_regex(raw, "[亿万千]|million|billion", ignore_case=True),
-                                              dtype=bool).sum()),
+        "numeric_value": int((~text).sum()),
+        "fullwidth_or_format": count(pc.or_(pc.not_equal(nm.fold_many(raw), raw), pa.array(unseparated))),
+        "negative_in_parentheses": count(pc.match_substring_regex(raw, rf"^[ {nm._WS}]*[(（]")),  # = str.strip() first
+        "multiplier_in_value": count(pc.match_substring_regex(raw, "[亿万千]|million|billion", ignore_case=True)),
     }
 
 
