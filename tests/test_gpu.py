@@ -1,4 +1,4 @@
-"""CUDA-only paths: 4-bit QLoRA (bitsandbytes) and bf16 training. Skipped without a GPU."""
+"""CUDA-only paths: 4-bit QLoRA (bitsandbytes) and the vLLM backend. Skipped without a GPU."""
 
 import copy
 import importlib.util
@@ -6,11 +6,10 @@ import importlib.util
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("bitsandbytes") is None,
-                                 reason="needs CUDA and bitsandbytes")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="needs the gpu extra (bitsandbytes)")
 def test_qlora_sft_runs_in_4bit(params, small_loop, smollm2_dir, tmp_path):
     from clap.stages import train_sft
 
@@ -19,3 +18,16 @@ def test_qlora_sft_runs_in_4bit(params, small_loop, smollm2_dir, tmp_path):
     m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], smollm2_dir,
                       tmp_path / "sft", tmp_path / "ckpt")
     assert m["qlora"] is True and m["status"] == "ok" and m["steps"] == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm extra")
+def test_vllm_backend_answers_like_the_transformers_engine(smollm2_dir):
+    from clap import prompts
+    from clap.generate import Engine
+    from clap.generate_vllm import VLLMEngine
+
+    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, f"Source:\nRevenue for FY202{i} was {i},234.5 RMB 10k.\n"
+                              f"Question: What was the revenue for FY202{i}?") for i in range(8)]
+    hf = [g.text for g in Engine(smollm2_dir).generate(convs, use_adapter=False, max_new_tokens=48, progress=False)]
+    vl = [g.text for g in VLLMEngine(smollm2_dir).generate(convs, use_adapter=False, max_new_tokens=48, progress=False)]
+    assert sum(a == b for a, b in zip(hf, vl)) >= 7  # greedy on both; bf16 kernels may flip a near-tie token

@@ -139,12 +139,22 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
 
 
 def _engine(cfg: dict, adapter: Path | None):
+    import importlib.util
+
+    import torch
+
     from clap import model
     from clap.generate import Engine
+    from clap.generate_vllm import VLLMEngine, choose_backend
     from clap.serving import load_adapter
 
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     ident = model.identity(base)
+    backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
+                             torch.cuda.is_available())
+    console.print(f"generation backend: {backend}")
+    if backend == "vllm":
+        return VLLMEngine(base, adapter, ident, gpu_memory_utilization=cfg["generate"]["gpu_memory_utilization"])
     return Engine(base, adapter, adapter_loader=lambda m, d: load_adapter(m, d, None, ident))
 
 
