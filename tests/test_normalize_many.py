@@ -39,7 +39,7 @@ def test_numbers_many_matches_numbers_in_in_order():
 
 
 def test_parse_quantities_matches_parse_quantity():
-    values, units = nm.parse_quantities([v for v, _ in VALUES], [u for _, u in VALUES])
+    values, units, _ = nm.parse_quantities([v for v, _ in VALUES], [u for _, u in VALUES])
     for (value, unit), got_value, got_unit in zip(VALUES, values, units):
         q = nz.parse_quantity(value, unit or "")
         if q is None:
@@ -78,7 +78,7 @@ def test_fold_and_numbers_agree_on_generated_text(texts):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.one_of(_numberish, st.floats(), st.integers()), st.sampled_from(["", "元", "万元", "%", "RMB 10k", "million yuan", "件", "furlongs", None])), max_size=8))
 def test_parse_quantities_agrees_on_generated_values(pairs):
-    values, units = nm.parse_quantities([v for v, _ in pairs], [u for _, u in pairs])
+    values, units, _ = nm.parse_quantities([v for v, _ in pairs], [u for _, u in pairs])
     for (value, unit), got_value, got_unit in zip(pairs, values, units):
         q = nz.parse_quantity(value, unit or "")
         assert (got_unit is None and math.isnan(got_value)) if q is None else (got_value, got_unit) == (q.value, q.unit)

@@ -116,7 +116,7 @@ def _read_jsonl_columnar(data: bytes, types: dict[str, str]) -> pd.DataFrame | N
     msgspec, which also refuses unknown keys. Anything unusual (a malformed or non-UTF-8 line, a
     blank line, a wrong type, an unknown key, a contract column missing from every row) returns None
     and the caller reads line by line, which quarantines each bad row with its reason. Measured
-    ~5× faster than the line-by-line path on 1M facts (`python benchmarks/bench_assetize.py`).
+    2.3× faster than the line-by-line path on 1M demo facts (3.7 s vs 8.6 s).
     """
     if not data or data.startswith(b"\n") or b"\n\n" in data or b"\r" in data:
         return None

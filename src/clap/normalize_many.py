@@ -117,12 +117,23 @@ def _numbers_part(folded: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return rows.astype(np.int64), values
 
 
-def values_among(row_values: np.ndarray, rows: np.ndarray, numbers: np.ndarray, rel_tol: float = 1e-6) -> np.ndarray:
-    """`value_among` per row: does row i's value equal (sign aside) one of the numbers of row i?"""
-    a, b = np.abs(row_values[rows]), np.abs(numbers)
-    close = np.abs(a - b) <= np.maximum(rel_tol * np.maximum(a, b), 1e-9)
+def pairs(rows: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, k) for every number k of text owner[i] (owner -1: no text); `rows` sorted, as numbers_many gives them."""
+    starts = np.searchsorted(rows, owner, "left")
+    lengths = np.searchsorted(rows, owner, "right") - starts
+    lengths[owner < 0] = 0
+    which = np.repeat(np.arange(len(owner)), lengths)
+    return which, np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths) + starts[which]
+
+
+def values_among(row_values: np.ndarray, rows: np.ndarray, numbers: np.ndarray, owner: np.ndarray | None = None,
+                 rel_tol: float = 1e-6) -> np.ndarray:
+    """`value_among` per row: does row i's value equal (sign aside) one of the numbers of text
+    `owner[i]` (default: text i)?"""
+    which, k = pairs(rows, np.arange(len(row_values)) if owner is None else owner)
+    a, b = np.abs(row_values[which]), np.abs(numbers[k])
     hit = np.zeros(len(row_values), dtype=bool)
-    hit[rows[close]] = True
+    hit[which[np.abs(a - b) <= np.maximum(rel_tol * np.maximum(a, b), 1e-9)]] = True
     return hit
 
 
@@ -141,8 +152,9 @@ def _value_text(v) -> str | None:
     return str(v)
 
 
-def parse_quantities(values: list, units: list) -> tuple[np.ndarray, np.ndarray]:
-    """`parse_quantity(value, unit)` per row: (value float64, canonical unit or None when unparsed).
+def parse_quantities(values: list, units: list) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """`parse_quantity(value, unit)` per row: (value float64, canonical unit or None when unparsed,
+    the value text folded — what the parser read).
 
     Values go through RE2 (JSON numbers as the text the scalar reads for them), and the unit words
     around the number are resolved once per distinct spelling; text the engines could read
@@ -151,7 +163,7 @@ def parse_quantities(values: list, units: list) -> tuple[np.ndarray, np.ndarray]
     n = len(values)
     out_value, out_unit = np.full(n, np.nan), np.full(n, None, dtype=object)
     if not n:
-        return out_value, out_unit
+        return out_value, out_unit, pa.array([], pa.string())
     folded = fold_many([_value_text(v) for v in values])
     m = pc.extract_regex(folded, _VALUE_RE2)
     num = pc.replace_substring(m.field("num"), " ", "")
@@ -176,4 +188,4 @@ def parse_quantities(values: list, units: list) -> tuple[np.ndarray, np.ndarray]
         q = nz.parse_quantity(values[i], units[i] or "")
         if q is not None:
             out_value[i], out_unit[i] = q.value, q.unit
-    return out_value, out_unit
+    return out_value, out_unit, folded

@@ -249,13 +249,9 @@ class _Chunks:
 
     def hold(self, positions: np.ndarray, values: np.ndarray) -> np.ndarray:
         """For each fact: is its value written in the chunk at its position? (-1: no chunk.)"""
-        starts = np.searchsorted(self.rows, positions, "left")
-        lengths = np.searchsorted(self.rows, positions, "right") - starts
-        lengths[positions < 0] = 0
-        fact = np.repeat(np.arange(len(positions)), lengths)
-        offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths) + starts[fact]
+        which, k = nm.pairs(self.rows, positions)
         hit = np.zeros(len(positions), dtype=bool)
-        hit[fact[self.rounded[offsets] == _round6(values)[fact]]] = True
+        hit[which[self.rounded[k] == _round6(values)[which]]] = True
         return hit
 
     def has_value(self, i: int, rounded: float) -> bool:
@@ -307,6 +303,15 @@ class _Chunks:
         return found
 
 
+def _quotes(evidence: pd.Series, values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Each row's quote folded, and whether the row's value is written in it (each distinct quote read once)."""
+    codes, uniques = pd.factorize(evidence)
+    folded = nm.fold_many(pd.Series(uniques, dtype=object).tolist() + [None])  # code -1 (no quote) → the last, ""
+    owner = np.where(codes < 0, len(uniques), codes)
+    held = nm.values_among(values, *nm.numbers_many(folded), owner=owner)
+    return np.array(folded.to_pylist(), dtype=object)[owner].tolist(), held
+
+
 def _find_quotes(texts: list[str], values: np.ndarray, metrics: list[str], terms: dict) -> list[str | None]:
     """Per row: the single sentence of its chunk text holding the value and the metric's terms, else None."""
     rows, sentences = [], []
@@ -332,7 +337,7 @@ def _pylist(column: pd.Series) -> list:
     return column.astype(object).where(column.notna(), None).tolist()
 
 
-def _value_noise(values: list, parsed: np.ndarray) -> dict[str, int]:
+def _value_noise(values: list, parsed: np.ndarray, folded: pa.Array) -> dict[str, int]:
     """How values were written: JSON numbers, full-width or unseparated text, (negatives), multipliers."""
     raw = nm.strings(values)  # JSON numbers become null here
     text = np.asarray(raw.is_valid(), dtype=bool)
@@ -343,7 +348,7 @@ def _value_noise(values: list, parsed: np.ndarray) -> dict[str, int]:
     unseparated = np.asarray(pc.fill_null(pc.invert(pc.match_substring(raw, ",")), False), dtype=bool) & (np.abs(parsed) >= 1000)
     return {
         "numeric_value": int((~text).sum()),
-        "fullwidth_or_format": count(pc.or_(pc.not_equal(nm.fold_many(raw), raw), pa.array(unseparated))),
+        "fullwidth_or_format": count(pc.or_(pc.not_equal(folded, raw), pa.array(unseparated))),
         "negative_in_parentheses": count(pc.match_substring_regex(raw, rf"^[ {nm._WS}]*[(（]")),  # = str.strip() first
         "multiplier_in_value": count(pc.match_substring_regex(raw, "[亿万千]|million|billion", ignore_case=True)),
     }
@@ -364,7 +369,7 @@ def _facts(df: pd.DataFrame, chunks: Callable[[], _Chunks], file: str) -> tuple[
     df = df.reset_index(drop=True)
     labels = _per_distinct(df["metric"], nz.clean_metric_label)
     values, units = df["value"].tolist(), _pylist(df["unit"])
-    parsed, unit = nm.parse_quantities(values, units)
+    parsed, unit, folded_values = nm.parse_quantities(values, units)
     keep, bad_at = [], {}
     for i, (u, (metric, _)) in enumerate(zip(unit, labels)):
         if u is None:
@@ -382,8 +387,8 @@ def _facts(df: pd.DataFrame, chunks: Callable[[], _Chunks], file: str) -> tuple[
             bad.append(quarantine_record(STAGE, file, int(row_no), rule, column, original))
         df = df.iloc[keep].reset_index(drop=True)
         labels, values = [labels[i] for i in keep], [values[i] for i in keep]
-        parsed, unit = parsed[keep], unit[keep]
-    noise |= _value_noise(values, parsed)
+        parsed, unit, folded_values = parsed[keep], unit[keep], folded_values.take(pa.array(keep))
+    noise |= _value_noise(values, parsed, folded_values)
     noise["value_bearing_label"] = sum(stripped for _, stripped in labels)
     noise["unit_respelled"] = sum(_per_distinct(df["unit"], lambda u: bool(u) and nz.canonical_unit(u) not in (None, u)))
     metrics = [m for m, _ in labels]
@@ -391,9 +396,7 @@ def _facts(df: pd.DataFrame, chunks: Callable[[], _Chunks], file: str) -> tuple[
 
     cids, evidences = _pylist(df["chunk_id"]), _pylist(df["evidence"])
     docs, pages, rounded = df["doc_id"].tolist(), df["page"].tolist(), _round6(parsed).tolist()
-    ev_folded_arr = nm.fold_many(evidences)
-    ev_folded = ev_folded_arr.to_pylist()
-    in_quote = nm.values_among(parsed, *nm.numbers_many(ev_folded_arr))
+    ev_folded, in_quote = _quotes(df["evidence"], parsed)
     ch = chunks()
     at = ch.positions(cids)
     reasons = np.full(len(at), None, dtype=object)
