@@ -132,6 +132,7 @@ def plain_generate_loop(model, tok, conversations: list[list[dict]], max_new_tok
     with torch.inference_mode():
         for m in conversations:
             enc = tok.apply_chat_template(m, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
             g = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                pad_token_id=tok.pad_token_id)
             outs.append(truncate_at_json_end(tok.decode(g[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)))

@@ -140,6 +140,7 @@ def _read_jsonl_columnar(data: bytes, types: dict[str, str]) -> pd.DataFrame | N
     df = table.to_pandas()
     for c, values in loose_values.items():
         df[c] = pd.Series(values, dtype=object)
+    df = df[[c for c in types if c in df] + [c for c in df if c not in types]]  # contract order, as rows are written
     df.insert(0, "_row", range(1, len(df) + 1))
     return df
 
