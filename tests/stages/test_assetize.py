@@ -107,3 +107,17 @@ def test_period_normalisation():
     assert assetize.normalize_period("２０２３年") == "2023"
     assert assetize.normalize_period("2023年第一季度") == "2023Q1"
     assert assetize.normalize_period("Q3 2024") == "2024Q3"
+
+
+def test_inlined_row_hashes_are_io_content_hash(corpus, tmp_path):
+    from clap import normalize as nz
+    from clap.io import content_hash
+
+    assetize.run(corpus, tmp_path / "assets")
+    facts = pd.read_parquet(tmp_path / "assets" / "facts.parquet")
+    chunks = pd.read_parquet(tmp_path / "assets" / "chunks.parquet")
+    for r in facts.head(50).to_dict("records"):
+        assert r["content_hash"] == content_hash(r["chunk_id"], r["entity"], nz.metric_key(r["metric"]), r["period"],
+                                                 r["value"], r["unit"], r["evidence"])
+    for r in chunks.head(50).to_dict("records"):
+        assert r["content_hash"] == content_hash(r["doc_id"], r["page"], r["text"])

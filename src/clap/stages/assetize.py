@@ -441,6 +441,7 @@ def _facts(df: pd.DataFrame, chunks: Callable[[], _Chunks], file: str) -> tuple[
             noise["question_missing"] += 1
             question[j] = f"What was {df['entity'].iat[j]}'s {metrics[j]} for {period[j]}?"
     metric_keys = {m: nz.metric_key(m) for m in terms}
+    # = io.content_hash(chunk_id, entity, metric key, period, value, unit, evidence), inlined (1M rows)
     hashes = [hashlib.sha256("\x1f".join((c or "", e, metric_keys[m], p, str(v), u, ev or "")).encode()).hexdigest()
               for c, e, m, p, v, u, ev in zip(cids, entity, metrics, period, values_py, unit.tolist(), evidences)]
     text = {"chunk_id": cids, "entity": entity, "metric": metrics, "period": period, "unit": unit.tolist(),
