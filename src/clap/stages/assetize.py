@@ -75,16 +75,18 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
     tables, quarantine, report = {}, [], {"inputs": {}, "noise": {}}
     paths = {name: find_input(raw, name) for name in ("chunks", "facts", "decisions")}
     with atomic_dir(out) as tmp, ThreadPoolExecutor(2) as pool:
-        # the chunk side (read, hash, fold, find numbers, write) runs while the facts are read and parsed
-        chunk_side = pool.submit(_chunk_side, paths["chunks"], tmp / "chunks.parquet")
+        # the chunk side runs while the facts are read and parsed: first what fact verification waits
+        # for (read, fold, find numbers), then the chunk asset (hash, validate, write)
+        chunk_side = pool.submit(_chunk_side, paths["chunks"])
+        chunk_asset = pool.submit(lambda: _chunk_asset(chunk_side.result()[0], tmp / "chunks.parquet"))
         loaded = {name: _load(paths[name], name) for name in ("facts", "decisions")}
         df, bad = loaded["facts"]
         if repaired is not None:
             df, bad, report["repaired_rows_in"] = _merge_repaired(df, bad, Path(repaired))
         loaded["facts"] = df, bad
-        facts, fact_bad, noise = _facts(df, lambda: chunk_side.result()[3], str(paths["facts"]))
+        facts, fact_bad, noise = _facts(df, lambda: chunk_side.result()[2], str(paths["facts"]))
         loaded["chunks"] = chunk_side.result()[:2]
-        chunks = chunk_side.result()[2]
+        chunks = chunk_asset.result()
         for name in ("chunks", "facts", "decisions"):
             df, bad = loaded[name]
             tables[name] = df
@@ -114,13 +116,18 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
     return report
 
 
-def _chunk_side(path: Path, parquet: Path) -> tuple[pd.DataFrame, list[dict], pd.DataFrame, _Chunks]:
-    """Raw chunks, their quarantine, the chunk asset table (validated, written) and what verification needs."""
+def _chunk_side(path: Path) -> tuple[pd.DataFrame, list[dict], _Chunks]:
+    """Raw chunks, their quarantine and what fact verification needs of each chunk."""
     df, bad = _load(path, "chunks")
+    return df, bad, _Chunks(df)
+
+
+def _chunk_asset(df: pd.DataFrame, parquet: Path) -> pd.DataFrame:
+    """The chunk asset table: content-addressed, validated, written."""
     chunks = _chunks(df)
     ChunkAsset.validate(chunks, lazy=True)
     chunks.to_parquet(parquet, index=False)
-    return df, bad, chunks, _Chunks(chunks)
+    return chunks
 
 
 def _merge_repaired(df: pd.DataFrame, bad: list[dict], repaired: Path) -> tuple[pd.DataFrame, list[dict], int]:
