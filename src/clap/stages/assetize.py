@@ -319,6 +319,12 @@ def _quotes(evidence: pd.Series, values: np.ndarray) -> tuple[list[str], np.ndar
     return np.array(folded.to_pylist(), dtype=object)[owner].tolist(), held
 
 
+def _row_hashes(*columns: list) -> list[str]:
+    """io.content_hash(chunk_id, entity, metric key, period, value, unit, evidence) per row, inlined."""
+    return [hashlib.sha256("\x1f".join((c or "", e, k, p, str(v), u, ev or "")).encode()).hexdigest()
+            for c, e, k, p, v, u, ev in zip(*columns)]
+
+
 def _find_quotes(texts: list[str], values: np.ndarray, metrics: list[str], terms: dict) -> list[str | None]:
     """Per row: the single sentence of its chunk text holding the value and the metric's terms, else None."""
     rows, sentences = [], []
@@ -438,26 +444,28 @@ def _facts(df: pd.DataFrame, chunks: Callable[[], _Chunks], file: str) -> tuple[
         else:
             evidences[j] = quote
             noise["missing_evidence_fixed"] += 1
-    # 3. the metric's key terms must be findable in the chunk
-    ok = np.array([r is None for r in reasons], dtype=bool)
-    reasons[ok & ~ch.terms_found_many(terms, metrics, np.where(ok, at, -1))] = "metric_terms_not_in_chunk"
     cids = [ch.ids[i] if i >= 0 else c for c, i in zip(cids, at.tolist())]
-    values_py, reasons = parsed.tolist(), reasons.tolist()
-
+    values_py = parsed.tolist()
     entity = _per_distinct(df["entity"], nz.fold)
     period = _per_distinct(df["period"], normalize_period)
-    question = _pylist(df["question"]) if "question" in df else [None] * len(df)
-    for j, text in enumerate(question):
-        if not text:
-            noise["question_missing"] += 1
-            question[j] = f"What was {df['entity'].iat[j]}'s {metrics[j]} for {period[j]}?"
     metric_keys = {m: nz.metric_key(m) for m in terms}
-    # = io.content_hash(chunk_id, entity, metric key, period, value, unit, evidence), inlined (1M rows)
-    hashes = [hashlib.sha256("\x1f".join((c or "", e, metric_keys[m], p, str(v), u, ev or "")).encode()).hexdigest()
-              for c, e, m, p, v, u, ev in zip(cids, entity, metrics, period, values_py, unit.tolist(), evidences)]
+    with ThreadPoolExecutor(1) as pool:  # rows are hashed while step 3 runs in arrow (which releases the GIL)
+        hashing = pool.submit(_row_hashes, cids, entity, [metric_keys[m] for m in metrics], period, values_py,
+                              unit.tolist(), evidences)
+        # 3. the metric's key terms must be findable in the chunk
+        ok = np.array([r is None for r in reasons], dtype=bool)
+        reasons[ok & ~ch.terms_found_many(terms, metrics, np.where(ok, at, -1))] = "metric_terms_not_in_chunk"
+        reasons = reasons.tolist()
+        question = _pylist(df["question"]) if "question" in df else [None] * len(df)
+        for j, text in enumerate(question):
+            if not text:
+                noise["question_missing"] += 1
+                question[j] = f"What was {df['entity'].iat[j]}'s {metrics[j]} for {period[j]}?"
+        question = nm.fold_many(question)
+        hashes = hashing.result()
     text = {"chunk_id": cids, "entity": entity, "metric": metrics, "period": period, "unit": unit.tolist(),
             "value_raw": [v if isinstance(v, str) else repr(v) for v in values], "evidence": evidences,
-            "question": nm.fold_many(question), "unverifiable_reason": reasons, "content_hash": hashes}
+            "question": question, "unverifiable_reason": reasons, "content_hash": hashes}
     arrays = {c: pa.array(values, pa.string()) if isinstance(values, list) else values for c, values in text.items()}
     arrays |= {c: pa.array(df[RAW_OF.get(c, c)]) for c in ("record_id", "batch", "doc_id", "page", "metric_raw", "period_raw",
                                                           "unit_raw", "lang")}
