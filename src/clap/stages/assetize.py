@@ -124,7 +124,9 @@ def _chunk_side(path: Path) -> tuple[pd.DataFrame, list[dict], _Chunks]:
 
 def _chunk_asset(df: pd.DataFrame, parquet: Path) -> pd.DataFrame:
     """The chunk asset table: content-addressed, validated, written."""
-    chunks = _chunks(df)
+    chunks = df[["chunk_id", "doc_id", "page", "text", "lang", "batch"]].reset_index(drop=True)
+    chunks["content_hash"] = [hashlib.sha256(f"{d}\x1f{p}\x1f{t}".encode()).hexdigest()  # = io.content_hash(d, p, t)
+                              for d, p, t in zip(_pylist(chunks["doc_id"]), chunks["page"].tolist(), _pylist(chunks["text"]))]
     ChunkAsset.validate(chunks, lazy=True)
     chunks.to_parquet(parquet, index=False)
     return chunks
@@ -202,13 +204,6 @@ def _as_str(v):
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return v if isinstance(v, str) else (json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else str(v))
-
-
-def _chunks(df: pd.DataFrame) -> pd.DataFrame:
-    out = df[["chunk_id", "doc_id", "page", "text", "lang", "batch"]].copy()
-    out["content_hash"] = [hashlib.sha256(f"{d}\x1f{p}\x1f{t}".encode()).hexdigest()  # = io.content_hash(d, p, t)
-                           for d, p, t in zip(_pylist(out["doc_id"]), out["page"].tolist(), _pylist(out["text"]))]
-    return out.reset_index(drop=True)
 
 
 def _sentences(text: str) -> list[str]:
