@@ -259,22 +259,11 @@ def value_among(value: float, numbers, rel_tol: float = 1e-6) -> bool:
     return any(math.isclose(abs(value), abs(v), rel_tol=rel_tol, abs_tol=1e-9) for v in numbers)
 
 
-@lru_cache(maxsize=1 << 16)
-def _terms_cached(metric: str, text: str) -> bool:
-    return _terms(metric, text)
-
-
 def terms_in_text(metric: object, text: object) -> bool:
-    """Cached front of `_terms` for string arguments."""
-    if isinstance(metric, str) and isinstance(text, str):
-        return _terms_cached(metric, text)
-    return _terms(metric, text)
-
-
-def _terms(metric: object, text: object) -> bool:
     """True when the key terms of a metric label are findable in a text.
 
     Chinese labels must appear as a substring; English labels need every content word (≥ 3 letters).
+    assetize checks a million rows with `metric_terms` once per label and `terms_found` per row.
     """
     terms = metric_terms(metric)
     t = fold(text).lower()

@@ -322,9 +322,7 @@ def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, fi
             raise ValueError(f"{file}: required column(s) missing from every row: {cols}")
         rows = cases[cases["index"].notna()]
         for idx, check, column in zip(rows["index"].tolist(), rows["check"].astype(str).tolist(), rows["column"].tolist()):
-            if check.startswith("field_uniqueness"):
-                if id_column:
-                    continue
+            if check.startswith("field_uniqueness"):  # only without an id column: else found above
                 check = "duplicate_id"
             if idx not in failed:
                 failed[idx] = (check, column)

@@ -234,8 +234,9 @@ class _Chunks:
 
     def __init__(self, chunks: pd.DataFrame):
         self.ids = _pylist(chunks["chunk_id"])
-        self.text = _pylist(chunks["text"])
-        folded = nm.fold_many(pa.array(chunks["text"]))
+        text = pa.array(chunks["text"], from_pandas=True)
+        self.text = text.to_pylist()
+        folded = nm.fold_many(text)
         self.folded = folded.to_pylist()
         self.rows, numbers = nm.numbers_many(folded)  # sorted by chunk row
         self.rounded = _round6(numbers)
