@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def params():
     from clap.config import compose
 
-    return compose()
+    return compose(conf=ROOT / "conf")
 
 
 @pytest.fixture(scope="session")

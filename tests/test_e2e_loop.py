@@ -47,7 +47,7 @@ def clone(tmp_path_factory, tiny_dir):
     sys.path.insert(0, str(ROOT / "src"))
     from clap.config import compose, dump
 
-    params = compose(TINY_OVERRIDES + [f"model.base={tiny_dir}"], conf_dir=root / "conf")
+    params = compose(TINY_OVERRIDES + [f"model.base={tiny_dir}"], conf=root / "conf")
     (root / "params.yaml").write_text(dump(params))
     run(root, "dvc", "remote", "modify", "local", "url", str(root.parent / "remote"), env=env)
     run(root, "git", "add", "-A", env=env)

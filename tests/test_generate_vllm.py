@@ -3,7 +3,6 @@
 The real vLLM run is in tests/test_gpu.py (needs CUDA and the `vllm` extra).
 """
 
-import json
 import sys
 import types
 
@@ -91,10 +90,9 @@ def test_engine_sends_our_prompt_ids_greedy_and_cuts_at_the_json_end(fake_vllm, 
 def test_candidate_runs_as_a_verified_lora_request(fake_vllm, tiny_dir, tmp_path, monkeypatch):
     adapter = tmp_path / "adapter"
     adapter.mkdir()
-    (adapter / "manifest.json").write_text(json.dumps({"base": "tiny"}))
     checked = []
     monkeypatch.setattr("clap.generate_vllm.verify_adapter", lambda d, expected, ident: checked.append((d, expected)))
-    engine = VLLMEngine(tiny_dir, adapter, base_identity={"base": "tiny"})
+    engine = VLLMEngine(tiny_dir, adapter, {"base": "tiny"}, base_identity={"base": "tiny"})
     engine.generate([prompts.messages(prompts.SYSTEM_EXTRACT, "q")], use_adapter=True, progress=False)
     engine.generate([prompts.messages(prompts.SYSTEM_EXTRACT, "q")], use_adapter=False, progress=False)
     assert checked == [(adapter, {"base": "tiny"})]
@@ -103,8 +101,8 @@ def test_candidate_runs_as_a_verified_lora_request(fake_vllm, tiny_dir, tmp_path
     assert first["lora"].path == str(adapter) and second["lora"] is None
 
 
-def test_adapter_without_manifest_is_refused_before_vllm_loads(fake_vllm, tiny_dir, tmp_path):
+def test_adapter_without_pinned_evidence_is_refused_before_vllm_loads(fake_vllm, tiny_dir, tmp_path):
     (tmp_path / "adapter").mkdir()
-    with pytest.raises(AdapterRefused, match="no manifest"):
+    with pytest.raises(AdapterRefused, match="no pinned evidence"):
         VLLMEngine(tiny_dir, tmp_path / "adapter")
     assert fake_vllm["init"] == []

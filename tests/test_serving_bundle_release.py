@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from clap import bundle, release
+from clap.config import dump
 from clap.model import identity, load_model
-from clap.serving import AdapterRefused, adapter_manifest, load_adapter
+from clap.serving import AdapterRefused, adapter_manifest, load_adapter, pinned_expectation
 
 
 def sh(root, *cmd):
@@ -28,34 +29,41 @@ def make_adapter(tiny_dir, folder):
     return Path(folder)
 
 
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
 def test_serving_check_accepts_good_and_refuses_tampered(tiny_dir, tmp_path):
     ad = make_adapter(tiny_dir, tmp_path / "adapter")
     ident = identity(tiny_dir)
-    load_adapter(load_model(tiny_dir), ad, None, ident)
-    weights = ad / "adapter_model.safetensors"
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 0xFF
-    weights.write_bytes(bytes(data))
+    pinned = adapter_manifest(ad, ident)
+    load_adapter(load_model(tiny_dir), ad, pinned, ident)
+    flip_last_byte(ad / "adapter_model.safetensors")
     with pytest.raises(AdapterRefused, match="adapter_model.safetensors: sha256"):
+        load_adapter(load_model(tiny_dir), ad, pinned, ident)
+    with pytest.raises(AdapterRefused, match="no pinned evidence"):
         load_adapter(load_model(tiny_dir), ad, None, ident)
 
 
 def test_pickle_posing_as_adapter_is_refused_unloaded(tiny_dir, tmp_path, monkeypatch):
     ad = make_adapter(tiny_dir, tmp_path / "adapter")
+    pinned = adapter_manifest(ad, identity(tiny_dir))
     (ad / "adapter_model.safetensors").write_bytes(pickle.dumps({"w": 1}, protocol=4))
     monkeypatch.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle was loaded"))
     with pytest.raises(AdapterRefused, match="pickle"):
-        load_adapter(load_model(tiny_dir), ad, None, identity(tiny_dir))
+        load_adapter(load_model(tiny_dir), ad, pinned, identity(tiny_dir))
     (ad / "adapter_model.bin").write_bytes(b"\x80\x04junk")
     with pytest.raises(AdapterRefused, match="adapter_model.bin"):
-        load_adapter(load_model(tiny_dir), ad, None, identity(tiny_dir))
+        load_adapter(load_model(tiny_dir), ad, pinned, identity(tiny_dir))
 
 
 def test_adapter_on_a_different_base_is_refused(tiny_dir, tmp_path):
     ad = make_adapter(tiny_dir, tmp_path / "adapter")
     other = identity(tiny_dir) | {"weights_sha256": {"model.safetensors": "0" * 64}}
     with pytest.raises(AdapterRefused, match="base model weights differ"):
-        load_adapter(load_model(tiny_dir), ad, None, other)
+        load_adapter(load_model(tiny_dir), ad, adapter_manifest(ad, identity(tiny_dir)), other)
 
 
 def _fake_run(root: Path, tiny_dir, params, decision="promote", seed=0):
@@ -87,9 +95,13 @@ def repo(tmp_path, tiny_dir, params):
     sh(root, "dvc", "remote", "add", "-d", "local", str(tmp_path / "remote"))
     base = root / "models/base"
     shutil.copytree(tiny_dir, base)
+    (base / "manifest.json").write_text(json.dumps({"name": "tiny", "requested": params["model"]["base"]}))
     p = json.loads(json.dumps(params))
     p["model"]["cache_dir"] = "models/base"
     p["data"]["batches"] = ["b1"]
+    (root / "params.yaml").write_text(dump(p))
+    sh(root, "git", "add", "params.yaml", ".dvc")
+    sh(root, "git", "commit", "-qm", "init")
     return root, p
 
 
@@ -164,3 +176,34 @@ def test_release_release_rollback_restores_v1_byte_identically(repo, tiny_dir):
     assert "gate promote" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter@v1")
     reg = {r["version"]: r["current"] for r in release.registry(root)}
     assert reg == {"v1": ["prod"], "v2": []}
+
+
+def test_evaluate_refuses_an_adapter_whose_manifest_was_rewritten(repo, tiny_dir):
+    """The trust anchor is git (here `models/sft.dvc`), not the manifest beside the weights."""
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    ad = root / "models/sft/adapter"
+    assert pinned_expectation(root, ad) == json.loads((ad / "manifest.json").read_text())
+    flip_last_byte(ad / "adapter_model.safetensors")
+    (ad / "manifest.json").write_text(json.dumps(adapter_manifest(ad, identity(root / "models/base"))))
+    r = subprocess.run(["clap", "evaluate", "b1"], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
+    assert "manifest.json: differs from the hash models/sft.dvc pins for models/sft" in r.stdout
+    (ad / "manifest.json").unlink()
+    shutil.rmtree(root / "models/sft/adapter")
+    unpinned = make_adapter(tiny_dir, root / "models/other")
+    with pytest.raises(AdapterRefused, match="not pinned"):
+        pinned_expectation(root, unpinned)
+
+
+def test_prod_adapter_is_pinned_by_the_bundle_at_its_release_tag(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    release.release(root)
+    ad = root / "models/sft/adapter"
+    pinned = pinned_expectation(root, ad, "clap-adapter@v1")
+    load_adapter(load_model(root / "models/base"), ad, pinned, identity(root / "models/base"))
+    b = json.loads((root / "release/bundle.json").read_text())
+    b["files"] = [f for f in b["files"] if "adapter_model" not in f["path"]]  # an edit in the working tree
+    (root / "release/bundle.json").write_text(json.dumps(b))
+    assert pinned_expectation(root, ad, "clap-adapter@v1") == pinned  # read from git's objects, not the tree

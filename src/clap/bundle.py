@@ -6,30 +6,44 @@
 The bundle pins, by sha256: the adapter files, each materialized batch (its dataset version, with
 DVC's own directory hash from dvc.lock when there is one), the evaluation and replay records, the
 regressed samples, guard reports, admission records and the gate decision; plus the composed
-configuration, the base model's identity and the code commit. `verify` recomputes every hash.
+configuration, the base model's identity and the code commit. `verify` recomputes every field it
+can and refuses the ones it cannot check. With `CLAP_BUNDLE_KEY` in the environment (never in a
+tracked file) the bundle carries an HMAC-SHA256 signature, and verification requires it: someone who
+can write the repository but does not hold the key cannot forge a release.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
+import re
 import subprocess
 from pathlib import Path
 
 import yaml
 
+from clap.errors import UserError
 from clap.io import read_json, sha256_file, write_json
 from clap.schemas import BundleFile, EvidenceBundle
 
 
-class BundleMismatch(RuntimeError):
+class BundleMismatch(UserError, RuntimeError):
     """A file no longer matches the bundle; the message names it."""
 
+
+BUNDLE_PATH = "release/bundle.json"
+GATE_PATH = "metrics/gate.json"
+ADAPTER_DIR = "models/{c}/adapter"
+ADAPTER_REQUIRED = ("adapter_config.json", "adapter_model.safetensors", "manifest.json")
+SIGNING_ENV = "CLAP_BUNDLE_KEY"
 
 ROLES = [  # (glob, role)
     ("models/{c}/adapter/adapter_config.json", "adapter"),
     ("models/{c}/adapter/adapter_model.safetensors", "adapter"),
     ("models/{c}/adapter/manifest.json", "adapter"),
+    ("models/{c}/adapter/README.md", "adapter"),
     ("models/*/guard_report.json", "guard_report"),
     ("models/*/train_metrics.json", "train_metrics"),
     ("data/materialized/*/*.jsonl", "dataset"),
@@ -70,25 +84,50 @@ def build(root: Path, params: dict, candidate: str = "sft") -> EvidenceBundle:
     from clap import model
 
     root = Path(root)
-    files = []
-    for pattern, role in ROLES:
-        for p in sorted(root.glob(pattern.format(c=candidate))):
-            files.append(BundleFile(path=str(p.relative_to(root)), sha256=sha256_file(p), role=role))
-    base = model.identity(root / params["model"]["cache_dir"]) if params["model"]["base"] == "smollm2" \
-        else model.identity(Path(params["model"]["base"]))
+    files = _pinned_files(root, candidate)
+    base = model.identity(_base_dir(root, params))
     base["path"] = str(Path(base["path"]).relative_to(root)) if Path(base["path"]).is_relative_to(root) else base["path"]
-    dvc = _dvc_dir_hashes(root)
+    decision = read_json(root / GATE_PATH)
+    bundle = EvidenceBundle(candidate=candidate, code_commit=git_commit(root), base_model=base,
+                            config_sha256=_config_sha256(params), config=params, files=files, decision=decision,
+                            dataset_versions=_dataset_versions(files, params["data"]["batches"], _dvc_dir_hashes(root)))
+    key = signing_key()
+    return bundle.model_copy(update={"signature": sign(bundle, key)}) if key else bundle
+
+
+def _pinned_files(root: Path, candidate: str) -> list[BundleFile]:
+    return [BundleFile(path=str(p.relative_to(root)), sha256=sha256_file(p), role=role)
+            for pattern, role in ROLES for p in sorted(root.glob(pattern.format(c=candidate)))]
+
+
+def _base_dir(root: Path, params: dict) -> Path:
+    return root / params["model"]["cache_dir"] if params["model"]["base"] == "smollm2" else Path(params["model"]["base"])
+
+
+def _config_sha256(params: dict) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+
+def _dataset_versions(files: list[BundleFile], batches: list[str], dvc: dict[str, str]) -> dict[str, str]:
     versions = {}
-    for b in params["data"]["batches"]:
+    for b in batches:
         members = sorted(f"{f.path}:{f.sha256}" for f in files if f.path.startswith(f"data/materialized/{b}/"))
         versions[b] = hashlib.sha256("\n".join(members).encode()).hexdigest()
         if f"data/materialized/{b}" in dvc:
             versions[f"{b}:dvc_md5"] = dvc[f"data/materialized/{b}"]
-    decision = read_json(root / "metrics/gate.json")
-    config_text = json.dumps(params, sort_keys=True)
-    return EvidenceBundle(candidate=candidate, code_commit=git_commit(root), base_model=base,
-                          config_sha256=hashlib.sha256(config_text.encode()).hexdigest(), config=params, files=files,
-                          decision=decision, dataset_versions=versions)
+    return versions
+
+
+def signing_key() -> bytes | None:
+    """The HMAC key from the environment (`CLAP_BUNDLE_KEY`), never from a tracked file."""
+    key = os.environ.get(SIGNING_ENV, "")
+    return key.encode() if key else None
+
+
+def sign(bundle: EvidenceBundle, key: bytes) -> str:
+    """HMAC-SHA256 over the bundle's canonical JSON without its signature."""
+    body = json.dumps(bundle.model_dump(exclude={"signature"}), sort_keys=True, ensure_ascii=False).encode()
+    return "hmac-sha256:" + hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
 def write(root: Path, params: dict, out: Path, candidate: str = "sft") -> EvidenceBundle:
@@ -98,31 +137,133 @@ def write(root: Path, params: dict, out: Path, candidate: str = "sft") -> Eviden
 
 
 def verify(bundle_path: Path, root: Path | None = None) -> EvidenceBundle:
-    """Recompute every hash; raise BundleMismatch naming the first file that differs."""
-    from clap import model
+    """Recompute every field that can be recomputed; raise BundleMismatch naming the first that differs.
 
+    Fields: signature (when a key is configured or the bundle is signed), config (its hash, and the
+    values dvc.lock — or params.yaml without a pipeline — ran with), code_commit (a commit of this
+    repository and an ancestor of HEAD), candidate (the pinned adapter is exactly the candidate's adapter
+    folder), files (every sha256), dataset_versions, base_model (present, same weights), decision (the
+    gate record). A field that cannot be checked is refused, never skipped.
+    """
     bundle_path = Path(bundle_path)
     try:
         b = EvidenceBundle.model_validate(read_json(bundle_path))
-    except (ValueError, json.JSONDecodeError) as exc:
-        raise BundleMismatch(f"{bundle_path}: not a valid evidence bundle ({str(exc)[:200]})") from exc
+    except (ValueError, OSError) as exc:
+        raise BundleMismatch(f"{bundle_path}: not a valid evidence bundle ({str(exc)[:200]})") from None
     root = Path(root) if root else bundle_path.resolve().parent.parent
-    if hashlib.sha256(json.dumps(b.config, sort_keys=True).encode()).hexdigest() != b.config_sha256:
-        raise BundleMismatch(f"{bundle_path}: config does not match config_sha256")
+    where = str(bundle_path)
+    _check_signature(b, where)
+    _check_config(b, root, where)
+    _check_code_commit(b, root, where)
+    _check_candidate(b, root, where)
     for f in b.files:
         p = root / f.path
         if not p.exists():
             raise BundleMismatch(f"{p}: missing (bundle expects sha256 {f.sha256[:12]}…)")
         if sha256_file(p) != f.sha256:
             raise BundleMismatch(f"{p}: sha256 differs from the bundle")
-    base_path = root / b.base_model["path"] if not Path(b.base_model["path"]).is_absolute() else Path(b.base_model["path"])
-    if base_path.exists():
-        if model.identity(base_path)["weights_sha256"] != b.base_model["weights_sha256"]:
-            raise BundleMismatch(f"{base_path}: base model weights differ from the bundle")
-    gate = root / "metrics/gate.json"
-    if gate.exists() and read_json(gate) != b.decision:
-        raise BundleMismatch(f"{gate}: gate decision differs from the bundle")
+    _check_dataset_versions(b, root, where)
+    _check_base_model(b, root, where)
+    gate = root / GATE_PATH
+    if not gate.exists():
+        raise BundleMismatch(f"{where}: decision cannot be checked ({gate} is missing)")
+    if read_json(gate) != b.decision:
+        raise BundleMismatch(f"{gate}: gate decision differs from the bundle (field decision)")
+    if b.decision.get("candidate") not in (None, b.candidate):
+        raise BundleMismatch(f"{where}: candidate {b.candidate!r} is not the one the gate judged "
+                             f"({b.decision.get('candidate')!r})")
     return b
+
+
+def _check_signature(b: EvidenceBundle, where: str) -> None:
+    key = signing_key()
+    if key is None:
+        if b.signature is not None:
+            raise BundleMismatch(f"{where}: signature cannot be checked: set {SIGNING_ENV}")
+        return
+    if b.signature is None:
+        raise BundleMismatch(f"{where}: signature missing, and {SIGNING_ENV} is set: unsigned evidence is refused")
+    if not hmac.compare_digest(b.signature, sign(b, key)):
+        raise BundleMismatch(f"{where}: signature does not match the bundle (forged or edited)")
+
+
+def _check_config(b: EvidenceBundle, root: Path, where: str) -> None:
+    if _config_sha256(b.config) != b.config_sha256:
+        raise BundleMismatch(f"{where}: config does not match config_sha256")
+    lock = root / "dvc.lock"
+    if lock.exists():
+        pinned = {}
+        for st in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
+            pinned.update((st.get("params") or {}).get("params.yaml", {}))
+        source = "dvc.lock"
+    elif (root / "params.yaml").exists():
+        pinned, source = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}, "params.yaml"
+    else:
+        raise BundleMismatch(f"{where}: config cannot be checked (no dvc.lock or params.yaml in {root})")
+    for key, value in pinned.items():
+        got = b.config
+        for part in key.split("."):
+            got = got.get(part, _MISSING) if isinstance(got, dict) else _MISSING
+        if got != value:
+            raise BundleMismatch(f"{where}: config key {key} differs from {source}")
+
+
+_MISSING = object()
+
+
+def _check_code_commit(b: EvidenceBundle, root: Path, where: str) -> None:
+    def git(*args: str) -> int:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True).returncode
+
+    if not re.fullmatch(r"[0-9a-f]{40}", b.code_commit) or git("cat-file", "-e", f"{b.code_commit}^{{commit}}"):
+        raise BundleMismatch(f"{where}: code_commit {b.code_commit[:12]!r} is not a commit of this repository")
+    if git("merge-base", "--is-ancestor", b.code_commit, "HEAD"):
+        raise BundleMismatch(f"{where}: code_commit {b.code_commit[:10]} is not an ancestor of HEAD")
+
+
+def _check_candidate(b: EvidenceBundle, root: Path, where: str) -> None:
+    folder = ADAPTER_DIR.format(c=b.candidate)
+    pinned = {f.path for f in b.files if f.role == "adapter"}
+    if any(not p.startswith(folder + "/") for p in pinned):
+        raise BundleMismatch(f"{where}: adapter files outside {folder} for candidate {b.candidate!r}")
+    required = {f"{folder}/{n}" for n in ADAPTER_REQUIRED}
+    if not required <= pinned:
+        raise BundleMismatch(f"{where}: files pin no {', '.join(sorted(required - pinned))}")
+    present = {str(p.relative_to(root)) for p in (root / folder).iterdir()} if (root / folder).is_dir() else set()
+    extra = sorted(present - pinned)
+    if extra:
+        raise BundleMismatch(f"{root / extra[0]}: in the adapter folder but not pinned by the bundle")
+
+
+def _check_dataset_versions(b: EvidenceBundle, root: Path, where: str) -> None:
+    expected = _dataset_versions(b.files, b.config["data"]["batches"], {})
+    got = {k: v for k, v in b.dataset_versions.items() if not k.endswith(":dvc_md5")}
+    if got != expected:
+        raise BundleMismatch(f"{where}: dataset_versions do not match the pinned dataset files")
+    dvc = _dvc_dir_hashes(root)
+    for k, v in b.dataset_versions.items():
+        if k.endswith(":dvc_md5"):
+            path = f"data/materialized/{k.removesuffix(':dvc_md5')}"
+            if path not in dvc:
+                raise BundleMismatch(f"{where}: dataset_versions {k} cannot be checked ({path} not in dvc.lock)")
+            if dvc[path] != v:
+                raise BundleMismatch(f"{where}: dataset_versions {k} differs from dvc.lock")
+
+
+def _check_base_model(b: EvidenceBundle, root: Path, where: str) -> None:
+    from clap import model
+
+    raw = b.base_model.get("path")
+    if not raw:
+        raise BundleMismatch(f"{where}: base_model.path is missing")
+    base_path = Path(raw) if Path(raw).is_absolute() else root / raw
+    if not base_path.is_dir():
+        raise BundleMismatch(f"{where}: base_model cannot be checked ({base_path} is missing)")
+    ident = model.identity(base_path)
+    if ident["weights_sha256"] != b.base_model.get("weights_sha256"):
+        raise BundleMismatch(f"{base_path}: base model weights differ from the bundle (field base_model)")
+    if ident["name"] != b.base_model.get("name"):
+        raise BundleMismatch(f"{base_path}: base model is {ident['name']!r}, the bundle names {b.base_model.get('name')!r}")
 
 
 def adapter_expectation(b: EvidenceBundle) -> dict:

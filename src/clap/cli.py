@@ -20,16 +20,29 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
 
-from clap.io import InputFileError  # noqa: E402
+from clap.errors import UserError  # noqa: E402
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
+    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
     raise typer.Exit(code=2)
+
+
+class _UserErrorsInOneLine(TyperGroup):
+    """Every sub-command: a mistake the user can fix (`UserError`) is one line and exit 2, no traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            _fail(exc)
+
+
+app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_help=True, help=__doc__)
 
 
 @app.command("demo-data")
@@ -47,14 +60,14 @@ def assetize(raw: Path = typer.Option(Path("data/raw")), out: Path = typer.Optio
     """Validate and normalise raw inputs into assets; quarantine what cannot be used."""
     from clap.stages import assetize as stage
 
-    try:
-        report = stage.run(raw, out, repaired)
-    except (InputFileError, ValueError) as exc:
-        _fail(exc)
+    report = stage.run(raw, out, repaired)
     for name, e in report["inputs"].items():
         console.print(f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}")
     console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}")
     console.print("noise found/fixed: " + ", ".join(f"{k}={v}" for k, v in report["noise"].items() if v))
+    console.print("rows per batch: " + ", ".join(f"{k!r}={v}" for k, v in report["batches"]["rows"].items()))
+    for w in report["batches"]["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {escape(w)}")
 
 
 def _params() -> dict:
@@ -64,16 +77,43 @@ def _params() -> dict:
 
 
 @app.command()
-def params(check: bool = typer.Option(False, help="fail when params.yaml differs from conf/")) -> None:
-    """Compose conf/ into params.yaml (what DVC's Hydra integration does for `dvc exp run`)."""
-    from clap.config import compose, dump
+def params(check: bool = typer.Option(False, help="fail when params.yaml differs from ./conf or breaks the schema"),
+           override: list[str] = typer.Option(None, "--set", "-S", help="Hydra override, e.g. train.sft.epochs=3")) -> None:
+    """Compose ./conf into params.yaml (what DVC's Hydra integration does for `dvc exp run`), checked by the schema."""
+    from clap.config import check as check_params
+    from clap.config import compose, dump, load
 
-    text = dump(compose())
+    composed = check_params(compose(override or []), "conf/ (composed)")
+    text = dump(composed)
     if check:
+        load(Path("params.yaml"))
         if Path("params.yaml").read_text(encoding="utf-8") != text:
             _fail(ValueError("params.yaml differs from the composition of conf/: run `clap params`"))
+        console.print("params.yaml: matches conf/ and the schema")
         return
-    Path("params.yaml").write_text(text, encoding="utf-8")
+    from clap.io import atomic_write_text
+
+    atomic_write_text(Path("params.yaml"), text)
+
+
+@app.command("exp", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exp(ctx: typer.Context,
+        override: list[str] = typer.Option(None, "--set-param", "-S", help="Hydra override, e.g. train.sft.epochs=3")) -> None:
+    """`dvc exp run … -S k=v` with the overrides composed and checked first: an invalid value is never queued.
+
+        clap exp run --queue -S train.sft.learning_rate=1e-4
+    """
+    import subprocess
+
+    from clap.config import check as check_params
+    from clap.config import compose
+
+    args = list(ctx.args)
+    if not args or args[0] != "run":
+        _fail(ValueError("usage: clap exp run [dvc exp run options] -S key=value ..."))
+    check_params(compose(override or []), f"overrides {' '.join(override or [])}")
+    cmd = ["dvc", "exp", *args] + [a for o in override or [] for a in ("-S", o)]
+    raise typer.Exit(subprocess.run(cmd).returncode)
 
 
 @app.command()
@@ -119,18 +159,14 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
     from importlib import import_module
 
     from clap import model
-    from clap.stages.admit import NotAdmitted
 
     if kind not in ("sft", "dpo", "grpo"):
         _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo or grpo"))
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     stage = import_module(f"clap.stages.train_{kind}")
-    try:
-        m = stage.run(cfg, materialized, admission, batches or cfg["data"]["batches"], base,
-                      out or Path("models") / kind, checkpoints or Path("models/checkpoints") / kind)
-    except NotAdmitted as exc:
-        _fail(exc)
+    m = stage.run(cfg, materialized, admission, batches or cfg["data"]["batches"], base,
+                  out or Path("models") / kind, checkpoints or Path("models/checkpoints") / kind)
     from clap.io import write_json
 
     write_json(Path("metrics") / f"train_{kind}.json", m)
@@ -139,6 +175,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
 
 
 def _engine(cfg: dict, adapter: Path | None):
+    """The generation engine with the adapter verified against the hashes git pins (dvc.lock)."""
     import importlib.util
 
     import torch
@@ -146,16 +183,17 @@ def _engine(cfg: dict, adapter: Path | None):
     from clap import model
     from clap.generate import Engine
     from clap.generate_vllm import VLLMEngine, choose_backend
-    from clap.serving import load_adapter
+    from clap.serving import pinned_expectation
 
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
-    ident = model.identity(base)
+    expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
     backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
                              torch.cuda.is_available())
     console.print(f"generation backend: {backend}")
     if backend == "vllm":
-        return VLLMEngine(base, adapter, ident, gpu_memory_utilization=cfg["generate"]["gpu_memory_utilization"])
-    return Engine(base, adapter, adapter_loader=lambda m, d: load_adapter(m, d, None, ident))
+        return VLLMEngine(base, adapter, expected, model.identity(base),
+                          gpu_memory_utilization=cfg["generate"]["gpu_memory_utilization"])
+    return Engine(base, adapter, expected)
 
 
 @app.command()

@@ -1,45 +1,272 @@
-"""Composed configuration: `conf/` → params.yaml, and strict loading of params.yaml.
+"""Composed configuration: `conf/` → params.yaml, checked against one typed schema before any work.
 
-    clap params            # rewrite params.yaml from conf/ (a test checks they agree)
+    clap params                       # rewrite params.yaml from ./conf (a test checks they agree)
+    clap params --check               # fail when params.yaml is stale or does not fit the schema
+    clap exp run --queue -S k=v ...   # compose + check the overrides, then hand over to `dvc exp run`
 
-Unknown keys anywhere in params.yaml are an error: a typo must not silently fall back to a default.
+`Params` is the one schema of every key: types, ranges and choices, with unknown keys refused. Every
+stage loads params.yaml through `load`, so a mistake (`learning_rate: fast`, `eval_fraction: 2`,
+`data.batches: b1`) stops the command in one line naming the key before a model is loaded.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
 from omegaconf import OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from clap.errors import UserError
 
 
-def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> dict:
+class ConfigError(UserError, ValueError):
+    """A configuration mistake the user can fix; the message names the file and the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+PosInt = Annotated[StrictInt, Field(ge=1)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+OpenFraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+PosFloat = Annotated[float, Field(gt=0.0)]
+NonNegFloat = Annotated[float, Field(ge=0.0)]
+BatchId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+
+
+class Demo(_Section):
+    seed: StrictInt
+    scale: Annotated[float, Field(gt=0.0, le=100.0)]
+
+
+class Data(_Section):
+    batches: Annotated[list[BatchId], Field(min_length=1)]
+
+    @field_validator("batches")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        dup = sorted({b for b in v if v.count(b) > 1})
+        if dup:
+            raise ValueError(f"batch ids repeat: {', '.join(dup)}")
+        return v
+
+
+class Materialize(_Section):
+    eval_fraction: OpenFraction
+    max_train_per_batch: PosInt | None
+    max_eval_per_batch: PosInt | None
+    max_replay_per_batch: PosInt | None
+    near_dup_threshold: OpenFraction
+    num_perm: Annotated[StrictInt, Field(ge=16, le=1024)]
+    seed: StrictInt
+
+
+class RewardWeights(_Section):
+    outcome: NonNegFloat
+    format: NonNegFloat
+    grounding: NonNegFloat
+    efficiency: NonNegFloat
+
+
+class Rewards(_Section):
+    weights: RewardWeights
+    max_chars: PosInt
+
+
+class Admit(_Section):
+    max_overlap: Annotated[StrictInt, Field(ge=0)]
+    max_unverifiable_share: Fraction
+    min_train_samples: PosInt
+    min_rank_pass_rate: Fraction
+    min_reward_margin: float
+    min_reward_std: NonNegFloat
+
+
+class Model(_Section):
+    base: Annotated[str, Field(min_length=1)]
+    cache_dir: Annotated[str, Field(min_length=1)]
+
+
+class Lora(_Section):
+    lora_r: PosInt
+    lora_alpha: PosInt
+    lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
+    target_modules: Annotated[list[str], Field(min_length=1)]
+
+
+class Sft(Lora):
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
+    epochs: PosInt
+    per_device_batch_size: PosInt
+    gradient_accumulation: PosInt
+    max_length: Annotated[StrictInt, Field(ge=16)]
+    padding_free: Literal["auto", "on", "off"] | StrictBool
+    qlora: Literal["auto", "on", "off"] | StrictBool
+    logging_steps: PosInt
+    save_steps: PosInt
+    max_steps: Annotated[StrictInt, Field(ge=-1)]
+
+
+class Dpo(_Section):
+    enabled: StrictBool
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
+    beta: PosFloat
+    max_steps: PosInt
+    per_device_batch_size: PosInt
+    logging_steps: PosInt
+
+
+class Grpo(_Section):
+    enabled: StrictBool
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
+    beta: NonNegFloat
+    num_generations: Annotated[StrictInt, Field(ge=2)]
+    max_completion_length: PosInt
+    max_steps: PosInt
+    per_device_batch_size: PosInt
+    logging_steps: PosInt
+
+
+class Guards(_Section):
+    kl_max: PosFloat
+    kl_spike_ratio: Annotated[float, Field(gt=1.0)]
+    kl_window: PosInt
+    reward_collapse_std: NonNegFloat
+    collapse_patience: PosInt
+    max_clipped_ratio: Fraction
+
+
+class Train(_Section):
+    seed: StrictInt
+    sft: Sft
+    dpo: Dpo
+    grpo: Grpo
+    guards: Guards
+
+
+class Generate(_Section):
+    backend: Literal["auto", "hf", "vllm"]
+    gpu_memory_utilization: OpenFraction
+
+
+class EvalWeights(_Section):
+    parse_ok: NonNegFloat
+    field_accuracy: NonNegFloat
+    value_accuracy: NonNegFloat
+    evidence_accuracy: NonNegFloat
+    target_match: NonNegFloat
+
+
+class Evaluate(_Section):
+    max_new_tokens: PosInt
+    batch_size: PosInt
+    bootstrap: Annotated[StrictInt, Field(ge=100)]
+    ci: OpenFraction
+    pass_rule: Literal["value_and_evidence", "target_match"]
+    weights: EvalWeights
+
+
+class Retrieval(_Section):
+    k: PosInt
+    mode: Literal["bm25", "dense", "hybrid"]
+    rrf_k: PosInt
+
+
+class Replay(_Section):
+    max_new_tokens: PosInt
+    batch_size: PosInt
+
+
+class Gate(_Section):
+    name: Annotated[str, Field(min_length=1)]
+    min_overall_delta: float
+    ci_lower_must_exceed: float
+    max_batch_regression: Annotated[float, Field(le=0.0)]
+    max_regressed_batches: Annotated[StrictInt, Field(ge=0)]
+    max_hallucination_rate: Fraction
+    max_hallucination_increase: Fraction
+    max_wrong_fact_increase: Fraction
+    max_p95_latency_ratio: Annotated[float, Field(ge=1.0)]
+    min_parse_ok: Fraction
+    require_guards_ok: StrictBool
+    require_replay_gain: StrictBool
+    rollback_on_prod_regression: StrictBool
+
+
+class Params(_Section):
+    """Every key of params.yaml, with its type and range."""
+
+    gate: Gate
+    demo: Demo
+    data: Data
+    materialize: Materialize
+    rewards: Rewards
+    admit: Admit
+    model: Model
+    train: Train
+    generate: Generate
+    evaluate: Evaluate
+    retrieval: Retrieval
+    replay: Replay
+
+
+def conf_dir() -> Path:
+    """The conf/ of the working directory: the project the user runs, not the installed package."""
+    return Path.cwd() / "conf"
+
+
+def compose(overrides: list[str] | None = None, conf: Path | None = None) -> dict:
     """Compose conf/config.yaml with Hydra, exactly as DVC's Hydra integration does."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-    with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base=None):
-        cfg = hydra_compose(config_name="config", overrides=overrides or [])
-    return OmegaConf.to_container(cfg, resolve=True)
+    conf = Path(conf) if conf is not None else conf_dir()
+    if not (conf / "config.yaml").is_file():
+        raise ConfigError(f"{conf}/config.yaml: no such file (run clap from the project root)")
+    try:
+        with initialize_config_dir(config_dir=str(conf.resolve()), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=overrides or [])
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{conf}: {str(exc).splitlines()[0]}") from None
 
 
 def dump(params: dict) -> str:
     return yaml.safe_dump(params, sort_keys=False, allow_unicode=True)
 
 
-def load(path: Path = Path("params.yaml"), reference: dict | None = None) -> dict:
-    """Load params.yaml and reject keys that conf/ does not define."""
-    params = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    _strict(params, reference if reference is not None else compose(), "")
+def check(params: dict, source: str = "params.yaml") -> dict:
+    """Validate `params` against the schema; raise ConfigError naming the first bad keys."""
+    if not isinstance(params, dict):
+        raise ConfigError(f"{source}: not a mapping of config sections")
+    try:
+        Params.model_validate(params)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: " + "; ".join(_describe(e) for e in exc.errors()[:3])) from None
     return params
 
 
-def _strict(got: dict, ref: dict, where: str) -> None:
-    unknown = sorted(set(got) - set(ref))
-    if unknown:
-        raise ValueError(f"params.yaml: unknown key(s) {', '.join(where + k for k in unknown)}")
-    for k, v in got.items():
-        if isinstance(v, dict) and isinstance(ref.get(k), dict) and k not in ("weights",):
-            _strict(v, ref[k], f"{where}{k}.")
+def _describe(err: dict) -> str:
+    key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("constrained-", "function-")))
+    if err["type"] == "extra_forbidden":
+        return f"unknown key {key}"
+    if err["type"] == "missing":
+        return f"missing key {key}"
+    return f"{key}: {err['msg'].lower()} (got {err.get('input')!r})"
+
+
+def load(path: Path = Path("params.yaml")) -> dict:
+    """Load params.yaml and check it against the schema (unknown keys, types, ranges)."""
+    path = Path(path)
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (run `clap params` in the project root)") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return check(params, str(path))

@@ -53,16 +53,21 @@ class Generation:
 
 
 class Engine:
-    """`Engine(base_dir, adapter_dir)`; `engine.generate(msgs, use_adapter=True|False)`."""
+    """`Engine(base_dir, adapter_dir, expected)`; `engine.generate(msgs, use_adapter=True|False)`.
 
-    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, adapter_loader=None):
+    The adapter is attached only through `serving.load_adapter` against `expected`, the manifest
+    pinned in git (`serving.pinned_expectation`): there is no unchecked load path.
+    """
+
+    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None):
+        from clap.serving import load_adapter
+
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"
         self.model = base_model.load_model(base_dir)
         self.has_adapter = adapter_dir is not None
         if adapter_dir is not None:
-            loader = adapter_loader or _plain_peft_load
-            self.model = loader(self.model, Path(adapter_dir))
+            self.model = load_adapter(self.model, Path(adapter_dir), expected, base_model.identity(base_dir))
         self.model.eval()
         self.device = next(self.model.parameters()).device
 
@@ -110,12 +115,6 @@ class Engine:
         if bar:
             bar.close()
         return out  # type: ignore[return-value]
-
-
-def _plain_peft_load(model, adapter_dir: Path):
-    from peft import PeftModel
-
-    return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
 
 
 def _progress(total: int, enabled: bool):

@@ -9,7 +9,8 @@ path and the tests use `generate.Engine`). Why: paged attention and continuous b
 Equivalence with the HF engine: prompts are the same token ids (our chat template, not vLLM's),
 decoding is greedy (temperature 0), and the text is cut at the end of the first JSON object, as
 `Engine` does (vLLM has no per-row stopping callback, so it runs to `max_new_tokens` or EOS and
-is cut after). The adapter passes the same verification (`serving.verify_adapter`) before vLLM
+is cut after). The adapter passes the same verification (`serving.verify_adapter`, against the
+manifest pinned in git) before vLLM
 loads it, and the baseline is the same base weights without the LoRA request.
 Latency is what the application sees: requests go in groups of `batch_size` (the configured
 concurrency) and each record carries its group's wall time.
@@ -17,7 +18,6 @@ concurrency) and each record carries its group's wall time.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -29,18 +29,17 @@ from clap.serving import AdapterRefused, verify_adapter
 class VLLMEngine:
     """`VLLMEngine(base_dir, adapter_dir)`; `engine.generate(msgs, use_adapter=True|False)`."""
 
-    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, base_identity: dict | None = None,
-                 gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64):
+    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
+                 base_identity: dict | None = None, gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64):
         from vllm import LLM  # the `vllm` extra; imported here so the module loads without it
 
         self.tok = base_model.load_tokenizer(base_dir)
         self.adapter = None
         if adapter_dir is not None:
             adapter_dir = Path(adapter_dir)
-            manifest = adapter_dir / "manifest.json"
-            if not manifest.exists():
-                raise AdapterRefused(f"{manifest}: no manifest; refusing an adapter without evidence")
-            verify_adapter(adapter_dir, json.loads(manifest.read_text()), base_identity or base_model.identity(base_dir))
+            if expected is None:
+                raise AdapterRefused(f"{adapter_dir}: no pinned evidence given; refusing to load")
+            verify_adapter(adapter_dir, expected, base_identity or base_model.identity(base_dir))
             self.adapter = adapter_dir
         self.llm = LLM(model=str(base_dir), tokenizer=str(base_dir), trust_remote_code=False, seed=0,
                        dtype="auto", enable_lora=adapter_dir is not None, max_lora_rank=max_lora_rank, max_loras=1,

@@ -9,9 +9,11 @@ folder and an atomic rename, so a crash never leaves an output that DVC would ac
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -25,10 +27,12 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from clap.errors import UserError
+
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 
 
-class InputFileError(RuntimeError):
+class InputFileError(UserError, RuntimeError):
     """A whole input file is unusable; the message names the file and the reason."""
 
 
@@ -199,16 +203,74 @@ def jsonable(value):
     return value
 
 
-@contextlib.contextmanager
-def atomic_dir(out: Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `out`, on error it is removed."""
+OUTPUT_MARKER = ".clap-output"  # inside every folder a stage writes: the proof that CLAP created it
+
+
+class OutputRefused(UserError, RuntimeError):
+    """An output path that would destroy something CLAP did not create, or that cannot be written."""
+
+
+def check_output_dir(out: Path, inputs: tuple[Path, ...] = ()) -> None:
+    """Refuse an output folder that overlaps an input, or exists without CLAP's marker.
+
+    A stage replaces only a folder it created itself: `--out data/raw` (an input), `--out .` (a
+    parent of everything) or any unrelated existing folder is refused before any work starts.
+    """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    target = out.resolve()
+    for inp in inputs:
+        if inp is None:
+            continue
+        src = Path(inp).resolve()
+        if target == src or target in src.parents or src in target.parents:
+            raise OutputRefused(f"{out}: output overlaps the input {inp}; a stage never writes where it reads")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutputRefused(f"{out}: exists and is not a folder; refusing to replace it")
+    if out.is_dir() and any(out.iterdir()) and not (out / OUTPUT_MARKER).is_file():
+        raise OutputRefused(f"{out}: existing folder not created by clap (no {OUTPUT_MARKER}); "
+                            "choose another output path or remove it yourself")
+
+
+def _alive(pid: int) -> bool:
     try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clear_stale(out: Path) -> None:
+    """Remove temporary siblings (`.name.tmp-PID-*`, `.name.old-PID`) left by killed runs."""
+    for p in out.parent.glob(f".{out.name}.*-*"):
+        m = re.fullmatch(rf"\.{re.escape(out.name)}\.(?:tmp|old)-(\d+)(?:-.*)?", p.name)
+        if m and p.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(out: Path, inputs: tuple[Path, ...] = ()) -> Iterator[Path]:
+    """Yield a temporary sibling folder; on success it replaces `out`, on error it is removed.
+
+    `out` is checked first (`check_output_dir`): never an input, never a folder CLAP did not create.
+    The new folder carries the marker; an unwritable or full disk becomes `OutputRefused` naming `out`.
+    """
+    out = Path(out)
+    check_output_dir(out, inputs)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _clear_stale(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    except OSError as exc:
+        raise OutputRefused(f"{out}: cannot write ({exc.strerror or exc})") from None
+    try:
+        (tmp / OUTPUT_MARKER).write_text("created by clap; this folder is replaced whole by the stage that wrote it\n")
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+            raise OutputRefused(f"{out}: cannot write ({exc.strerror}); nothing was changed") from None
         raise
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")

@@ -295,6 +295,7 @@ class EvidenceBundle(_Doc):
     files: list[BundleFile] = Field(default_factory=list)
     decision: dict
     dataset_versions: dict[str, str]
+    signature: str | None = None  # "hmac-sha256:…" when CLAP_BUNDLE_KEY was set at `clap bundle`
 
 
 # ---------------------------------------------------------------- applying table contracts

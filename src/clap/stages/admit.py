@@ -14,6 +14,7 @@ import json
 import statistics
 from pathlib import Path
 
+from clap.errors import UserError
 from clap.io import read_json, read_jsonl, write_json
 from clap.schemas import AdmissionRecord, Check
 
@@ -67,7 +68,7 @@ def run(cfg: dict, batch_dir: Path, out: Path) -> AdmissionRecord:
     return record
 
 
-class NotAdmitted(RuntimeError):
+class NotAdmitted(UserError, RuntimeError):
     """Training refused: the batch's admission record does not allow this trainer."""
 
 

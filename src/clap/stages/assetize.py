@@ -73,8 +73,12 @@ def run(raw: Path, out: Path, repaired: Path | None = None) -> dict:
 
 def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
     tables, quarantine, report = {}, [], {"inputs": {}, "noise": {}}
+    if not raw.is_dir():
+        raise InputFileError(f"{raw}: no such folder (--raw)")
+    if repaired is not None and not Path(repaired).exists():
+        raise InputFileError(f"{repaired}: no such file or folder (--repaired)")
     paths = {name: find_input(raw, name) for name in ("chunks", "facts", "decisions")}
-    with atomic_dir(out) as tmp, ThreadPoolExecutor(2) as pool:
+    with atomic_dir(out, (raw, repaired)) as tmp, ThreadPoolExecutor(2) as pool:
         # the chunk side runs while the facts are read and parsed: first what fact verification waits
         # for (read, fold, find numbers), then the chunk asset (hash, validate, write)
         chunk_side = pool.submit(_chunk_side, paths["chunks"])
@@ -103,6 +107,7 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
             if entry["kept"] + entry["quarantined"] != entry["rows_in"]:
                 raise AssertionError(f"{name}: rows in {entry['rows_in']} != kept {entry['kept']} + quarantined {entry['quarantined']}")
         report["noise"] = noise
+        report["batches"] = _batch_ids(chunks, facts, decisions)
         report["quarantine_by_rule"] = _count(q["rule"] for q in quarantine)
         report["verifiable_facts"] = int(facts["verifiable"].sum())
         report["unverifiable_facts"] = int((~facts["verifiable"]).sum())
@@ -183,19 +188,53 @@ def _coerce(df: pd.DataFrame, name: str, file: str) -> tuple[pd.DataFrame, list[
     for col in INT_COLUMNS[name]:
         if col not in df:
             continue
-        num = pd.to_numeric(df[col], errors="coerce")
-        wrong = (df[col].notna() & (num.isna() | (num % 1 != 0))) | df[col].isna()
+        is_bool = df[col].map(lambda v: isinstance(v, (bool, np.bool_))).astype(bool)
+        num = pd.to_numeric(df[col].where(~is_bool), errors="coerce")
+        wrong = (df[col].notna() & (num.isna() | (num % 1 != 0))) | df[col].isna() | is_bool
         for i in df.index[wrong & ~drop]:
             rule = "not_null" if pd.isna(df.at[i, col]) else "type:int"
             original = {k: v for k, v in df.loc[i].items() if k != "_row"}
             bad.append(quarantine_record(STAGE, file, int(df.at[i, "_row"]), rule, col, original))
         drop |= wrong
         df[col] = num.where(~wrong)
+    if name == "decisions" and "causes" in df:
+        causes = df["causes"].map(_as_mapping)
+        for i in df.index[causes.isna() & ~drop]:
+            original = {k: v for k, v in df.loc[i].items() if k != "_row"}
+            bad.append(quarantine_record(STAGE, file, int(df.at[i, "_row"]), "type:mapping", "causes", original))
+        drop |= causes.isna()
+        df["causes"] = causes
+    if "batch" in df:  # ` b1 ` and `b1` are one batch; other look-alikes are reported (report["batches"])
+        df["batch"] = df["batch"].map(lambda v: v.strip() if isinstance(v, str) else v)
     df = df[~drop].copy()
     for col in INT_COLUMNS[name]:
         if col in df:
             df[col] = df[col].astype("int64")
     return df, bad
+
+
+def _as_mapping(v):
+    """A decision's `causes`: a mapping, or JSON text of one (a spreadsheet export); else None."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return None
+    return v if isinstance(v, dict) and v else None
+
+
+def _batch_ids(*tables: pd.DataFrame) -> dict:
+    """Rows per batch id over all assets, and ids that differ from another only by case or that look unlike it."""
+    counts: dict[str, int] = {}
+    for t in tables:
+        for b, n in t["batch"].value_counts().items():
+            counts[str(b)] = counts.get(str(b), 0) + int(n)
+    folded: dict[str, list[str]] = {}
+    for b in counts:
+        folded.setdefault(b.casefold(), []).append(b)
+    warnings = [f"batch ids {', '.join(sorted(v))} differ only in case: they are separate batches"
+                for v in folded.values() if len(v) > 1]
+    return {"rows": dict(sorted(counts.items())), "warnings": warnings}
 
 
 def _as_str(v):
