@@ -207,3 +207,60 @@ def test_prod_adapter_is_pinned_by_the_bundle_at_its_release_tag(repo, tiny_dir)
     b["files"] = [f for f in b["files"] if "adapter_model" not in f["path"]]  # an edit in the working tree
     (root / "release/bundle.json").write_text(json.dumps(b))
     assert pinned_expectation(root, ad, "clap-adapter@v1") == pinned  # read from git's objects, not the tree
+
+
+def _edit_bundle(root: Path, edit) -> None:
+    path = root / "release/bundle.json"
+    b = json.loads(path.read_text())
+    edit(b)
+    path.write_text(json.dumps(b))
+
+
+TAMPERS = {  # what a hostile edit does → what `clap verify` must name
+    "code_commit edited": (lambda root, b: b.update(code_commit="f" * 40), "code_commit"),
+    "code_commit not a commit": (lambda root, b: b.update(code_commit="unknown"), "code_commit"),
+    "dataset_versions edited": (lambda root, b: b["dataset_versions"].update(b1="0" * 64), "dataset_versions"),
+    "candidate edited": (lambda root, b: b.update(candidate="dpo"), "candidate 'dpo'"),
+    "adapter entries removed": (lambda root, b: b.update(files=[f for f in b["files"] if f["role"] != "adapter"]),
+                                "files pin no"),
+    "base_model.path missing": (lambda root, b: b["base_model"].update(path="models/nowhere"), "base_model"),
+    "config edited": (lambda root, b: b["config"]["gate"].update(min_parse_ok=0.0), "config"),
+    "extra adapter_model.bin": (lambda root, b: (root / "models/sft/adapter/adapter_model.bin").write_bytes(b"\x80\x04"),
+                                "adapter_model.bin: in the adapter folder but not pinned"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERS))
+def test_verify_refuses_every_tampered_field(repo, tiny_dir, monkeypatch, case):
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    monkeypatch.chdir(root)
+    assert CliRunner().invoke(app, ["verify"]).exit_code == 0
+    edit, named = TAMPERS[case]
+    _edit_bundle(root, lambda b: edit(root, b))
+    r = CliRunner().invoke(app, ["verify"])
+    assert r.exit_code == 1 and "verify failed" in r.output and named in r.output, r.output
+    r = CliRunner().invoke(app, ["release"])
+    assert r.exit_code == 1 and "release refused" in r.output
+
+
+def test_signed_bundle_cannot_be_forged_without_the_key(repo, tiny_dir, monkeypatch):
+    """An attacker who rewrites adapter, manifest and bundle hashes consistently still lacks the key."""
+    root, params = repo
+    monkeypatch.setenv("CLAP_BUNDLE_KEY", "k" * 32)
+    _commit_version(root, tiny_dir, params, 1)
+    b = bundle.verify(root / "release/bundle.json", root)
+    assert b.signature.startswith("hmac-sha256:")
+    weights = root / "models/sft/adapter/adapter_model.safetensors"
+    flip_last_byte(weights)
+    _edit_bundle(root, lambda d: [f.update(sha256=bundle.sha256_file(weights)) for f in d["files"]
+                                  if f["path"].endswith("adapter_model.safetensors")])
+    with pytest.raises(bundle.BundleMismatch, match="signature does not match"):
+        bundle.verify(root / "release/bundle.json", root)
+    monkeypatch.delenv("CLAP_BUNDLE_KEY")
+    with pytest.raises(bundle.BundleMismatch, match="signature cannot be checked"):
+        bundle.verify(root / "release/bundle.json", root)

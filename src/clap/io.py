@@ -8,9 +8,12 @@ folder and an atomic rename, so a crash never leaves an output that DVC would ac
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import csv
 import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -74,11 +77,51 @@ def read_table(path: Path, stage: str, types: dict[str, str] | None = None) -> t
     raise InputFileError(f"{path}: unsupported format {suffix!r} (use .jsonl, .csv or .parquet)")
 
 
-def _read_jsonl(path: Path, stage: str, types: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
+BOMS = [(codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")]
+
+
+def read_text_bytes(path: Path) -> tuple[bytes, bool]:
+    """A text file's bytes as UTF-8: a byte-order mark (UTF-8/16/32, as spreadsheet tools write) is
+    honoured; a file in another encoding (GBK, Latin-1 …) is refused naming the file and the first bad
+    line. A line or two of stray bytes in a UTF-8 file stays: its rows are quarantined as `non_utf8`.
+    Returns (bytes, whether every byte is valid UTF-8)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise InputFileError(f"{path}: cannot read ({exc})") from exc
+        raise InputFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    for bom, codec in BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec).encode("utf-8"), True
+            except UnicodeDecodeError as exc:
+                raise InputFileError(f"{path}: starts with a {codec} byte-order mark but is not {codec} "
+                                     f"(byte {exc.start})") from None
+    if _is_utf8(data):
+        return data, True
+    lines = data.split(b"\n")
+    bad = [n for n, line in enumerate(lines, start=1) if not _is_utf8(line)]
+    if len(bad) >= 2 and len(bad) > 0.01 * len(lines):
+        guess = next((c for c in ("gb18030", "big5", "shift_jis", "cp1252") if _decodes(data, c)), None)
+        raise InputFileError(f"{path}: not UTF-8 ({len(bad)} lines, first at line {bad[0]})"
+                             + (f"; it reads as {guess}: re-save it as UTF-8" if guess else "; re-save it as UTF-8"))
+    return data, False
+
+
+def _is_utf8(b: bytes) -> bool:
+    return _decodes(b, "utf-8")
+
+
+def _decodes(b: bytes, codec: str) -> bool:
+    try:
+        b.decode(codec)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _read_jsonl(path: Path, stage: str, types: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[dict]]:
+    data, _ = read_text_bytes(path)
     if types:
         fast = _read_jsonl_columnar(data, types)
         if fast is not None:
@@ -168,21 +211,41 @@ def _loose_columns(lines: list[bytes], types: dict[str, str], loose: list[str]) 
 
 
 def _read_csv(path: Path, stage: str) -> tuple[pd.DataFrame, list[dict]]:
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""],
-                         encoding="utf-8", encoding_errors="surrogateescape")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError) as exc:
-        raise InputFileError(f"{path}: not a readable CSV file ({exc})") from exc
+    data, clean = read_text_bytes(path)
+    header = next(csv.reader([data.split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")]), [])
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header, start=1):
+        if name.strip() in seen:
+            raise InputFileError(f"{path}: column {name.strip()!r} appears twice in the header "
+                                 f"(columns {seen[name.strip()]} and {i})")
+        seen[name.strip()] = i
+    try:  # a file with stray bytes is read as Python strings, so the bad rows can be found and quarantined
+        df = pd.read_csv(io.BytesIO(data), dtype=str if clean else object, keep_default_na=False, na_values=[""],
+                         encoding="utf-8", encoding_errors="strict" if clean else "surrogateescape")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise InputFileError(f"{path}: not a readable CSV file ({str(exc).strip()})") from None
+    df.columns = [str(c).strip() for c in df.columns]
     df.insert(0, "_row", range(2, len(df) + 2))  # header is line 1
-    has_bad = df.drop(columns="_row").apply(
-        lambda col: col.map(lambda v: isinstance(v, str) and any("\udc80" <= ch <= "\udcff" for ch in v)))
-    mask = has_bad.any(axis=1)
-    bad = [quarantine_record(stage, str(path), int(r["_row"]), "non_utf8",
-                             next(c for c in has_bad.columns if has_bad.at[i, c]),
-                             {k: (v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-                                  if isinstance(v, str) else v) for k, v in r.drop("_row").items()})
-           for i, r in df[mask].iterrows()]
-    return df[~mask].reset_index(drop=True), bad
+    if clean:
+        return df, []
+    columns = [c for c in df.columns if c != "_row"]
+    bad, keep = [], []
+    for i, row in zip(df.index, df[columns].itertuples(index=False, name=None)):
+        col = next((c for c, v in zip(columns, row) if isinstance(v, str) and _has_surrogate(v)), None)
+        if col is None:
+            keep.append(i)
+            continue
+        original = {c: v.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if isinstance(v, str) else v
+                    for c, v in zip(columns, row)}
+        bad.append(quarantine_record(stage, str(path), int(df.at[i, "_row"]), "non_utf8", col, original))
+    kept = df.loc[keep].reset_index(drop=True)
+    for c in columns:
+        kept[c] = kept[c].astype("str").where(kept[c].notna(), None)
+    return kept, bad
+
+
+def _has_surrogate(v: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in v)
 
 
 def jsonable(value):
@@ -224,6 +287,9 @@ def check_output_dir(out: Path, inputs: tuple[Path, ...] = ()) -> None:
         src = Path(inp).resolve()
         if target == src or target in src.parents or src in target.parents:
             raise OutputRefused(f"{out}: output overlaps the input {inp}; a stage never writes where it reads")
+    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise OutputRefused(f"{out}: cannot write ({blocking} is a file, not a folder)")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise OutputRefused(f"{out}: exists and is not a folder; refusing to replace it")
     if out.is_dir() and any(out.iterdir()) and not (out / OUTPUT_MARKER).is_file():

@@ -299,6 +299,15 @@ class EvidenceBundle(_Doc):
 
 
 # ---------------------------------------------------------------- applying table contracts
+def typed_empty(df: pd.DataFrame, model: type[pa.DataFrameModel]) -> pd.DataFrame:
+    """An empty table with the contract's dtypes: an input whose every row was quarantined still
+    writes a valid, empty asset instead of failing on the dtype of columns that hold nothing."""
+    if len(df):
+        return df
+    columns = model.to_schema().columns
+    return pd.DataFrame({c: pd.Series(dtype=columns[c].dtype.type) if c in columns else df[c] for c in df.columns})
+
+
 def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, file: str,
                 id_column: str | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """Validate lazily; return (valid rows, quarantine records). Rows in = valid + quarantined.

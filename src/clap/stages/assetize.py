@@ -40,7 +40,16 @@ from clap.io import (
     write_jsonl,
 )
 from clap.normalize import normalize_period
-from clap.schemas import ID_COLUMN, INT_COLUMNS, RAW_SCHEMAS, ChunkAsset, DecisionAsset, FactAsset, split_valid
+from clap.schemas import (
+    ID_COLUMN,
+    INT_COLUMNS,
+    RAW_SCHEMAS,
+    ChunkAsset,
+    DecisionAsset,
+    FactAsset,
+    split_valid,
+    typed_empty,
+)
 
 STAGE = "assetize"
 RAW_OF = {"metric_raw": "metric", "period_raw": "period", "unit_raw": "unit"}  # fact asset column -> raw column
@@ -111,6 +120,7 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
         report["quarantine_by_rule"] = _count(q["rule"] for q in quarantine)
         report["verifiable_facts"] = int(facts["verifiable"].sum())
         report["unverifiable_facts"] = int((~facts["verifiable"]).sum())
+        facts, decisions = typed_empty(facts, FactAsset), typed_empty(decisions, DecisionAsset)
         FactAsset.validate(facts, lazy=True)
         DecisionAsset.validate(decisions, lazy=True)
         facts_written = pool.submit(facts.to_parquet, tmp / "facts.parquet", index=False)  # encoding releases the GIL
@@ -132,6 +142,7 @@ def _chunk_asset(df: pd.DataFrame, parquet: Path) -> pd.DataFrame:
     chunks = df[["chunk_id", "doc_id", "page", "text", "lang", "batch"]].reset_index(drop=True)
     chunks["content_hash"] = [hashlib.sha256(f"{d}\x1f{p}\x1f{t}".encode()).hexdigest()  # = io.content_hash(d, p, t)
                               for d, p, t in zip(_pylist(chunks["doc_id"]), chunks["page"].tolist(), _pylist(chunks["text"]))]
+    chunks = typed_empty(chunks, ChunkAsset)
     ChunkAsset.validate(chunks, lazy=True)
     chunks.to_parquet(parquet, index=False)
     return chunks

@@ -1,0 +1,255 @@
+"""Mistakes a careless user makes, met the way the user meets them: the `clap` command, its one-line
+message, exit code 2, no traceback — and nothing lost or changed on disk (issue: trust the chain).
+"""
+
+import errno
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from tests.conftest import ROOT
+from typer.testing import CliRunner
+
+from clap import demo_data
+from clap.cli import app
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    raw = tmp_path_factory.mktemp("raw")
+    demo_data.write(raw, seed=3, scale=0.1)
+    return raw
+
+
+def clap(*args: str):
+    """`clap ARGS` in-process, as the user types it; returns (exit code, output)."""
+    r = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    return r.exit_code, r.output
+
+
+def one_line_error(code: int, out: str, *needles: str) -> None:
+    assert code == 2, out
+    assert "Traceback" not in out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), out
+    for n in needles:
+        assert n in out, (n, out)
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def raw_with(corpus: Path, dst: Path, **tables) -> Path:
+    """A raw folder: the corpus' JSONL tables, with the given ones replaced (name.ext → bytes or rows)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    replaced = {k.split(".")[0] for k in tables}
+    for name in ("chunks", "facts", "decisions"):
+        if name not in replaced:
+            shutil.copy(corpus / f"{name}.jsonl", dst / f"{name}.jsonl")
+    for key, content in tables.items():
+        name, ext = key.split(".")
+        if isinstance(content, bytes):
+            (dst / f"{name}.{ext}").write_bytes(content)
+        else:
+            (dst / f"{name}.{ext}").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in content))
+    return dst
+
+
+def rows(corpus: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (corpus / f"{name}.jsonl").read_text().splitlines()]
+
+
+def conserved(out: Path) -> dict:
+    report = json.loads((out / "report.json").read_text())
+    for name, e in report["inputs"].items():
+        assert e["rows_in"] == e["kept"] + e["quarantined"], name
+    return report
+
+
+# ---------------------------------------------------------------- 1. destructive output paths
+@pytest.mark.parametrize("out_of", ["raw", "parent", "child", "unrelated", "file_parent"])
+def test_assetize_never_replaces_what_it_did_not_create(corpus, tmp_path, out_of):
+    raw = tmp_path / "proj" / "raw"
+    shutil.copytree(corpus, raw)
+    (tmp_path / "proj" / "notes").mkdir()
+    (tmp_path / "proj" / "notes" / "keep.txt").write_text("mine")
+    (tmp_path / "proj" / "a_file").write_text("mine")
+    out = {"raw": raw, "parent": tmp_path / "proj", "child": raw / "assets", "unrelated": tmp_path / "proj" / "notes",
+           "file_parent": tmp_path / "proj" / "a_file" / "assets"}[out_of]
+    before = snapshot(tmp_path / "proj")
+    code, text = clap("assetize", "--raw", str(raw), "--out", str(out))
+    one_line_error(code, text, str(out))
+    assert snapshot(tmp_path / "proj") == before
+
+
+def test_assetize_replaces_its_own_output_and_clears_what_killed_runs_left(corpus, tmp_path):
+    out = tmp_path / "assets"
+    assert clap("assetize", "--raw", str(corpus), "--out", str(out))[0] == 0
+    assert (out / ".clap-output").is_file()
+    stale = tmp_path / ".assets.tmp-999999-killed"  # a run killed mid-write (no such process now)
+    stale.mkdir()
+    (stale / "facts.parquet").write_text("half")
+    assert clap("assetize", "--raw", str(corpus), "--out", str(out))[0] == 0
+    assert not stale.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["assets"]
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS])
+def test_full_or_read_only_disk_is_one_line_and_keeps_the_previous_output(corpus, tmp_path, monkeypatch, err):
+    out = tmp_path / "assets"
+    assert clap("assetize", "--raw", str(corpus), "--out", str(out))[0] == 0
+    before = snapshot(out)
+
+    def disk_full(*a, **k):
+        raise OSError(err, "No space left on device" if err == errno.ENOSPC else "Read-only file system")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full)
+    code, text = clap("assetize", "--raw", str(corpus), "--out", str(out))
+    one_line_error(code, text, str(out), "cannot write")
+    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["assets"]
+
+
+# ---------------------------------------------------------------- 4. config that fails early, in one line
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def set_param(root: Path, dotted: str, value) -> None:
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    node = params
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("train.sft.learning_rate", "fast", "train.sft.learning_rate"),
+    ("materialize.eval_fraction", "high", "materialize.eval_fraction"),
+    ("materialize.eval_fraction", 1.5, "materialize.eval_fraction"),
+    ("materialize.max_train_per_batch", -3, "materialize.max_train_per_batch"),
+    ("evaluate.batch_size", 0, "evaluate.batch_size"),
+    ("data.batches", "b1", "data.batches"),
+    ("train.sft.epochs", 2.5, "train.sft.epochs"),
+    ("retrieval.mode", "semantic", "retrieval.mode"),
+    ("train.sft.learning_rat", 1e-4, "unknown key train.sft.learning_rat"),
+])
+def test_bad_config_stops_every_command_before_work_in_one_line(project, key, value, named):
+    set_param(project, key, value)
+    for cmd in (["params", "--check"], ["materialize", "b1"], ["admit", "b1"], ["gate"]):
+        one_line_error(*clap(*cmd), "params.yaml", named)
+    assert not (project / "data").exists()
+
+
+def test_params_check_reads_the_conf_of_the_working_directory(project):
+    assert clap("params", "--check")[0] == 0
+    text = (project / "conf/config.yaml").read_text().replace("  seed: 17\n", "  seed: 18\n", 1)
+    (project / "conf/config.yaml").write_text(text)
+    one_line_error(*clap("params", "--check"), "params.yaml differs")
+
+
+def test_an_invalid_override_is_never_queued(project, monkeypatch):
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 0))
+    one_line_error(*clap("exp", "run", "--queue", "-S", "materialize.eval_fraction=high"), "materialize.eval_fraction")
+    one_line_error(*clap("exp", "run", "--queue", "-S", "train.sft.nope=1"), "train.sft.nope")
+    assert calls == []
+    assert clap("exp", "run", "--queue", "-S", "train.sft.epochs=3")[0] == 0
+    assert calls == [(["dvc", "exp", "run", "--queue", "-S", "train.sft.epochs=3"],)]
+
+
+# ---------------------------------------------------------------- 5. input read wrongly or crashing
+def test_decisions_from_a_spreadsheet_csv_equal_the_jsonl(corpus, tmp_path):
+    decisions = pd.DataFrame(rows(corpus, "decisions"))
+    decisions["causes"] = decisions["causes"].map(lambda c: json.dumps(c, ensure_ascii=False))
+    raw = raw_with(corpus, tmp_path / "raw", **{"decisions.csv": decisions.to_csv(index=False).encode()})
+    assert clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "csv"))[0] == 0
+    assert clap("assetize", "--raw", str(corpus), "--out", str(tmp_path / "jsonl"))[0] == 0
+    got, want = (pd.read_parquet(tmp_path / d / "decisions.parquet") for d in ("csv", "jsonl"))
+    pd.testing.assert_frame_equal(got, want)
+
+
+def facts_csv(corpus: Path) -> pd.DataFrame:
+    return pd.DataFrame(rows(corpus, "facts")).astype({"value": str})
+
+
+def test_utf16_and_bom_csv_read_like_utf8(corpus, tmp_path):
+    for enc in ("utf-16", "utf-8-sig"):
+        raw = raw_with(corpus, tmp_path / enc, **{"facts.csv": facts_csv(corpus).to_csv(index=False).encode(enc)})
+        assert clap("assetize", "--raw", str(raw), "--out", str(tmp_path / f"out-{enc}"))[0] == 0
+        assert conserved(tmp_path / f"out-{enc}")["inputs"]["facts"]["rows_in"] == len(rows(corpus, "facts"))
+
+
+def test_gbk_csv_is_refused_naming_the_file_and_encoding(corpus, tmp_path):
+    zh = facts_csv(corpus)
+    raw = raw_with(corpus, tmp_path / "raw", **{"facts.csv": zh.to_csv(index=False).encode("gb18030")})
+    one_line_error(*clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out")),
+                   "facts.csv: not UTF-8", "gb18030")
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_stray_byte_quarantines_that_row_only(corpus, tmp_path):
+    lines = facts_csv(corpus).to_csv(index=False).encode().split(b"\n")
+    lines[4] = lines[4].replace(b",", b",\xff", 1)
+    raw = raw_with(corpus, tmp_path / "raw", **{"facts.csv": b"\n".join(lines)})
+    assert clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out"))[0] == 0
+    conserved(tmp_path / "out")
+    q = [json.loads(x) for x in (tmp_path / "out/quarantine.jsonl").read_text().splitlines()]
+    assert [(x["rule"], x["row"]) for x in q if x["rule"] == "non_utf8"] == [("non_utf8", 5)]
+
+
+@pytest.mark.parametrize("table", ["chunks", "facts", "decisions"])
+def test_a_table_whose_every_row_is_invalid_is_quarantined_whole(corpus, tmp_path, table):
+    broken = [{**r, "lang": "fr"} for r in rows(corpus, table)]
+    raw = raw_with(corpus, tmp_path / "raw", **{f"{table}.jsonl": broken})
+    assert clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out"))[0] == 0
+    report = conserved(tmp_path / "out")
+    assert report["inputs"][table]["kept"] == 0 and report["inputs"][table]["quarantined"] == len(broken)
+    assert len(pd.read_parquet(tmp_path / "out" / f"{table}.parquet")) == 0
+
+
+def test_header_only_csv_gives_an_empty_asset(corpus, tmp_path):
+    raw = raw_with(corpus, tmp_path / "raw", **{"chunks.csv": b"chunk_id,doc_id,page,text,lang,batch\n"})
+    assert clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out"))[0] == 0
+    report = conserved(tmp_path / "out")
+    assert report["inputs"]["chunks"]["rows_in"] == 0 and report["verifiable_facts"] == 0
+
+
+def test_duplicated_csv_column_is_refused_naming_it(corpus, tmp_path):
+    text = facts_csv(corpus).to_csv(index=False).replace(",question\n", ",value\n", 1)
+    raw = raw_with(corpus, tmp_path / "raw", **{"facts.csv": text.encode()})
+    one_line_error(*clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out")),
+                   "facts.csv: column 'value' appears twice")
+
+
+def test_boolean_page_and_look_alike_batch_ids_are_not_silent(corpus, tmp_path):
+    facts = rows(corpus, "facts")
+    facts[0]["page"], facts[1]["batch"], facts[2]["batch"] = True, f" {facts[1]['batch']} ", facts[2]["batch"].upper()
+    raw = raw_with(corpus, tmp_path / "raw", **{"facts.jsonl": facts})
+    code, text = clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out"))
+    assert code == 0 and "warning: batch ids" in text and "differ only in case" in text
+    report = conserved(tmp_path / "out")
+    q = [json.loads(x) for x in (tmp_path / "out/quarantine.jsonl").read_text().splitlines()]
+    assert any(x["row"] == 1 and x["rule"] == "type:int" and x["column"] == "page" for x in q)
+    assert facts[1]["batch"].strip() in report["batches"]["rows"] and facts[1]["batch"] not in report["batches"]["rows"]
+
+
+def test_missing_repaired_folder_is_an_error_not_ignored(corpus, tmp_path):
+    one_line_error(*clap("assetize", "--raw", str(corpus), "--out", str(tmp_path / "out"), "--repaired",
+                         str(tmp_path / "no/such/dir")), "no/such/dir", "--repaired")
+
+
+def test_the_installed_command_prints_one_line_not_a_traceback(tmp_path):
+    r = subprocess.run([str(Path(sys.executable).parent / "clap"), "assetize", "--raw", str(tmp_path / "nope"),
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr and "nope: no such folder" in r.stdout
