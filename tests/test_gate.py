@@ -1,9 +1,10 @@
 import pytest
+from tests.conftest import ROOT
 
 from clap.config import compose
 from clap.gate import decide
 
-POLICY = compose()["gate"]
+POLICY = compose(conf=ROOT / "conf")["gate"]
 ADMIT = {f"b{i}": {"decision": "admit", "trainable": ["sft", "dpo", "grpo"]} for i in range(1, 6)}
 OK = {"status": "ok", "trip": None}
 
@@ -68,9 +69,29 @@ def test_policy_table(case, kwargs, expected, rule):
         assert any(r.rule == rule for r in d.reasons), case
 
 
-def test_candidate_in_prod_that_regresses_is_rolled_back():
-    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([-0.01] * 5), REPLAY_GOOD, candidate_in_prod=True)
-    assert d.decision == "rollback"
+def with_prod(ev: dict, cand_vs_prod: float, prod_vs_base: float) -> dict:
+    for rec in ev.values():
+        rec["prod"] = metrics(0.84 + prod_vs_base, p95=3082.0)
+        rec["deltas_vs_prod"] = {"overall_score": {"delta": cand_vs_prod, "ci_low": cand_vs_prod - 0.01,
+                                                   "ci_high": cand_vs_prod + 0.01}}
+        rec["prod_vs_base"] = {"overall_score": {"delta": prod_vs_base, "ci_low": prod_vs_base - 0.01,
+                                                 "ci_high": prod_vs_base + 0.01}}
+    return ev
+
+
+@pytest.mark.parametrize("cand_vs_base, cand_vs_prod, prod_vs_base, rollback_on, expected", [
+    (0.05, 0.03, 0.02, True, "promote"),       # better than prod, prod fine
+    (0.05, -0.03, 0.08, True, "hold"),         # beats base but loses to prod: M is prod
+    (-0.10, 0.0, -0.10, True, "rollback"),     # prod regressed on new evidence, candidate no better
+    (-0.10, 0.0, -0.10, False, "canary"),      # … the policy may keep prod; an equal candidate is inconclusive
+    (0.04, 0.09, -0.05, True, "promote"),      # prod regressed, but the candidate replaces it
+])
+def test_candidate_is_judged_against_prod(cand_vs_base, cand_vs_prod, prod_vs_base, rollback_on, expected):
+    ev = with_prod(evaluation([cand_vs_base] * 5), cand_vs_prod, prod_vs_base)
+    d = decide(POLICY | {"rollback_on_prod_regression": rollback_on}, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
+    assert d.decision == expected, d.reasons
+    if prod_vs_base < POLICY["max_batch_regression"]:
+        assert sum(r.rule == "prod_regressed_vs_base" for r in d.reasons) == 5
 
 
 def test_missing_evidence_never_promotes():

@@ -152,7 +152,7 @@ def test_concurrent_release_is_refused(repo, tiny_dir):
     with pytest.raises(release.ReleaseRefused, match="another release"):
         release.release(root)
     lock.unlink()
-    assert release.release(root)["version"] == 1
+    assert release.release(root)["version"] == "v0.0.1"
 
 
 def test_release_release_rollback_restores_v1_byte_identically(repo, tiny_dir):
@@ -163,19 +163,20 @@ def test_release_release_rollback_restores_v1_byte_identically(repo, tiny_dir):
     v2 = _commit_version(root, tiny_dir, params, 2)
     assert v1 != v2
     r2 = release.release(root)
-    assert (r1["version"], r2["version"]) == (1, 2) and r2["tag"] == "clap-adapter#prod#2"
+    assert (r1["version"], r2["version"]) == ("v0.0.1", "v0.0.2") and r2["tag"] == "clap-adapter#prod#2"
     rb = release.rollback(root)
-    assert rb["from"] == 2 and rb["to"] == 1 and rb["tag"] == "clap-adapter#prod#3"
+    assert rb["from"] == "v0.0.2" and rb["to"] == "v0.0.1" and rb["tag"] == "clap-adapter#prod#3"
     for path, data in v1.items():
         assert (root / path).read_bytes() == data, path
     bundle.verify(root / "release/bundle.json", root)
     tags = sh(root, "git", "tag", "--list").split()
-    assert tags == sorted(["clap-adapter@v1", "clap-adapter@v2", "clap-adapter#prod#1", "clap-adapter#prod#2",
+    assert tags == sorted(["clap-adapter@v0.0.1", "clap-adapter@v0.0.2", "clap-adapter#prod#1", "clap-adapter#prod#2",
                            "clap-adapter#prod#3"])
-    assert "rollback from v2" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter#prod#3")
-    assert "gate promote" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter@v1")
+    assert "rollback from v0.0.2" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter#prod#3")
+    assert "gate promote" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter@v0.0.1")
     reg = {r["version"]: r["current"] for r in release.registry(root)}
-    assert reg == {"v1": ["prod"], "v2": []}
+    assert reg == {"v0.0.1": ["prod"], "v0.0.2": []}
+    assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.1"
 
 
 def test_evaluate_refuses_an_adapter_whose_manifest_was_rewritten(repo, tiny_dir):
@@ -264,3 +265,30 @@ def test_signed_bundle_cannot_be_forged_without_the_key(repo, tiny_dir, monkeypa
     monkeypatch.delenv("CLAP_BUNDLE_KEY")
     with pytest.raises(bundle.BundleMismatch, match="signature cannot be checked"):
         bundle.verify(root / "release/bundle.json", root)
+
+
+def gto_show(root: Path) -> dict:
+    return json.loads(sh(root, "gto", "show", "--json"))["clap-adapter"]
+
+
+def test_gto_reads_clap_releases_and_clap_reads_gto_assignments(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    release.release(root)
+    assert gto_show(root) == {"version": "v0.0.1", "stage": {"prod": "v0.0.1"}, "registered": True, "active": True}
+    history = sh(root, "gto", "history", "clap-adapter", "--format", "json")
+    assert "clap-adapter@v0.0.1" in history and "clap-adapter#prod#1" in history
+
+    # a colleague registers and assigns the next commit with GTO itself
+    _commit_version(root, tiny_dir, params, 2)
+    sh(root, "gto", "register", "clap-adapter", "HEAD")
+    sh(root, "gto", "assign", "clap-adapter", "--version", "v0.0.2", "--stage", "prod")
+    assert release.current(root, "prod")["version"] == "v0.0.2"
+    assert {r["version"]: r["current"] for r in release.registry(root)} == {"v0.0.1": [], "v0.0.2": ["prod"]}
+    assert release.next_version(root) == "v0.0.3"
+
+    rb = release.rollback(root, restore=False)  # CLAP continues GTO's numbering, and GTO sees the rollback
+    assert (rb["from"], rb["to"], rb["tag"]) == ("v0.0.2", "v0.0.1", "clap-adapter#prod#3")
+    assert gto_show(root)["stage"] == {"prod": "v0.0.1"}
+    sh(root, "git", "tag", "-a", "clap-adapter#prod!#4", "-m", "unassign", release.versions(root)["v0.0.1"])
+    assert release.current(root, "prod") is None and gto_show(root)["stage"] == {}

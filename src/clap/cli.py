@@ -22,6 +22,7 @@ from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
+from clap import paths  # noqa: E402
 from clap.errors import UserError  # noqa: E402
 
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
@@ -164,9 +165,13 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
         _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo or grpo"))
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    from clap.io import check_output_dir
+
+    out = out or Path("models") / kind
+    check_output_dir(out, (materialized, admission, base))
     stage = import_module(f"clap.stages.train_{kind}")
     m = stage.run(cfg, materialized, admission, batches or cfg["data"]["batches"], base,
-                  out or Path("models") / kind, checkpoints or Path("models/checkpoints") / kind)
+                  out, checkpoints or Path("models/checkpoints") / kind)
     from clap.io import write_json
 
     write_json(Path("metrics") / f"train_{kind}.json", m)
@@ -174,8 +179,9 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
                   f"{m['tokens_per_s']} tokens/s")
 
 
-def _engine(cfg: dict, adapter: Path | None):
-    """The generation engine with the adapter verified against the hashes git pins (dvc.lock)."""
+def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
+    """The generation engine: the candidate verified against the hashes dvc.lock pins, the adapter in
+    prod (restored by `clap prod-adapter`) against the bundle committed at its release tag."""
     import importlib.util
 
     import torch
@@ -183,33 +189,54 @@ def _engine(cfg: dict, adapter: Path | None):
     from clap import model
     from clap.generate import Engine
     from clap.generate_vllm import VLLMEngine, choose_backend
+    from clap.io import read_json_if_exists
     from clap.serving import pinned_expectation
 
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
+    ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
+    prod_dir = prod / "adapter" if ptr and ptr.get("version") else None
+    prod_expected = pinned_expectation(Path("."), prod_dir, ptr["version_tag"]) if prod_dir else None
+    if prod_dir:
+        console.print(f"baseline: prod {ptr['version']} ({ptr['version_tag']}) and the base model")
     backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
                              torch.cuda.is_available())
+    gpu_share = cfg["generate"]["gpu_memory_utilization"]
     console.print(f"generation backend: {backend}")
     if backend == "vllm":
-        return VLLMEngine(base, adapter, expected, model.identity(base),
-                          gpu_memory_utilization=cfg["generate"]["gpu_memory_utilization"])
-    return Engine(base, adapter, expected)
+        return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
+                          prod_dir=prod_dir, prod_expected=prod_expected)
+    return Engine(base, adapter, expected, prod_dir, prod_expected)
+
+
+@app.command("prod-adapter")
+def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
+    """Restore the adapter the registry's prod stage points at (the baseline of evaluate and the gate)."""
+    from clap import prod
+
+    ptr = prod.restore(Path("."), out)
+    console.print(f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}")
 
 
 @app.command()
-def evaluate(batch: str, adapter: Path = typer.Option(Path("models/sft/adapter")),
-             materialized: Path = typer.Option(Path("data/materialized")),
-             out: Path = typer.Option(None), metrics: Path = typer.Option(Path("metrics/eval"))) -> None:
-    """Baseline vs candidate on one batch's holdout: records, metrics, deltas with CIs, regressions."""
+def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
+             prod: Path = typer.Option(None, help="restored prod adapter folder (clap prod-adapter); baseline = base if absent"),
+             materialized: Path = typer.Option(paths.MATERIALIZED),
+             out: Path = typer.Option(None), metrics: Path = typer.Option(paths.EVAL_METRICS)) -> None:
+    """Candidate vs prod and vs base on one batch's holdout: records, metrics, deltas with CIs, regressions."""
     from clap.stages import evaluate as stage
 
     cfg = _params()
-    r = stage.run(cfg, materialized / batch / "sft_eval.jsonl", _engine(cfg, adapter),
-                  out or Path("data/eval") / batch, batch, metrics / f"{batch}.json")
+    r = stage.run(cfg, materialized / batch / "sft_eval.jsonl", _engine(cfg, adapter, prod),
+                  out or paths.EVAL / batch, batch, metrics / f"{batch}.json")
     d = r["deltas"]["overall_score"]
-    console.print(f"{batch}: overall {r['metrics']['baseline']['overall_score']:.4f} → "
+    console.print(f"{batch}: overall base {r['metrics']['baseline']['overall_score']:.4f} → candidate "
                   f"{r['metrics']['candidate']['overall_score']:.4f} (Δ {d['delta']:+.4f}, "
                   f"CI [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]), regressed samples {r['regressed']}")
+    if "deltas_vs_prod" in r:
+        p = r["deltas_vs_prod"]["overall_score"]
+        console.print(f"{batch}: vs prod {r['metrics']['prod']['overall_score']:.4f}: Δ {p['delta']:+.4f} "
+                      f"CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]")
 
 
 @app.command()
@@ -283,27 +310,30 @@ def release() -> None:
     except rel.ReleaseRefused as exc:
         console.print(f"[bold yellow]release refused:[/] {exc}")
         raise typer.Exit(code=1) from None
-    console.print(f"released v{r['version']} to {r['stage']} ({r['tag']} on {r['commit'][:10]})")
+    console.print(f"released {r['version']} to {r['stage']} ({r['tag']} on {r['commit'][:10]})")
 
 
 @app.command()
-def rollback(to: str = typer.Option(None, help="version to restore, e.g. v1; default: the previous prod")) -> None:
+def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1; default: the previous prod")) -> None:
     """Assign prod to an earlier version and restore its adapter and data byte-identically."""
     from clap import release as rel
 
     try:
-        r = rel.rollback(Path("."), int(to.lstrip("v")) if to else None)
+        r = rel.rollback(Path("."), to)
     except rel.ReleaseRefused as exc:
         console.print(f"[bold red]rollback refused:[/] {exc}")
         raise typer.Exit(code=1) from None
-    console.print(f"prod: v{r['from']} → v{r['to']} ({r['tag']}); artifacts restored and verified")
+    console.print(f"prod: {r['from']} → {r['to']} ({r['tag']}); artifacts restored and verified")
 
 
 @app.command()
-def registry() -> None:
-    """List adapter versions and their stage assignments (from git tags)."""
+def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER} from the tags (after `gto assign`)")) -> None:
+    """List adapter versions and their stage assignments (git tags in GTO's format)."""
     from clap import release as rel
 
+    if sync:
+        ptr = rel.write_prod_pointer(Path("."))
+        console.print(f"{paths.PROD_POINTER}: prod = {ptr['version']}")
     for row in rel.registry(Path(".")):
         console.print(f"{row['version']}  {row['commit']}  current={','.join(row['current']) or '-'}  "
                       f"{' '.join(row['assignments'])}")
@@ -366,7 +396,7 @@ def _demo_release() -> None:
     except rel.ReleaseRefused as exc:
         console.print(f"[bold yellow]release refused:[/] {exc}")
         return
-    console.print(f"released v{r['version']} → {r['stage']} ({r['tag']} on {r['commit'][:10]}); "
+    console.print(f"released {r['version']} → {r['stage']} ({r['tag']} on {r['commit'][:10]}); "
                   "`clap registry` lists versions, `clap rollback` undoes it")
 
 

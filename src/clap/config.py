@@ -11,6 +11,10 @@ stage loads params.yaml through `load`, so a mistake (`learning_rate: fast`, `ev
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -134,9 +138,9 @@ class Guards(_Section):
     kl_max: PosFloat
     kl_spike_ratio: Annotated[float, Field(gt=1.0)]
     kl_window: PosInt
-    reward_collapse_std: NonNegFloat
+    reward_collapse_std: float     # a negative value switches the collapse guard off
     collapse_patience: PosInt
-    max_clipped_ratio: Fraction
+    max_clipped_ratio: Fraction    # 1.0 switches the clipped-completion guard off
 
 
 class Train(_Section):
@@ -163,7 +167,7 @@ class EvalWeights(_Section):
 class Evaluate(_Section):
     max_new_tokens: PosInt
     batch_size: PosInt
-    bootstrap: Annotated[StrictInt, Field(ge=100)]
+    bootstrap: Annotated[StrictInt, Field(ge=20)]
     ci: OpenFraction
     pass_rule: Literal["value_and_evidence", "target_match"]
     weights: EvalWeights
@@ -260,6 +264,62 @@ def _describe(err: dict) -> str:
     return f"{key}: {err['msg'].lower()} (got {err.get('input')!r})"
 
 
+TRACE_ENV = "CLAP_PARAMS_TRACE"
+
+
+class TracedParams(dict):
+    """params.yaml that records every key read from it (dotted; a whole section when iterated).
+
+    With `CLAP_PARAMS_TRACE=FILE` each `clap` command appends {"argv", "reads"} to FILE at exit; the
+    pipeline test compares the reads of every stage with the `params:` its dvc.yaml entry declares, so
+    a stage that reads an undeclared key (and would not re-run when it changes) fails the suite.
+    """
+
+    def __init__(self, data: dict, prefix: str = "", reads: set[str] | None = None):
+        reads = set() if reads is None else reads
+        super().__init__({k: TracedParams(v, f"{prefix}{k}.", reads) if isinstance(v, dict) else v
+                          for k, v in data.items()})
+        self.prefix, self.reads = prefix, reads
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        if not isinstance(value, TracedParams):
+            self.reads.add(f"{self.prefix}{key}")
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def _whole(self) -> None:
+        self.reads.add(self.prefix.rstrip(".") or "*")
+
+    def items(self):
+        self._whole()
+        return super().items()
+
+    def values(self):
+        self._whole()
+        return super().values()
+
+    def __iter__(self):
+        self._whole()
+        return super().__iter__()
+
+
+def _traced(params: dict) -> dict:
+    trace = os.environ.get(TRACE_ENV)
+    if not trace:
+        return params
+    traced = TracedParams(params)
+
+    def dump_reads() -> None:
+        with open(trace, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"argv": sys.argv[1:], "reads": sorted(traced.reads)}) + "\n")
+
+    atexit.register(dump_reads)
+    return traced
+
+
 def load(path: Path = Path("params.yaml")) -> dict:
     """Load params.yaml and check it against the schema (unknown keys, types, ranges)."""
     path = Path(path)
@@ -269,4 +329,4 @@ def load(path: Path = Path("params.yaml")) -> dict:
         raise ConfigError(f"{path}: no such file (run `clap params` in the project root)") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return check(params, str(path))
+    return _traced(check(params, str(path)))

@@ -1,8 +1,11 @@
 """Release-gate policy (DESIGN §5): a pure function from evidence to a decision with reasons.
 
 promote(M') ⇐ quality(M') ≥ quality(M) ∧ risk(M') ≤ τ, per batch and overall. Outcomes, from worst:
-- reject:   the candidate is broken (cannot answer parseable JSON) or hallucinates beyond the ceiling;
-- rollback: the candidate is what prod serves and it regressed against the baseline;
+M is the adapter in prod when there is one (the base model before the first release).
+- rollback: the adapter in prod regressed against the base model on the evidence (a batch below
+            `max_batch_regression`, prod − base) and the candidate cannot replace it (policy key
+            `rollback_on_prod_regression`); when the candidate is promoted, the regression is recorded only;
+- reject:   the candidate is broken (cannot answer parseable JSON);
 - hold:     a guard of the candidate's trainer tripped (a probe's trip holds that probe only), admission did not allow training, a critical per-batch regression,
             too many regressed batches, or risk increases beyond τ;
 - canary:   quality did not drop but the evidence is not conclusive (CI crosses zero, or replay
@@ -21,8 +24,9 @@ SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
 
 
 def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], evaluation: dict[str, dict],
-           replay: dict | None, candidate: str = "sft", candidate_in_prod: bool = False) -> GateDecision:
-    """`evaluation[batch]` = {"baseline": metrics, "candidate": metrics, "deltas": {...}} per batch."""
+           replay: dict | None, candidate: str = "sft") -> GateDecision:
+    """`evaluation[batch]` = {"baseline", "candidate", "deltas"} metrics per batch, plus "prod",
+    "deltas_vs_prod" and "prod_vs_base" when an adapter is in prod: then prod is the reference M."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome, batch=None):
@@ -48,8 +52,8 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
     overall = []
     regressed = 0
     for b, ev in sorted(evaluation.items()):
-        d = ev["deltas"]
-        cand, base = ev["candidate"], ev["baseline"]
+        d, base = (ev["deltas_vs_prod"], ev["prod"]) if "prod" in ev else (ev["deltas"], ev["baseline"])
+        cand = ev["candidate"]
         delta = d["overall_score"]["delta"]
         overall.append(delta)
         outcome = "promote"
@@ -83,9 +87,9 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
     if mean_delta is None:
         fire("no_evaluation", None, "≥1 batch", "hold")
     elif mean_delta < policy["min_overall_delta"]:
-        fire("overall_delta", mean_delta, policy["min_overall_delta"], "rollback" if candidate_in_prod else "hold")
+        fire("overall_delta", mean_delta, policy["min_overall_delta"], "hold")
     else:
-        lows = [ev["deltas"]["overall_score"]["ci_low"] for ev in evaluation.values()]
+        lows = [ev.get("deltas_vs_prod", ev["deltas"])["overall_score"]["ci_low"] for ev in evaluation.values()]
         pooled_low = statistics.fmean(lows)
         if pooled_low <= policy["ci_lower_must_exceed"]:
             fire("overall_delta_ci_low", round(pooled_low, 6), policy["ci_lower_must_exceed"], "canary")
@@ -102,6 +106,16 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
     elif policy["require_replay_gain"]:
         fire("replay_missing", None, "present", "hold")
     decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
+    for b, ev in sorted(evaluation.items()):
+        if "prod_vs_base" not in ev:
+            continue
+        prod_delta = ev["prod_vs_base"]["overall_score"]["delta"]
+        if prod_delta < policy["max_batch_regression"]:
+            replaced = decision == "promote" or not policy["rollback_on_prod_regression"]
+            fire("prod_regressed_vs_base", prod_delta, policy["max_batch_regression"],
+                 "info" if replaced else "rollback", b)
+            if not replaced:
+                decision = "rollback"
     summary = {"decision_code": SEVERITY.index(decision), "mean_overall_delta": mean_delta,
                "regressed_batches": regressed, "reasons": len([r for r in reasons if r.outcome in SEVERITY])}
     return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,

@@ -53,29 +53,38 @@ class Generation:
 
 
 class Engine:
-    """`Engine(base_dir, adapter_dir, expected)`; `engine.generate(msgs, use_adapter=True|False)`.
+    """`Engine(base_dir, adapter_dir, expected, prod_dir, prod_expected)`;
+    `engine.generate(msgs, use_adapter=True | False | "prod")`.
 
-    The adapter is attached only through `serving.load_adapter` against `expected`, the manifest
-    pinned in git (`serving.pinned_expectation`): there is no unchecked load path.
+    Adapters are attached only through `serving.attach` against the manifests pinned in git
+    (`serving.pinned_expectation`): there is no unchecked load path. The candidate and the adapter in
+    prod share one base model in memory; the base answers with the adapters switched off.
     """
 
-    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None):
-        from clap.serving import load_adapter
+    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
+                 prod_dir: Path | None = None, prod_expected: dict | None = None):
+        from clap.serving import attach
 
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"
         self.model = base_model.load_model(base_dir)
-        self.has_adapter = adapter_dir is not None
-        if adapter_dir is not None:
-            self.model = load_adapter(self.model, Path(adapter_dir), expected, base_model.identity(base_dir))
+        ident = base_model.identity(base_dir)
+        self.adapters = []
+        for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected)):
+            if folder is not None:
+                self.model = attach(self.model, name, Path(folder), pinned, ident)
+                self.adapters.append(name)
+        self.has_adapter = "candidate" in self.adapters
         self.model.eval()
         self.device = next(self.model.parameters()).device
 
-    def _context(self, use_adapter: bool):
-        if self.has_adapter and not use_adapter:
-            return self.model.disable_adapter()
-        if use_adapter and not self.has_adapter:
-            raise ValueError("no adapter loaded")
+    def _context(self, use_adapter: bool | str):
+        name = "candidate" if use_adapter is True else use_adapter
+        if not name:
+            return self.model.disable_adapter() if self.adapters else contextlib.nullcontext()
+        if name not in self.adapters:
+            raise ValueError(f"no {name} adapter loaded" if name != "candidate" else "no adapter loaded")
+        self.model.set_adapter(name)
         return contextlib.nullcontext()
 
     def encode(self, messages: list[dict]) -> list[int]:
@@ -83,7 +92,7 @@ class Engine:
                                             return_dict=True)["input_ids"]
 
     @torch.inference_mode()
-    def generate(self, conversations: list[list[dict]], use_adapter: bool, max_new_tokens: int = 96,
+    def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True) -> list[Generation]:
         encoded = [self.encode(m) for m in conversations]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))

@@ -27,37 +27,42 @@ from clap.serving import AdapterRefused, verify_adapter
 
 
 class VLLMEngine:
-    """`VLLMEngine(base_dir, adapter_dir)`; `engine.generate(msgs, use_adapter=True|False)`."""
+    """`VLLMEngine(base_dir, adapter_dir, expected, …, prod_dir, prod_expected)`;
+    `engine.generate(msgs, use_adapter=True | False | "prod")`: candidate and prod as LoRA requests."""
 
     def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
-                 base_identity: dict | None = None, gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64):
+                 base_identity: dict | None = None, gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64,
+                 prod_dir: Path | None = None, prod_expected: dict | None = None):
         from vllm import LLM  # the `vllm` extra; imported here so the module loads without it
 
         self.tok = base_model.load_tokenizer(base_dir)
-        self.adapter = None
-        if adapter_dir is not None:
-            adapter_dir = Path(adapter_dir)
-            if expected is None:
-                raise AdapterRefused(f"{adapter_dir}: no pinned evidence given; refusing to load")
-            verify_adapter(adapter_dir, expected, base_identity or base_model.identity(base_dir))
-            self.adapter = adapter_dir
+        self.adapters: dict[str, Path] = {}
+        for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected)):
+            if folder is None:
+                continue
+            if pinned is None:
+                raise AdapterRefused(f"{folder}: no pinned evidence given; refusing to load")
+            verify_adapter(Path(folder), pinned, base_identity or base_model.identity(base_dir))
+            self.adapters[name] = Path(folder)
+        self.adapter = self.adapters.get("candidate")
         self.llm = LLM(model=str(base_dir), tokenizer=str(base_dir), trust_remote_code=False, seed=0,
-                       dtype="auto", enable_lora=adapter_dir is not None, max_lora_rank=max_lora_rank, max_loras=1,
-                       gpu_memory_utilization=gpu_memory_utilization)
-        self.has_adapter = adapter_dir is not None
+                       dtype="auto", enable_lora=bool(self.adapters), max_lora_rank=max_lora_rank,
+                       max_loras=max(1, len(self.adapters)), gpu_memory_utilization=gpu_memory_utilization)
+        self.has_adapter = self.adapter is not None
 
     def encode(self, messages: list[dict]) -> list[int]:
         return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                             return_dict=True)["input_ids"]
 
-    def generate(self, conversations: list[list[dict]], use_adapter: bool, max_new_tokens: int = 96,
+    def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True) -> list[Generation]:
         from vllm import SamplingParams
         from vllm.lora.request import LoRARequest
 
-        if use_adapter and self.adapter is None:
-            raise ValueError("no adapter loaded")
-        lora = LoRARequest("candidate", 1, str(self.adapter)) if use_adapter else None
+        name = "candidate" if use_adapter is True else use_adapter
+        if name and name not in self.adapters:
+            raise ValueError(f"no {name} adapter loaded" if name != "candidate" else "no adapter loaded")
+        lora = LoRARequest(name, list(self.adapters).index(name) + 1, str(self.adapters[name])) if name else None
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
         prompts = [{"prompt_token_ids": self.encode(m)} for m in conversations]
         out: list[Generation] = []

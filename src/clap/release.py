@@ -4,8 +4,13 @@
     clap rollback [--to vN]    # prod → an earlier version, artifacts restored byte-identically
     clap registry              # versions and stage assignments (GTO reads the same tags)
 
-`clap-adapter@vN` registers version N on the commit; `clap-adapter#prod#K` (or `#canary#K`) is
-the K-th stage assignment. A release holds an exclusive lock file in .git, and tag creation itself
+Tags follow GTO's format exactly and are read with GTO's own parser: `clap-adapter@v0.0.1` registers
+a version (first v0.0.1, then the patch bumped, as `gto register` does), `clap-adapter#prod#K` (or
+`#canary#K`) assigns a stage, K counting all stage tags of the artifact as GTO counts them; GTO's
+unassign (`#prod!#K`) and deregister (`@vX.Y.Z!`) tags are honoured. `gto show` / `gto history` read
+CLAP's releases, and `clap registry` / `clap rollback` read what `gto register` / `gto assign` wrote.
+After a release or rollback, `release/prod.json` names the version in prod: the pipeline's
+`prod_adapter` stage depends on it, so `dvc repro` re-runs exactly what depends on prod. A release holds an exclusive lock file in .git, and tag creation itself
 refuses an existing name, so two releases at once cannot both succeed. Tags are signed (`git tag -s`)
 when `CLAP_SIGNING_KEY` names a key or git's `user.signingkey` is set.
 """
@@ -36,38 +41,89 @@ def _git(root: Path, *args: str, check: bool = True) -> str:
     return r.stdout.strip()
 
 
-def _tags(root: Path) -> list[str]:
-    return [t for t in _git(root, "tag", "--list", f"{ARTIFACT}*").splitlines() if t]
+PROD_POINTER = Path("release/prod.json")  # git-tracked: what prod is, so `dvc repro` sees a change of prod
 
 
-def versions(root: Path) -> dict[int, str]:
-    """version number → commit."""
-    out = {}
-    for t in _tags(root):
-        m = re.fullmatch(rf"{ARTIFACT}@v(\d+)", t)
-        if m:
-            out[int(m.group(1))] = _git(root, "rev-list", "-n", "1", t)
+def _tags(root: Path) -> list[tuple[str, dict]]:
+    """(tag, GTO's parse of it) for every tag of the artifact, read by GTO's own parser."""
+    from gto.tag import parse_name
+
+    out = []
+    for t in _git(root, "tag", "--list").splitlines():
+        parsed = parse_name(t, raise_on_fail=False) if t.startswith(ARTIFACT) else None
+        if parsed and parsed.get("name") == ARTIFACT:
+            out.append((t, parsed))
     return out
 
 
+def _semver(v: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(x) for x in re.match(r"v(\d+)\.(\d+)\.(\d+)", v).groups())
+    return major, minor, patch
+
+
+def versions(root: Path) -> dict[str, str]:
+    """Registered version (GTO semver, e.g. `v0.0.1`) → commit, deregistered ones left out, in semver order."""
+    from gto.tag import Action
+
+    out, dropped = {}, set()
+    for t, p in _tags(root):
+        if p["action"] == Action.REGISTER:
+            out[p["version"]] = _git(root, "rev-list", "-n", "1", t)
+        elif p["action"] == Action.DEREGISTER:
+            dropped.add(p["version"])
+    return dict(sorted(((v, c) for v, c in out.items() if v not in dropped), key=lambda vc: _semver(vc[0])))
+
+
+def next_version(root: Path) -> str:
+    """GTO's rule: v0.0.1 first, then the greatest registered version with its patch bumped."""
+    vs = list(versions(root))
+    if not vs:
+        return "v0.0.1"
+    major, minor, patch = _semver(vs[-1])
+    return f"v{major}.{minor}.{patch + 1}"
+
+
 def assignments(root: Path) -> list[dict]:
-    """Every stage assignment in order: {stage, n, tag, commit, version}."""
+    """Every stage event in GTO's order (its counter): {stage, n, tag, commit, version, action}."""
+    from gto.tag import Action
+
     by_commit = {c: v for v, c in versions(root).items()}
     out = []
-    for t in _tags(root):
-        m = re.fullmatch(rf"{ARTIFACT}#(\w+)#(\d+)", t)
-        if m:
+    for t, p in _tags(root):
+        if p["action"] in (Action.ASSIGN, Action.UNASSIGN) and "counter" in p:
             commit = _git(root, "rev-list", "-n", "1", t)
-            msg = _git(root, "tag", "-l", "--format=%(contents:subject)", t)
-            v = re.search(r"\bv(\d+)\b", msg)
-            out.append({"stage": m.group(1), "n": int(m.group(2)), "tag": t, "commit": commit,
-                        "version": int(v.group(1)) if v else by_commit.get(commit)})
-    return sorted(out, key=lambda a: (a["stage"], a["n"]))
+            out.append({"stage": p["stage"], "n": p["counter"], "tag": t, "commit": commit,
+                        "version": by_commit.get(commit), "action": p["action"].value})
+    return sorted(out, key=lambda a: a["n"])
 
 
 def current(root: Path, stage: str) -> dict | None:
-    hits = [a for a in assignments(root) if a["stage"] == stage]
-    return max(hits, key=lambda a: a["n"]) if hits else None
+    """The assignment that holds `stage` now: the last assign by counter, unless an unassign undid it."""
+    holder = None
+    for a in assignments(root):
+        if a["stage"] != stage:
+            continue
+        if a["action"] == "assign":
+            holder = a
+        elif holder is not None and holder["commit"] == a["commit"]:
+            holder = None
+    return holder
+
+
+def _next_counter(root: Path) -> int:
+    """GTO numbers stage tags per artifact across all stages: the greatest counter plus one."""
+    return max((a["n"] for a in assignments(root)), default=0) + 1
+
+
+def write_prod_pointer(root: Path) -> dict:
+    """release/prod.json from the registry: the stage `prod_adapter` depends on it (and checks it)."""
+    from clap.io import write_json
+
+    cur = current(root, "prod")
+    pointer = {"artifact": ARTIFACT, "version": cur["version"], "commit": cur["commit"], "tag": cur["tag"],
+               "version_tag": f"{ARTIFACT}@{cur['version']}"} if cur else {"artifact": ARTIFACT, "version": None}
+    write_json(root / PROD_POINTER, pointer)
+    return pointer
 
 
 def _sign_args(root: Path) -> list[str]:
@@ -96,60 +152,65 @@ def _tag(root: Path, name: str, message: str, commit: str) -> None:
 
 
 def release(root: Path, bundle_path: Path = BUNDLE) -> dict:
-    """Tag the committed candidate: register vN and assign prod or canary per the gate decision."""
+    """Tag the committed candidate: register the next version and assign prod or canary per the gate."""
     root = Path(root)
     dirty = [line for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines() if line]
     if dirty:
         raise ReleaseRefused(f"working tree has uncommitted changes ({dirty[0].strip()} …): commit first")
     try:
-        b = verify(root / bundle_path, root)
+        b = verify(root / bundle_path, root)  # also refuses a code_commit that is not HEAD or its ancestor
     except BundleMismatch as exc:
         raise ReleaseRefused(f"bundle does not verify: {exc}") from exc
     decision = b.decision["decision"]
     if decision not in ("promote", "canary"):
         raise ReleaseRefused(f"gate decision is '{decision}': only promote or canary may be released")
-    head = _git(root, "rev-parse", "HEAD")  # verify() refused a code_commit that is not HEAD or its ancestor
+    head = _git(root, "rev-parse", "HEAD")
     stage = "prod" if decision == "promote" else "canary"
     with _lock(root):
         existing = versions(root)
         if head in existing.values():
-            n = next(v for v, c in existing.items() if c == head)
+            v = next(v for v, c in existing.items() if c == head)
         else:
-            n = max(existing, default=0) + 1
-            _tag(root, f"{ARTIFACT}@v{n}", _summary(b, f"register v{n}"), head)
-        k = max([a["n"] for a in assignments(root) if a["stage"] == stage], default=0) + 1
-        _tag(root, f"{ARTIFACT}#{stage}#{k}", _summary(b, f"assign {stage} to v{n}"), head)
-    return {"version": n, "stage": stage, "tag": f"{ARTIFACT}#{stage}#{k}", "commit": head}
+            v = next_version(root)
+            _tag(root, f"{ARTIFACT}@{v}", _summary(b, f"Registering artifact {ARTIFACT} version {v}"), head)
+        k = _next_counter(root)
+        _tag(root, f"{ARTIFACT}#{stage}#{k}", _summary(b, f"Assigning stage {stage} to artifact {ARTIFACT} version {v}"),
+             head)
+    write_prod_pointer(root)
+    return {"version": v, "stage": stage, "tag": f"{ARTIFACT}#{stage}#{k}", "commit": head}
 
 
 def _summary(b, head: str) -> str:
     d = b.decision
-    lines = [f"{head}: gate {d['decision']} (policy {d['policy']})", ""]
+    lines = [head, "", f"gate {d['decision']} (policy {d['policy']}, candidate {b.candidate})", ""]
     lines += [f"- {r['rule']}: observed {r['observed']} vs {r['threshold']} → {r['outcome']}"
               + (f" [{r['batch']}]" if r.get("batch") else "") for r in d["reasons"]]
     lines += ["", f"per batch: {d['per_batch']}", f"code {b.code_commit}", f"config sha256 {b.config_sha256}"]
     return "\n".join(lines)
 
 
-def rollback(root: Path, to: int | None = None, restore: bool = True) -> dict:
-    """Assign prod to an earlier version (default: the one before the current prod) and restore it."""
+def rollback(root: Path, to: str | None = None, restore: bool = True) -> dict:
+    """Assign prod to an earlier version (default: the one in prod before the current) and restore it."""
     root = Path(root)
     cur = current(root, "prod")
     if cur is None:
         raise ReleaseRefused("nothing is in prod: fall back to the base model (no adapter) instead")
     vs = versions(root)
     if to is None:
-        earlier = [a["version"] for a in assignments(root) if a["stage"] == "prod" and a["version"] != cur["version"]
-                   and a["version"] is not None and a["version"] < cur["version"]]
+        earlier = [a["version"] for a in assignments(root) if a["stage"] == "prod" and a["action"] == "assign"
+                   and a["version"] not in (None, cur["version"]) and _semver(a["version"]) < _semver(cur["version"])]
         if not earlier:
-            raise ReleaseRefused(f"prod is v{cur['version']} and no earlier version was ever in prod")
-        to = max(earlier)
+            raise ReleaseRefused(f"prod is {cur['version']} and no earlier version was ever in prod")
+        to = max(earlier, key=_semver)
+    to = to if to.startswith("v") else f"v{to}"
     if to not in vs:
-        raise ReleaseRefused(f"v{to} is not a registered version ({', '.join(f'v{v}' for v in sorted(vs))})")
+        raise ReleaseRefused(f"{to} is not a registered version ({', '.join(vs) or 'none'})")
     with _lock(root):
-        k = cur["n"] + 1
-        _tag(root, f"{ARTIFACT}#prod#{k}", f"assign prod to v{to} (rollback from v{cur['version']})", vs[to])
+        k = _next_counter(root)
+        _tag(root, f"{ARTIFACT}#prod#{k}", f"Assigning stage prod to artifact {ARTIFACT} version {to}\n\n"
+             f"rollback from {cur['version']}", vs[to])
     result = {"from": cur["version"], "to": to, "tag": f"{ARTIFACT}#prod#{k}", "commit": vs[to]}
+    write_prod_pointer(root)
     if restore:
         restore_version(root, vs[to])
         result["verified"] = True
@@ -159,7 +220,8 @@ def rollback(root: Path, to: int | None = None, restore: bool = True) -> dict:
 def restore_version(root: Path, commit: str) -> None:
     """Bring back a version's dvc.lock and bundle, check out its data through DVC, verify the bundle."""
     tracked = _git(root, "ls-tree", "-r", "--name-only", commit).splitlines()
-    paths = [p for p in tracked if p == "dvc.lock" or p.endswith(".dvc") or p.startswith(("release/", "metrics/"))]
+    paths = [p for p in tracked if (p == "dvc.lock" or p.endswith(".dvc") or p.startswith(("release/", "metrics/")))
+             and p != str(PROD_POINTER)]
     if str(BUNDLE) not in paths:
         raise ReleaseRefused(f"{commit[:10]} has no {BUNDLE}: not a CLAP release commit")
     _git(root, "checkout", commit, "--", *paths)
@@ -175,12 +237,10 @@ def restore_version(root: Path, commit: str) -> None:
 
 
 def registry(root: Path) -> list[dict]:
-    vs = versions(Path(root))
-    asg = assignments(Path(root))
-    rows = []
-    for v, commit in sorted(vs.items()):
-        stages = [a for a in asg if a["version"] == v]
-        live = [s for s in ("prod", "canary") if (current(Path(root), s) or {}).get("version") == v]
-        rows.append({"version": f"v{v}", "commit": commit[:10], "assignments": [a["tag"] for a in stages],
-                     "current": live})
-    return rows
+    """One row per registered version: commit, stage tags, and the stages it holds now."""
+    root = Path(root)
+    vs = versions(root)
+    asg = assignments(root)
+    live = {s: (current(root, s) or {}).get("version") for s in {a["stage"] for a in asg}}
+    return [{"version": v, "commit": commit[:10], "assignments": [a["tag"] for a in asg if a["version"] == v],
+             "current": sorted(s for s, holder in live.items() if holder == v)} for v, commit in vs.items()]

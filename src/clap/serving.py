@@ -118,26 +118,44 @@ def _dvc_outs(root: Path, rel: Path) -> list[dict]:
 
 def _dvc_pinned_md5(root: Path, dir_md5: str, relpath: str) -> str | None:
     """md5 of `relpath` inside the DVC directory object `dir_md5`, read from the cache and checked."""
+    return next((e["md5"] for e in dvc_dir_listing(root, dir_md5) if e.get("relpath") == relpath), None)
+
+
+def dvc_cache_path(root: Path, md5: str) -> Path:
     from dvc.repo import Repo
 
     try:
         with Repo(str(root)) as repo:
-            path = Path(repo.cache.local.oid_to_path(dir_md5))
+            return Path(repo.cache.local.oid_to_path(md5))
     except Exception as exc:  # not a DVC repository, or its config is broken  # noqa: BLE001
         raise AdapterRefused(f"{root}: cannot read the DVC cache to check the pin ({exc})") from None
+
+
+def dvc_dir_listing(root: Path, dir_md5: str) -> list[dict]:
+    """The entries ({relpath, md5}) of a DVC directory object, after checking it matches its own hash."""
+    path = dvc_cache_path(root, dir_md5)
     if not path.exists():
-        raise AdapterRefused(f"{path}: the directory listing dvc.lock pins is not in the DVC cache (`dvc pull`)")
+        raise AdapterRefused(f"{path}: the directory object {dir_md5} is not in the DVC cache (`dvc pull`)")
     data = path.read_bytes()
     if hashlib.md5(data).hexdigest() != dir_md5.removesuffix(".dir"):
         raise AdapterRefused(f"{path}: DVC cache object does not match its own hash")
-    return next((e["md5"] for e in json.loads(data) if e.get("relpath") == relpath), None)
+    return json.loads(data)
 
 
-def load_adapter(model, adapter_dir: Path, expected: dict, base_identity: dict):
-    """Verify against `expected` (from `pinned_expectation`), then attach the adapter (inference only)."""
+def attach(model, name: str, adapter_dir: Path, expected: dict, base_identity: dict):
+    """Verify, then attach `adapter_dir` under `name` (the first one wraps the model in PEFT)."""
     from peft import PeftModel
 
     if expected is None:
         raise AdapterRefused(f"{adapter_dir}: no pinned evidence given; refusing to load")
     verify_adapter(adapter_dir, expected, base_identity)
-    return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False, use_safetensors=True)
+    if isinstance(model, PeftModel):
+        model.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=False, use_safetensors=True)
+        return model
+    return PeftModel.from_pretrained(model, str(adapter_dir), adapter_name=name, is_trainable=False,
+                                     use_safetensors=True)
+
+
+def load_adapter(model, adapter_dir: Path, expected: dict, base_identity: dict):
+    """Verify against `expected` (from `pinned_expectation`), then attach the adapter (inference only)."""
+    return attach(model, "default", Path(adapter_dir), expected, base_identity)

@@ -1,4 +1,4 @@
-"""evaluate: baseline vs candidate on one batch's holdout (DESIGN §4).
+"""evaluate: the candidate against the adapter in prod and against the base model, on one batch's holdout (DESIGN §4).
 
     clap evaluate b1           (DVC stage `evaluate@b1`, writes data/eval/b1/)
 
@@ -6,7 +6,10 @@ Writes per-sample records (input hash, output, parsed answer, every metric, late
 `regressed_samples.jsonl` (candidate failed the pass rule where the baseline passed) under
 data/eval/<batch>/, and metrics/eval/<batch>.json (git-tracked DVC metrics: per model, plus the
 candidate − baseline deltas with paired-bootstrap CIs).
-The baseline is the base model; the candidate is base + adapter, loaded through the serving check.
+`baseline` is the base model; `prod` (when the engine holds one) is the adapter the registry's prod
+stage points at; the candidate is base + its adapter; each adapter is loaded through the serving
+check. Deltas: candidate − base (`deltas`), candidate − prod (`deltas_vs_prod`) and prod − base
+(`prod_vs_base`, the evidence for a rollback), each with a paired-bootstrap CI.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 from clap import prompts
 from clap.generate import Engine
-from clap.io import atomic_dir, read_jsonl, write_json, write_jsonl
+from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.metrics import HIGHER_IS_BETTER, parse_answer, score_sample
 from clap.stats import p50, p95, paired_bootstrap
 
@@ -25,11 +28,14 @@ METRICS = [k for k in HIGHER_IS_BETTER if k != "p95_latency_ms"]
 
 
 def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, metrics_file: Path) -> dict:
+    check_output_dir(out, (samples_file,))
     e = cfg["evaluate"]
     samples = read_jsonl(samples_file)
     convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
     records, per_model = [], {}
-    for name, use_adapter in (("baseline", False), ("candidate", True)):
+    models = [("baseline", False)] + ([("prod", "prod")] if "prod" in getattr(engine, "adapters", []) else []) \
+        + [("candidate", True)]
+    for name, use_adapter in models:
         gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=e["max_new_tokens"],
                                batch_size=e["batch_size"])
         rows = []
@@ -43,21 +49,31 @@ def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, me
         per_model[name] = rows
         records += rows
     metrics = {name: _aggregate(rows) for name, rows in per_model.items()}
-    deltas = {m: paired_bootstrap([r[m] for r in per_model["baseline"]], [r[m] for r in per_model["candidate"]],
-                                  n=e["bootstrap"], ci=e["ci"], seed=17) for m in METRICS}
-    lat_b, lat_c = metrics["baseline"]["p95_latency_ms"], metrics["candidate"]["p95_latency_ms"]
-    deltas["p95_latency_ms"] = {"delta": None if lat_b is None else round(lat_c - lat_b, 2), "ci_low": None,
-                                "ci_high": None, "n": len(samples)}
-    regressed = [{"batch": batch, "sample_id": c["sample_id"], "reason": "candidate_failed_where_baseline_passed",
+    result = {"deltas": _deltas(per_model, metrics, "baseline", "candidate", e)}
+    if "prod" in per_model:
+        result["deltas_vs_prod"] = _deltas(per_model, metrics, "prod", "candidate", e)
+        result["prod_vs_base"] = _deltas(per_model, metrics, "baseline", "prod", e)
+    reference = "prod" if "prod" in per_model else "baseline"
+    regressed = [{"batch": batch, "sample_id": c["sample_id"], "reason": f"candidate_failed_where_{reference}_passed",
                   "baseline_output": b["output"], "candidate_output": c["output"],
                   "target": s["target"], "prompt": s["prompt"], "record_id": s["record_id"]}
-                 for s, b, c in zip(samples, per_model["baseline"], per_model["candidate"])
+                 for s, b, c in zip(samples, per_model[reference], per_model["candidate"])
                  if b["pass_rate"] == 1.0 and c["pass_rate"] == 0.0]
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, (samples_file,)) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_jsonl(tmp / "regressed_samples.jsonl", regressed)
-    write_json(metrics_file, {"batch": batch, "n": len(samples), **metrics, "deltas": deltas})
-    return {"metrics": metrics, "deltas": deltas, "regressed": len(regressed)}
+    write_json(metrics_file, {"batch": batch, "n": len(samples), **metrics, **result})
+    return {"metrics": metrics, **result, "regressed": len(regressed)}
+
+
+def _deltas(per_model: dict, metrics: dict, ref: str, new: str, e: dict) -> dict:
+    """`new` − `ref` per metric, paired by sample, with bootstrap CIs (latency: the p95 difference)."""
+    deltas = {m: paired_bootstrap([r[m] for r in per_model[ref]], [r[m] for r in per_model[new]],
+                                  n=e["bootstrap"], ci=e["ci"], seed=17) for m in METRICS}
+    lat_r, lat_n = metrics[ref]["p95_latency_ms"], metrics[new]["p95_latency_ms"]
+    deltas["p95_latency_ms"] = {"delta": None if lat_r is None else round(lat_n - lat_r, 2), "ci_low": None,
+                                "ci_high": None, "n": len(per_model[ref])}
+    return deltas
 
 
 def _aggregate(rows: list[dict]) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from clap.io import atomic_dir, read_jsonl, write_json
+from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json
 from clap.retrieval import BM25Index, DenseIndex, rrf
 
 
@@ -28,6 +28,7 @@ def retrieve(cfg: dict, bm25: BM25Index, chunks: pd.DataFrame, queries: list[str
 
 
 def run(cfg: dict, assets: Path, materialized: Path, out: Path) -> dict:
+    check_output_dir(out, (assets, materialized))
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     bm25 = BM25Index(chunks["chunk_id"].tolist(), chunks["text"].tolist())
     where = {c: (d, int(p)) for c, d, p in zip(chunks["chunk_id"], chunks["doc_id"], chunks["page"])}
@@ -42,7 +43,7 @@ def run(cfg: dict, assets: Path, materialized: Path, out: Path) -> dict:
             f"recall@{cfg['retrieval']['k']}_doc_page": round(sum((c["gold_doc_id"], c["gold_page"]) in {where[x] for x in h}
                                                                  for c, h in zip(cases, hits)) / len(cases), 4),
             "n": len(cases)}
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, (assets, materialized)) as tmp:
         bm25.save(tmp / "bm25")
         write_json(tmp / "retrieval_metrics.json", {"mode": cfg["retrieval"]["mode"], "k": cfg["retrieval"]["k"],
                                                     "per_batch": recall})

@@ -22,7 +22,7 @@ from datasketch import MinHash, MinHashLSH
 
 from clap import normalize as nz
 from clap import prompts
-from clap.io import atomic_dir, content_hash, write_json, write_jsonl
+from clap.io import atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.rewards import decision_reward
 from clap.schemas import GrpoGroup, PreferencePair, ReplayCase, SftSample
 
@@ -59,6 +59,7 @@ def overlap_counts(train: pd.DataFrame, holdout: pd.DataFrame, threshold: float,
 
 def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     """Materialize one batch. Returns the data-quality report."""
+    check_output_dir(out, (assets,))
     m = cfg["materialize"]
     facts = pd.read_parquet(Path(assets) / "facts.parquet")
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
@@ -103,7 +104,7 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
                "replay_cases": len(replay), "dpo_pairs": len(pairs), "grpo_groups": len(groups),
                "repair_queue": len(repair), "exact_duplicates_removed": exact_dups,
                "overlap_removed_from_train": int(dropped.sum()), "before": before, "after": after}
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, (assets,)) as tmp:
         for name, rows, model in (("sft_train", sft_train, SftSample), ("sft_eval", sft_eval, SftSample),
                                   ("dpo_pairs", pairs, PreferencePair), ("grpo_groups", groups, GrpoGroup),
                                   ("replay_cases", replay, ReplayCase)):

@@ -17,7 +17,7 @@ import pandas as pd
 
 from clap import prompts
 from clap.generate import Engine
-from clap.io import atomic_dir, read_jsonl, write_json, write_jsonl
+from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.metrics import field_equal, parse_answer, value_correct
 from clap.retrieval import BM25Index
 from clap.stages.index import retrieve
@@ -50,6 +50,7 @@ def score_case(pred: dict | None, gold: dict, retrieved: list[dict]) -> dict[str
 
 def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: Engine, out: Path,
         metrics_file: Path) -> dict:
+    check_output_dir(out, (assets, materialized, index_dir))
     r = cfg["replay"]
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     by_id = {c["chunk_id"]: c for c in chunks.to_dict("records")}
@@ -75,7 +76,7 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
     failed = [{"case_id": b["case_id"], "batch": b["batch"], "reason": "adapter_with_rag_missed_core_fields",
                "output": b["output"], "target": c["target"]}
               for c, b in zip(cases, [x for x in records if x["arm"] == "B"]) if b["core_fields_exact"] == 0.0]
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, (assets, materialized, index_dir)) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_jsonl(tmp / "failed_cases.jsonl", failed)
     write_json(metrics_file, {"n_cases": len(cases), "arms": table})

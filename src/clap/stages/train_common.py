@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from clap.io import atomic_dir, read_jsonl, write_json
+from clap.io import OutputRefused, atomic_dir, read_jsonl, write_json
 from clap.serving import adapter_manifest
 from clap.stages.admit import NotAdmitted, require
 
@@ -61,7 +61,10 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
         while time.time() < deadline and not (stamp.exists() and stamp.read_text().strip() == key):
             time.sleep(0.2)
         return get_last_checkpoint(str(folder))
-    if folder.is_dir() and (not stamp.exists() or stamp.read_text().strip() != key):
+    if folder.is_dir() and any(folder.iterdir()) and not stamp.exists():
+        raise OutputRefused(f"{folder}: existing folder without a run stamp (run_key.txt) is not a clap checkpoint "
+                            "folder; choose another --checkpoints or remove it yourself")
+    if folder.is_dir() and stamp.exists() and stamp.read_text().strip() != key:
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     stamp.write_text(key)
@@ -117,4 +120,4 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict) -> str:
             f"Trained by `clap train {kind}`; status **{metrics['status']}**, {metrics['steps']} steps.\n\n"
             f"## Training metrics\n\n```json\n{json.dumps(metrics, indent=2)}\n```\n\n"
             f"## Guard report\n\n```json\n{json.dumps(guard, indent=2)}\n```\n\n"
-            "Load it only through `clap.serving.load_adapter`, which checks its hashes against the evidence bundle.\n")
+            "Load it only through `clap.serving.load_adapter`, which checks its hashes against the ones git pins.\n")

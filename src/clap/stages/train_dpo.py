@@ -48,7 +48,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
                          peft_config=lora_config(cfg["train"]["sft"]), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
-    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_identity})
+    resume = resume_point(checkpoints, {"cfg": t["dpo"], "seed": t["seed"],
+                                          "lora": [t["sft"][x] for x in ("lora_r", "lora_alpha", "lora_dropout", "target_modules")], "rows": rows, "base": base_identity})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "dpo", base_identity,
                   {"pairs": len(rows), "batches_refused": refused, "resumed_from": resume}, started)

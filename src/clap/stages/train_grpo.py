@@ -60,7 +60,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                           reward_funcs=reward_funcs or [make_reward(cfg["rewards"]["weights"], cfg["rewards"]["max_chars"])],
                           peft_config=lora_config(cfg["train"]["sft"]), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
-    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_identity})
+    resume = resume_point(checkpoints, {"cfg": t["grpo"], "seed": t["seed"],
+                                          "lora": [t["sft"][x] for x in ("lora_r", "lora_alpha", "lora_dropout", "target_modules")], "rows": rows, "base": base_identity})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "grpo", base_identity,
                   {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"]}, started)

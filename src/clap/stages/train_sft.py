@@ -57,7 +57,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                          peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
-    resume = resume_point(checkpoints, {"cfg": cfg["train"], "rows": rows, "base": base_identity})
+    resume = resume_point(checkpoints, {"cfg": t["sft"], "seed": t["seed"], "rows": rows, "base": base_identity})
     if resume:
         print(f"clap: resuming SFT from {resume}")
     trainer.train(resume_from_checkpoint=resume)

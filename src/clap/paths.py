@@ -1,0 +1,38 @@
+"""Where the loop keeps each artifact, relative to the project root: written here once, used by the
+CLI defaults, the stages that read other stages' outputs, the bundle, the report and the summary.
+`dvc.yaml` names the same paths (a test checks that every path here it mentions agrees).
+"""
+
+from pathlib import Path
+
+RAW = Path("data/raw")
+ASSETS = Path("data/assets")
+MATERIALIZED = Path("data/materialized")
+ADMISSION = Path("data/admission")
+INDEX = Path("data/index")
+EVAL = Path("data/eval")
+REPLAY = Path("data/replay")
+MODELS = Path("models")
+CHECKPOINTS = Path("models/checkpoints")
+PROD_ADAPTER = Path("models/prod")
+METRICS = Path("metrics")
+EVAL_METRICS = Path("metrics/eval")
+REPLAY_METRICS = Path("metrics/replay.json")
+GATE = Path("metrics/gate.json")
+BUNDLE = Path("release/bundle.json")
+PROD_POINTER = Path("release/prod.json")
+REPAIR_QUEUE = Path("repair/queue.jsonl")
+REPAIR_FIXED = Path("repair/fixed")
+
+
+def adapter(kind: str) -> Path:
+    """The adapter folder of a trainer's output (`models/sft/adapter`)."""
+    return MODELS / kind / "adapter"
+
+
+def admission(batch: str) -> Path:
+    return ADMISSION / f"{batch}.json"
+
+
+def eval_metrics(batch: str) -> Path:
+    return EVAL_METRICS / f"{batch}.json"
