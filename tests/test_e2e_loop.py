@@ -115,7 +115,20 @@ def test_loop_threshold_change_release_rollback(clone):
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "run 1", env=env)
     run(root, "dvc", "push", "-q", env=env)
+    v1_adapter = (root / "models/sft/adapter/adapter_model.safetensors").read_bytes()
     assert "released v0.0.1 to prod" in run(root, "clap", "release", env=env)
+    assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.1"
+
+    # prod changed: exactly the stages that depend on prod re-run, and the candidate is judged against it
+    out = run(root, "dvc", "repro", env=env)
+    ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
+    assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "gate", "bundle", "repair_queue"}, ran
+    assert (root / "models/prod/adapter/adapter_model.safetensors").read_bytes() == v1_adapter
+    ev = json.loads((root / "metrics/eval/b1.json").read_text())
+    assert {"prod", "deltas_vs_prod", "prod_vs_base"} <= set(ev)
+    assert "up to date" in run(root, "dvc", "repro", env=env)
+    run(root, "git", "add", "-A", env=env)
+    run(root, "git", "commit", "-qm", "round 2: baseline prod v0.0.1", env=env)
 
     # tighten one gate threshold: only the gate (and the bundle pinning its output) re-run
     params = (root / "params.yaml").read_text().replace("min_parse_ok: 0.0", "min_parse_ok: 0.95")

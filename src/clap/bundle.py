@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from clap import paths
 from clap.errors import UserError
 from clap.io import read_json, sha256_file, write_json
 from clap.schemas import BundleFile, EvidenceBundle
@@ -33,9 +34,9 @@ class BundleMismatch(UserError, RuntimeError):
     """A file no longer matches the bundle; the message names it."""
 
 
-BUNDLE_PATH = "release/bundle.json"
-GATE_PATH = "metrics/gate.json"
-ADAPTER_DIR = "models/{c}/adapter"
+BUNDLE_PATH = str(paths.BUNDLE)
+GATE_PATH = str(paths.GATE)
+ADAPTER_DIR = str(paths.MODELS / "{c}" / "adapter")
 ADAPTER_REQUIRED = ("adapter_config.json", "adapter_model.safetensors", "manifest.json")
 SIGNING_ENV = "CLAP_BUNDLE_KEY"
 
@@ -188,16 +189,16 @@ def _check_signature(b: EvidenceBundle, where: str) -> None:
 
 
 def _check_config(b: EvidenceBundle, root: Path, where: str) -> None:
+    """The config hash, and the config itself against what dvc.lock recorded for the `bundle` stage
+    (it declares all of params.yaml), or params.yaml where the bundle was not built by the pipeline."""
     if _config_sha256(b.config) != b.config_sha256:
         raise BundleMismatch(f"{where}: config does not match config_sha256")
-    lock = root / "dvc.lock"
-    if lock.exists():
-        pinned = {}
-        for st in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
-            pinned.update((st.get("params") or {}).get("params.yaml", {}))
-        source = "dvc.lock"
+    lock = _yaml12(root / "dvc.lock") if (root / "dvc.lock").exists() else {}
+    recorded = ((lock.get("stages") or {}).get("bundle") or {}).get("params", {}).get("params.yaml")
+    if recorded:
+        pinned, source = recorded, "dvc.lock (stage bundle)"
     elif (root / "params.yaml").exists():
-        pinned, source = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}, "params.yaml"
+        pinned, source = _yaml12(root / "params.yaml"), "params.yaml"
     else:
         raise BundleMismatch(f"{where}: config cannot be checked (no dvc.lock or params.yaml in {root})")
     for key, value in pinned.items():
@@ -206,6 +207,13 @@ def _check_config(b: EvidenceBundle, root: Path, where: str) -> None:
             got = got.get(part, _MISSING) if isinstance(got, dict) else _MISSING
         if got != value:
             raise BundleMismatch(f"{where}: config key {key} differs from {source}")
+
+
+def _yaml12(path: Path) -> dict:
+    """YAML 1.2, as DVC writes dvc.lock (`5e-05` is a float there, a string to PyYAML)."""
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
 
 
 _MISSING = object()

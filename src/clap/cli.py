@@ -47,7 +47,7 @@ app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_hel
 
 
 @app.command("demo-data")
-def demo_data(out: Path = typer.Option(Path("data/raw")), seed: int = 7, scale: float = 1.0) -> None:
+def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float = 1.0) -> None:
     """Write the deterministic demo corpus (chunks, facts, decisions) to OUT."""
     from clap import demo_data as dd
 
@@ -56,7 +56,7 @@ def demo_data(out: Path = typer.Option(Path("data/raw")), seed: int = 7, scale: 
 
 
 @app.command()
-def assetize(raw: Path = typer.Option(Path("data/raw")), out: Path = typer.Option(Path("data/assets")),
+def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths.ASSETS),
              repaired: Path = typer.Option(None, help="folder (or file) of repaired fact rows from the repair queue")) -> None:
     """Validate and normalise raw inputs into assets; quarantine what cannot be used."""
     from clap.stages import assetize as stage
@@ -118,12 +118,12 @@ def exp(ctx: typer.Context,
 
 
 @app.command()
-def materialize(batch: str, assets: Path = typer.Option(Path("data/assets")),
+def materialize(batch: str, assets: Path = typer.Option(paths.ASSETS),
                 out: Path = typer.Option(None)) -> None:
     """Build one batch's SFT/holdout/DPO/GRPO/replay sets and its data-quality report."""
     from clap.stages import materialize as stage
 
-    q = stage.run(_params(), assets, batch, out or Path("data/materialized") / batch)
+    q = stage.run(_params(), assets, batch, out or paths.MATERIALIZED / batch)
     console.print(f"{batch}: train {q['train_size']}, holdout {q['holdout_size']}, replay {q['replay_cases']}, "
                   f"dpo {q['dpo_pairs']}, grpo {q['grpo_groups']}, repair {q['repair_queue']}; overlap before "
                   f"{q['before']['exact_input_overlap']}/{q['before']['near_duplicate_overlap']} after "
@@ -131,12 +131,12 @@ def materialize(batch: str, assets: Path = typer.Option(Path("data/assets")),
 
 
 @app.command()
-def admit(batch: str, materialized: Path = typer.Option(Path("data/materialized")),
+def admit(batch: str, materialized: Path = typer.Option(paths.MATERIALIZED),
           out: Path = typer.Option(None)) -> None:
     """Admission gate for one batch: admit / sft_only / repair / block, with every check."""
     from clap.stages import admit as stage
 
-    rec = stage.run(_params(), materialized / batch, out or Path("data/admission") / f"{batch}.json")
+    rec = stage.run(_params(), materialized / batch, out or paths.admission(batch))
     console.print(f"{batch}: {rec.decision}" + (f" ({'; '.join(rec.reasons)})" if rec.reasons else ""))
 
 
@@ -153,8 +153,8 @@ def base_model_cmd() -> None:
 @app.command()
 def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
           batches: list[str] = typer.Option(None, "--batch", help="default: all batches in params"),
-          materialized: Path = typer.Option(Path("data/materialized")),
-          admission: Path = typer.Option(Path("data/admission")),
+          materialized: Path = typer.Option(paths.MATERIALIZED),
+          admission: Path = typer.Option(paths.ADMISSION),
           out: Path = typer.Option(None), checkpoints: Path = typer.Option(None)) -> None:
     """Train a LoRA adapter (sft, dpo or grpo) on the admitted batches, under the runtime guards."""
     from importlib import import_module
@@ -167,14 +167,14 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     from clap.io import check_output_dir
 
-    out = out or Path("models") / kind
+    out = out or paths.MODELS / kind
     check_output_dir(out, (materialized, admission, base))
     stage = import_module(f"clap.stages.train_{kind}")
     m = stage.run(cfg, materialized, admission, batches or cfg["data"]["batches"], base,
-                  out, checkpoints or Path("models/checkpoints") / kind)
+                  out, checkpoints or paths.CHECKPOINTS / kind)
     from clap.io import write_json
 
-    write_json(Path("metrics") / f"train_{kind}.json", m)
+    write_json(paths.METRICS / f"train_{kind}.json", m)
     console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, "
                   f"{m['tokens_per_s']} tokens/s")
 
@@ -240,9 +240,9 @@ def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
 
 
 @app.command()
-def index(assets: Path = typer.Option(Path("data/assets")),
-          materialized: Path = typer.Option(Path("data/materialized")),
-          out: Path = typer.Option(Path("data/index"))) -> None:
+def index(assets: Path = typer.Option(paths.ASSETS),
+          materialized: Path = typer.Option(paths.MATERIALIZED),
+          out: Path = typer.Option(paths.INDEX)) -> None:
     """Build the retrieval index over all chunks; report recall@k of the gold chunk per batch."""
     from clap.stages import index as stage
 
@@ -251,11 +251,11 @@ def index(assets: Path = typer.Option(Path("data/assets")),
 
 
 @app.command()
-def replay(adapter: Path = typer.Option(Path("models/sft/adapter")),
-           assets: Path = typer.Option(Path("data/assets")),
-           materialized: Path = typer.Option(Path("data/materialized")),
-           index_dir: Path = typer.Option(Path("data/index")), out: Path = typer.Option(Path("data/replay")),
-           metrics: Path = typer.Option(Path("metrics/replay.json"))) -> None:
+def replay(adapter: Path = typer.Option(paths.adapter("sft")),
+           assets: Path = typer.Option(paths.ASSETS),
+           materialized: Path = typer.Option(paths.MATERIALIZED),
+           index_dir: Path = typer.Option(paths.INDEX), out: Path = typer.Option(paths.REPLAY),
+           metrics: Path = typer.Option(paths.REPLAY_METRICS)) -> None:
     """The ABCD application-chain replay: base/adapter × with/without retrieval."""
     from clap.stages import replay as stage
 
@@ -267,7 +267,7 @@ def replay(adapter: Path = typer.Option(Path("models/sft/adapter")),
 
 
 @app.command()
-def gate(out: Path = typer.Option(Path("metrics/gate.json"))) -> None:
+def gate(out: Path = typer.Option(paths.GATE)) -> None:
     """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
     from clap.stages import gate as stage
 
@@ -278,7 +278,7 @@ def gate(out: Path = typer.Option(Path("metrics/gate.json"))) -> None:
 
 
 @app.command()
-def bundle(out: Path = typer.Option(Path("release/bundle.json")), candidate: str = "sft") -> None:
+def bundle(out: Path = typer.Option(paths.BUNDLE), candidate: str = "sft") -> None:
     """Write the evidence bundle for the candidate (hashes of everything the decision rests on)."""
     from clap import bundle as b
 
@@ -287,7 +287,7 @@ def bundle(out: Path = typer.Option(Path("release/bundle.json")), candidate: str
 
 
 @app.command()
-def verify(path: Path = typer.Argument(Path("release/bundle.json"))) -> None:
+def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
     """Recompute every hash in a bundle; exit 1 naming the first file that differs."""
     from clap.bundle import BundleMismatch
     from clap.bundle import verify as do_verify
@@ -340,7 +340,7 @@ def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER
 
 
 @app.command("repair-queue")
-def repair_queue(out: Path = typer.Option(Path("repair/queue.jsonl"))) -> None:
+def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
     """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
     from clap import repair
 
@@ -379,7 +379,7 @@ def _demo_release() -> None:
 
     from clap import release as rel
 
-    decision = json.loads(Path("metrics/gate.json").read_text())["decision"]
+    decision = json.loads(paths.GATE.read_text())["decision"]
     if decision not in ("promote", "canary"):
         console.print(f"no release: the gate said [bold]{decision}[/]; fix the reasons above, re-run `make demo`")
         return

@@ -85,9 +85,22 @@ def identity(path: Path) -> dict:
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise FileNotFoundError(f"{path}: no safetensors weights (other formats are refused)")
-    manifest = path / "manifest.json"
-    name = json.loads(manifest.read_text())["name"] if manifest.exists() else path.name
-    return {"name": name, "path": str(path), "weights_sha256": {w.name: sha256_file(w) for w in weights}}
+    manifest = json.loads((path / "manifest.json").read_text()) if (path / "manifest.json").exists() else {}
+    name = manifest.get("name", path.name)
+    return {"name": name, "path": str(path), "weights_sha256": {w.name: sha256_file(w) for w in weights},
+            "hub_id": hub_id(manifest.get("requested"), name)}
+
+
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def hub_id(requested: str | None, name: str) -> str:
+    """The id users know the base model by (model cards, adapter_config.json), not the local cache path."""
+    if requested == "smollm2":
+        return SMOLLM2_HUB_ID
+    if requested and "/" in requested and not Path(requested).exists():
+        return requested
+    return name
 
 
 def device_and_dtype():

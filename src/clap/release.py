@@ -23,6 +23,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from clap import paths
 from clap.bundle import BUNDLE_PATH, BundleMismatch, verify
 from clap.errors import UserError
 
@@ -41,7 +42,7 @@ def _git(root: Path, *args: str, check: bool = True) -> str:
     return r.stdout.strip()
 
 
-PROD_POINTER = Path("release/prod.json")  # git-tracked: what prod is, so `dvc repro` sees a change of prod
+PROD_POINTER = paths.PROD_POINTER  # git-tracked: what prod is, so `dvc repro` sees a change of prod
 
 
 def _tags(root: Path) -> list[tuple[str, dict]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clap import paths
 from clap.io import read_jsonl, write_jsonl
 
 
@@ -24,13 +25,13 @@ def run(root: Path, out: Path) -> dict[str, int]:
         for r in rows:
             queue.append({"source": source, "reason": r.get(reason_key) or r.get("rule"), "item": r})
 
-    if (q := root / "data/assets/quarantine.jsonl").exists():
+    if (q := root / paths.ASSETS / "quarantine.jsonl").exists():
         add("assetize_quarantine", read_jsonl(q), "rule")
-    for p in sorted(root.glob("data/materialized/*/repair.jsonl")):
+    for p in sorted(root.glob(f"{paths.MATERIALIZED}/*/repair.jsonl")):
         add("unverifiable", read_jsonl(p))
-    for p in sorted(root.glob("data/eval/*/regressed_samples.jsonl")):
+    for p in sorted(root.glob(f"{paths.EVAL}/*/regressed_samples.jsonl")):
         add("regressed_sample", read_jsonl(p))
-    if (f := root / "data/replay/failed_cases.jsonl").exists():
+    if (f := root / paths.REPLAY / "failed_cases.jsonl").exists():
         add("failed_replay_case", read_jsonl(f))
     write_jsonl(out, queue)
     counts: dict[str, int] = {}

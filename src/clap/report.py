@@ -17,6 +17,7 @@ import io
 import subprocess
 from pathlib import Path
 
+from clap import paths
 from clap.io import atomic_write_text
 from clap.io import read_json_if_exists as _load
 
@@ -33,7 +34,7 @@ def metrics_diff(root: Path, base: str | None) -> str:
 
 def markdown(root: Path, batches: list[str], base: str | None) -> str:
     out = ["# CLAP candidate report", ""]
-    gate = _load(root / "metrics/gate.json")
+    gate = _load(root / paths.GATE)
     if gate:
         out += [f"**Gate decision: `{gate['decision']}`** (policy `{gate['policy']}`, candidate `{gate['candidate']}`, "
                 f"requires RAG: {gate['requires_rag']})", ""]
@@ -45,7 +46,7 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
             "| batch | n | overall base | overall cand | Δ overall | CI | value acc | evidence acc | hallucination | p95 ms |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for b in batches:
-        m = _load(root / "metrics/eval" / f"{b}.json")
+        m = _load(root / paths.eval_metrics(b))
         if not m:
             continue
         d, bl, cd = m["deltas"]["overall_score"], m["baseline"], m["candidate"]
@@ -54,7 +55,7 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
                    f"{bl['evidence_accuracy']:.2f} → {cd['evidence_accuracy']:.2f} | "
                    f"{bl['hallucination_rate']:.2f} → {cd['hallucination_rate']:.2f} | "
                    f"{bl['p95_latency_ms']:.0f} → {cd['p95_latency_ms']:.0f} |")
-    replay = _load(root / "metrics/replay.json")
+    replay = _load(root / paths.REPLAY_METRICS)
     if replay:
         cols = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
                 "evidence_doc_page_exact", "retrieved_target_chunk", "p95_latency_ms"]
@@ -87,7 +88,7 @@ def plots(root: Path, batches: list[str]) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
     figs = {}
-    rows = [(b, _load(root / "metrics/eval" / f"{b}.json")) for b in batches]
+    rows = [(b, _load(root / paths.eval_metrics(b))) for b in batches]
     rows = [(b, m["deltas"]["overall_score"]) for b, m in rows if m]
     if rows:
         fig, ax = plt.subplots(figsize=(6, 3))
@@ -118,7 +119,7 @@ def plots(root: Path, batches: list[str]) -> dict[str, str]:
             ax.set_xlabel("step")
         figs["training curves"] = _png(fig)
         plt.close(fig)
-    replay = _load(root / "metrics/replay.json")
+    replay = _load(root / paths.REPLAY_METRICS)
     if replay:
         cols = ["answer_json_parse", "value_exact", "core_fields_exact", "evidence_chunk_exact"]
         fig, ax = plt.subplots(figsize=(7, 3))

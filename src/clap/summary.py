@@ -8,11 +8,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from clap import paths
 from clap.io import read_json_if_exists as _load
 
 
 def print_summary(console: Console, root: Path) -> None:
-    report = _load(root / "data/assets/report.json")
+    report = _load(root / paths.ASSETS / "report.json")
     if report:
         t = Table(title="assetize")
         for col in ("input", "rows in", "kept", "quarantined"):
@@ -21,13 +22,13 @@ def print_summary(console: Console, root: Path) -> None:
             t.add_row(name, str(e["rows_in"]), str(e["kept"]), str(e["quarantined"]))
         console.print(t)
         console.print("noise found/fixed: " + ", ".join(f"{k}={v}" for k, v in report["noise"].items() if v))
-    batches = sorted(p.name for p in (root / "data/materialized").glob("*") if p.is_dir())
+    batches = sorted(p.name for p in (root / paths.MATERIALIZED).glob("*") if p.is_dir())
     if batches:
         t = Table(title="materialize (overlap before → after cleaning)")
         for col in ("batch", "train", "holdout", "near-dup overlap", "exact overlap", "repair"):
             t.add_column(col)
         for b in batches:
-            q = _load(root / "data/materialized" / b / "data_quality.json")
+            q = _load(root / paths.MATERIALIZED / b / "data_quality.json")
             t.add_row(b, str(q["train_size"]), str(q["holdout_size"]),
                       f"{q['before']['near_duplicate_overlap']} → {q['after']['near_duplicate_overlap']}",
                       f"{q['before']['exact_input_overlap']} → {q['after']['exact_input_overlap']}",
@@ -51,7 +52,7 @@ def abcd_table(arms: dict) -> Table:
 
 
 def batch_table(root: Path, batches: list[str]) -> Table | None:
-    rows = [(b, _load(root / "metrics/eval" / f"{b}.json")) for b in batches]
+    rows = [(b, _load(root / paths.eval_metrics(b))) for b in batches]
     rows = [(b, m) for b, m in rows if m]
     if not rows:
         return None
@@ -85,10 +86,10 @@ def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None
     t = batch_table(root, batches)
     if t:
         console.print(t)
-    replay = _load(root / "metrics/replay.json")
+    replay = _load(root / paths.REPLAY_METRICS)
     if replay:
         console.print(abcd_table(replay["arms"]))
-    gate = _load(root / "metrics/gate.json")
+    gate = _load(root / paths.GATE)
     if gate:
         console.print(f"\n[bold]gate decision: {gate['decision'].upper()}[/] (policy {gate['policy']}, "
                       f"candidate {gate['candidate']}; requires RAG: {gate['requires_rag']}; trainers {gate['trainers']})")

@@ -6,9 +6,11 @@ import math
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
+from clap.model import identity
 from clap.stages import train_dpo, train_grpo, train_sft
 from clap.stages.admit import NotAdmitted
 
@@ -33,6 +35,11 @@ def assert_lora_trained(out, tiny_dir, before):
     after = base_weights(tiny_dir)
     assert all(torch.equal(before[k], after[k]) for k in before), "base weights must not change"
     assert not list((out / "adapter").glob("*.bin")) and (out / "adapter" / "manifest.json").exists()
+    card = (out / "adapter" / "README.md").read_text()
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert front["library_name"] == "peft" and front["base_model"] == identity(tiny_dir)["hub_id"]
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == identity(tiny_dir)["hub_id"] != str(tiny_dir)
 
 
 @pytest.mark.parametrize("trainer, kind", [(train_sft, "sft"), (train_dpo, "dpo"), (train_grpo, "grpo")])

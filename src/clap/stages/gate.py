@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clap.gate import decide
 from clap import paths
+from clap.gate import decide
 from clap.io import read_json, read_json_if_exists, write_json
 from clap.schemas import GateDecision
 

@@ -16,6 +16,8 @@ import shutil
 import time
 from pathlib import Path
 
+import yaml
+
 from clap.io import OutputRefused, atomic_dir, read_jsonl, write_json
 from clap.serving import adapter_manifest
 from clap.stages.admit import NotAdmitted, require
@@ -96,7 +98,12 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
             metrics["adapter_source"] = "final" if report.trip is None else "final_after_trip_no_good_checkpoint"
         for stray in adapter.glob("*.bin"):
             stray.unlink()
-        (adapter / "README.md").write_text(_model_card(kind, base_identity, metrics, report.model_dump()))
+        config = json.loads((adapter / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = base_identity["hub_id"]  # not the local cache path models/base
+        (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        stamp = Path(trainer.args.output_dir) / "run_key.txt"
+        run_key = stamp.read_text().strip() if stamp.exists() else None
+        (adapter / "README.md").write_text(_model_card(kind, base_identity, metrics, report.model_dump(), run_key))
         write_json(adapter / "manifest.json", adapter_manifest(adapter, base_identity))
         write_json(tmp / "train_metrics.json", metrics)
         write_json(tmp / "guard_report.json", report.model_dump())
@@ -114,10 +121,19 @@ def _log_csv(history: list[dict]) -> str:
     return buf.getvalue()
 
 
-def _model_card(kind: str, base: dict, metrics: dict, guard: dict) -> str:
-    return (f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {base['name']} "
-            f"(weights sha256 {json.dumps(base['weights_sha256'])}).\n\n"
-            f"Trained by `clap train {kind}`; status **{metrics['status']}**, {metrics['steps']} steps.\n\n"
+def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
+    """A Hugging Face model card: metadata the Hub and PEFT read, then CLAP's provenance. The release
+    (version, gate decision, bundle hash) is in the git tag and the bundle that pin this file's hash."""
+    front = {"library_name": "peft", "base_model": base["hub_id"], "pipeline_tag": "text-generation",
+             "tags": ["clap", "lora", kind, "structured-extraction" if kind == "sft" else "decision"]}
+    return ("---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n"
+            f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {base['hub_id']} "
+            f"(weights sha256 {json.dumps(base['weights_sha256'])}; local cache `{base['path']}`).\n\n"
+            f"Trained by `clap train {kind}`; status **{metrics['status']}**, {metrics['steps']} steps; training run "
+            f"key (sha256 of config, data rows and base) `{run_key}`.\n\n"
+            "Release provenance — version, gate decision and reasons, dataset versions, bundle — lives in the git "
+            "tag `clap-adapter@vX.Y.Z` and in `release/bundle.json` at that tag, which pin this folder by hash "
+            "(`clap registry`, `gto show`, `clap verify`).\n\n"
             f"## Training metrics\n\n```json\n{json.dumps(metrics, indent=2)}\n```\n\n"
             f"## Guard report\n\n```json\n{json.dumps(guard, indent=2)}\n```\n\n"
             "Load it only through `clap.serving.load_adapter`, which checks its hashes against the ones git pins.\n")

@@ -1,0 +1,15 @@
+"""Each path is written once in Python (`clap.paths`); dvc.yaml, the pipeline's own file, must agree."""
+
+from pathlib import Path
+
+from clap import paths
+from tests.conftest import ROOT
+
+
+def test_every_path_constant_is_the_one_dvc_yaml_uses():
+    dvc = (ROOT / "dvc.yaml").read_text()
+    constants = {k: v for k, v in vars(paths).items() if isinstance(v, Path)}
+    assert len(constants) > 10
+    missing = {k: str(v) for k, v in constants.items() if str(v) not in dvc}
+    assert not missing, f"clap.paths names paths dvc.yaml does not use: {missing}"
+    assert str(paths.adapter("sft")) in dvc and str(paths.eval_metrics("b1")).replace("b1", "${item}") in dvc
