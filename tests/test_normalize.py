@@ -75,3 +75,19 @@ def test_formatted_numbers_round_trip(x):
     x = round(x, 2)
     q = nz.parse_quantity(f"{x:,.2f}", "万元")
     assert q is not None and math.isclose(q.value, x, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("value, unit, text, agrees", [
+    (26309.45, "万元", "Net profit for FY2021 was 26,309.45 RMB 10k.", True),
+    (26309.45, "元", "Net profit for FY2021 was 26,309.45 RMB 10k.", False),    # shifted by 10⁴
+    (-6478.72, "万元", "Net profit for FY2021 was -6,478.72 RMB 10k.", True),
+    (6076.97, "万元", "原材料采购总额为6,076.97万元，占比", True),                   # full-width comma ends the unit
+    (6076.97, "万元", "原材料采购总额为6,076.97万元较上年增长", True),               # CJK words run on
+    (22.5, "件", "2021年，公司平均交付延迟为22.5天。", False),
+    (24.3, "%", "Gross margin for FY2021 was 24.3%.", True),
+    (3.4, "百万元", "sales were 3.4 million yuan, up", True),
+    (3400000, "元", "sales were 3.4 million yuan", None),                        # value not written as such
+    (12.0, "吨", "revenue was 12", None),                                       # no unit beside it
+])
+def test_unit_agrees(value, unit, text, agrees):
+    assert nz.unit_agrees(value, unit, text) is agrees

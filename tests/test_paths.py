@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from clap import paths
 from tests.conftest import ROOT
+
+from clap import paths
 
 
 def test_every_path_constant_is_the_one_dvc_yaml_uses():

@@ -202,12 +202,12 @@ def test_prod_adapter_is_pinned_by_the_bundle_at_its_release_tag(repo, tiny_dir)
     _commit_version(root, tiny_dir, params, 1)
     release.release(root)
     ad = root / "models/sft/adapter"
-    pinned = pinned_expectation(root, ad, "clap-adapter@v1")
+    pinned = pinned_expectation(root, ad, "clap-adapter@v0.0.1")
     load_adapter(load_model(root / "models/base"), ad, pinned, identity(root / "models/base"))
     b = json.loads((root / "release/bundle.json").read_text())
     b["files"] = [f for f in b["files"] if "adapter_model" not in f["path"]]  # an edit in the working tree
     (root / "release/bundle.json").write_text(json.dumps(b))
-    assert pinned_expectation(root, ad, "clap-adapter@v1") == pinned  # read from git's objects, not the tree
+    assert pinned_expectation(root, ad, "clap-adapter@v0.0.1") == pinned  # read from git's objects, not the tree
 
 
 def _edit_bundle(root: Path, edit) -> None:

@@ -47,11 +47,12 @@ app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_hel
 
 
 @app.command("demo-data")
-def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float = 1.0) -> None:
+def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float = 1.0,
+              poison: str = typer.Option("none", help="batch whose currency units are shifted by 10⁴ (a poisoned export)")) -> None:
     """Write the deterministic demo corpus (chunks, facts, decisions) to OUT."""
     from clap import demo_data as dd
 
-    counts = dd.write(out, seed=seed, scale=scale)
+    counts = dd.write(out, seed=seed, scale=scale, poisoned_batch=None if poison == "none" else poison)
     console.print(f"demo corpus → {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
 
 

@@ -44,6 +44,7 @@ BatchId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 class Demo(_Section):
     seed: StrictInt
     scale: Annotated[float, Field(gt=0.0, le=100.0)]
+    poisoned_batch: BatchId  # `none`, or the batch whose export is poisoned
 
 
 class Data(_Section):
@@ -83,6 +84,7 @@ class Rewards(_Section):
 class Admit(_Section):
     max_overlap: Annotated[StrictInt, Field(ge=0)]
     max_unverifiable_share: Fraction
+    max_unit_mismatch_share: Fraction
     min_train_samples: PosInt
     min_rank_pass_rate: Fraction
     min_reward_margin: float

@@ -282,9 +282,27 @@ def _decision(rng: random.Random, batch: str, i: int, n: int) -> dict:
             "causes": causes, "action": spec["actions"][main], "risk_focus": spec["risk"][main], "lang": "en"}
 
 
-def write(out: Path, seed: int = 7, scale: float = 1.0) -> dict[str, int]:
+SHIFTED_UNIT = {"万元": "元", "RMB 10k": "yuan", "10k yuan": "yuan", "ten thousand yuan": "yuan", "人民币万元": "元"}
+
+
+def poison(corpus: dict, batch: str) -> int:
+    """A supplier export with its currency units shifted by 10⁴: `万元` written as `元` on every row of
+    `batch` (the number unchanged). Each number is still in its source, so only a unit check can tell;
+    admission's `unit_mismatch_share` is that check. Returns the rows changed."""
+    changed = 0
+    for f in corpus["facts"]:
+        if f["batch"] == batch and f["unit"] in SHIFTED_UNIT:
+            f["unit"] = SHIFTED_UNIT[f["unit"]]
+            changed += 1
+    return changed
+
+
+def write(out: Path, seed: int = 7, scale: float = 1.0, poisoned_batch: str | None = None) -> dict[str, int]:
     """Write chunks/facts/decisions as JSONL plus manifest.json into `out`, atomically."""
     corpus = generate(seed=seed, scale=scale)
+    if poisoned_batch:
+        corpus["manifest"][0]["poisoned_rows"] = poison(corpus, poisoned_batch)
+        corpus["manifest"][0]["poisoned_batch"] = poisoned_batch
     with atomic_dir(out) as tmp:
         for name in ("chunks", "facts", "decisions"):
             with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as fh:

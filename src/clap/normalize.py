@@ -259,6 +259,37 @@ def value_among(value: float, numbers, rel_tol: float = 1e-6) -> bool:
     return any(math.isclose(abs(value), abs(v), rel_tol=rel_tol, abs_tol=1e-9) for v in numbers)
 
 
+_UNIT_STOP = re.compile(r"[;:!?()\[\]{}。；：！？（）、\"]|,(?!\d{3})|\.(?!\d)|\s{2,}")
+
+
+def unit_agrees(value: float, unit: str, text: object) -> bool | None:
+    """Does `text` write `value` with `unit` (equal in base units)? None when the value is written
+    without a readable unit beside it (nothing to disagree with).
+
+    The admission check against poisoned exports: a row whose unit was shifted (`元` for `万元`)
+    still has its number in the source, but the source writes another unit next to it.
+    """
+    folded = fold(text)
+    want = Quantity(abs(value), unit)
+    seen_unit = False
+    for m in _NUM_PARTS.finditer(folded):
+        number = float(m.group(3).replace(",", ""))
+        if not math.isclose(abs(number), abs(value), rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        tail = folded[m.end():m.end() + 24]
+        stop = _UNIT_STOP.search(tail)
+        tail = tail[:stop.start()] if stop else tail
+        for end in sorted({i for i in range(1, len(tail) + 1) if i == len(tail) or tail[i] == " "
+                           or not tail[i - 1].isascii()}, reverse=True):
+            q = parse_quantity(m.group(3), tail[:end].strip())
+            if q is not None and q.unit != "":
+                seen_unit = True
+                if same_quantity(Quantity(number, q.unit), want):
+                    return True
+                break
+    return False if seen_unit else None
+
+
 def terms_in_text(metric: object, text: object) -> bool:
     """True when the key terms of a metric label are findable in a text.
 

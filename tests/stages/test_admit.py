@@ -1,11 +1,14 @@
 import json
 
 import pytest
+from tests.conftest import ROOT
 
+from clap import demo_data
 from clap.config import compose
+from clap.stages import admit, assetize, materialize
 from clap.stages.admit import NotAdmitted, decide, require
 
-CFG = compose()["admit"]
+CFG = compose(conf=ROOT / "conf")["admit"]
 
 
 def quality(**after):
@@ -40,7 +43,22 @@ def test_admission_policy(q, p, g, decision, failed):
     rec = decide(q, p, g, CFG)
     assert rec.decision == decision
     assert sorted(c.name for c in rec.checks if not c.passed) == sorted(failed)
-    assert len(rec.checks) == 6 and all(c.threshold is not None for c in rec.checks)
+    assert len(rec.checks) == 7 and all(c.threshold is not None for c in rec.checks)
+
+
+SHIFTED = {"value": 26309.45, "unit": "元", "evidence": "Net profit for FY2021 was 26,309.45 RMB 10k."}
+RIGHT = {"value": 26309.45, "unit": "万元", "evidence": "Net profit for FY2021 was 26,309.45 RMB 10k."}
+
+
+@pytest.mark.parametrize("targets, decision", [
+    ([RIGHT] * 20, "admit"),
+    ([RIGHT] * 19 + [SHIFTED], "admit"),       # 5 %: at the threshold
+    ([RIGHT] * 18 + [SHIFTED] * 2, "repair"),  # 10 %: a shifted export
+    ([], "admit"),
+])
+def test_unit_mismatch_share_sends_shifted_exports_to_repair(targets, decision):
+    rec = decide(quality(), GOOD_P, GOOD_G, CFG, targets)
+    assert rec.decision == decision
 
 
 def test_blocked_batch_is_refused_with_the_reason(tmp_path):
@@ -54,3 +72,17 @@ def test_blocked_batch_is_refused_with_the_reason(tmp_path):
     require(ok, "sft")
     with pytest.raises(NotAdmitted, match="grpo refused"):
         require(ok, "grpo")
+
+
+def test_a_poisoned_export_is_sent_to_repair_naming_the_rule(params, tmp_path):
+    """Currency units shifted by 10⁴ on one batch: every number is still in its source, so only the
+    unit check can tell; the clean batches are admitted."""
+    demo_data.write(tmp_path / "raw", seed=5, scale=0.3, poisoned_batch="b2")
+    assetize.run(tmp_path / "raw", tmp_path / "assets")
+    decisions = {}
+    for b in ("b1", "b2"):
+        materialize.run(params, tmp_path / "assets", b, tmp_path / "mat" / b)
+        decisions[b] = admit.run(params, tmp_path / "mat" / b, tmp_path / "adm" / f"{b}.json")
+    assert decisions["b1"].decision == "admit"
+    assert decisions["b2"].decision == "repair" and decisions["b2"].trainable == []
+    assert any(r.startswith("unit_mismatch_share=") for r in decisions["b2"].reasons)

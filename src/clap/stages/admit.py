@@ -2,7 +2,8 @@
 
     clap admit b1              (DVC stage `admit@b1`, writes data/admission/b1.json)
 
-Decision order: any train/eval overlap → `block`; too many unverifiable facts → `repair`; too few
+Decision order: any train/eval overlap → `block`; too many unverifiable facts, or too many targets
+whose quoted evidence writes the value with another unit (an export with shifted units) → `repair`; too few
 train samples → `block`; weak preference data (ranking pass rate, reward margin, reward spread) →
 `sft_only`; otherwise `admit` (SFT, DPO and GRPO). Every check is written with its value and
 threshold, passed or not, so a reviewer sees why.
@@ -14,14 +15,24 @@ import json
 import statistics
 from pathlib import Path
 
+from clap import normalize as nz
 from clap.errors import UserError
 from clap.io import read_json, read_jsonl, write_json
 from clap.schemas import AdmissionRecord, Check
 
 
-def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict) -> AdmissionRecord:
-    """Pure admission policy over a batch's data-quality report and preference data."""
+def unit_mismatch_share(targets: list[dict]) -> float:
+    """Share of targets whose evidence writes their value with another unit (a shifted export)."""
+    if not targets:
+        return 0.0
+    return sum(nz.unit_agrees(t["value"], t["unit"], t["evidence"]) is False for t in targets) / len(targets)
+
+
+def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict,
+           targets: list[dict] | None = None) -> AdmissionRecord:
+    """Pure admission policy over a batch's data-quality report, preference data and SFT targets."""
     a = cfg
+    mismatch = unit_mismatch_share(targets or [])
     after = quality["after"]
     overlap = after["id_overlap"] + after["exact_input_overlap"] + after["near_duplicate_overlap"]
     rows = quality["before"]["rows"] or 1
@@ -38,6 +49,8 @@ def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict) -> A
               passed=overlap <= a["max_overlap"], consequence="block"),
         Check(name="unverifiable_share", value=round(unverifiable_share, 4), threshold=a["max_unverifiable_share"],
               op="<=", passed=unverifiable_share <= a["max_unverifiable_share"], consequence="repair"),
+        Check(name="unit_mismatch_share", value=round(mismatch, 4), threshold=a["max_unit_mismatch_share"],
+              op="<=", passed=mismatch <= a["max_unit_mismatch_share"], consequence="repair"),
         Check(name="train_samples", value=quality["train_size"], threshold=a["min_train_samples"], op=">=",
               passed=quality["train_size"] >= a["min_train_samples"], consequence="block"),
         Check(name="ranking_pass_rate", value=rank_rate, threshold=a["min_rank_pass_rate"], op=">=",
@@ -62,8 +75,10 @@ def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict) -> A
 
 def run(cfg: dict, batch_dir: Path, out: Path) -> AdmissionRecord:
     batch_dir = Path(batch_dir)
+    targets = [json.loads(r["target"]) for f in ("sft_train.jsonl", "sft_eval.jsonl")
+               if (batch_dir / f).exists() for r in read_jsonl(batch_dir / f)]
     record = decide(read_json(batch_dir / "data_quality.json"), read_jsonl(batch_dir / "dpo_pairs.jsonl"),
-                    read_jsonl(batch_dir / "grpo_groups.jsonl"), cfg["admit"])
+                    read_jsonl(batch_dir / "grpo_groups.jsonl"), cfg["admit"], targets)
     write_json(out, record.model_dump())
     return record
 
