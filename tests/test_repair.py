@@ -37,3 +37,29 @@ def test_repaired_rows_reenter_assetize(tmp_path):
     assert e["rows_in"] == first["inputs"]["facts"]["rows_in"] + 1 and e["kept"] + e["quarantined"] == e["rows_in"]
     again = pd.read_parquet(tmp_path / "assets2/facts.parquet").set_index("record_id").loc[bad["record_id"]]
     assert bool(again["verifiable"]) and second["unverifiable_facts"] == first["unverifiable_facts"] - 1
+
+
+def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
+    """Queue → the demo's simulated annotator (ground truth) → the next assetize: repaired rows are usable."""
+    from clap import demo_annotator
+    from clap.stages import materialize
+
+    raw = tmp_path / "raw"
+    demo_data.write(raw, seed=11, scale=0.3)
+    first = assetize.run(raw, tmp_path / "data/assets")
+    for b in ("b1", "b2"):
+        materialize.run(params, tmp_path / "data/assets", b, tmp_path / "data/materialized" / b)
+    repair.run(tmp_path, tmp_path / "repair/queue.jsonl")
+    queue = [json.loads(line) for line in (tmp_path / "repair/queue.jsonl").read_text().splitlines()]
+    truth = demo_data.generate(seed=11, scale=0.3)["truth"]
+    half = demo_annotator.annotate(queue, truth, share=0.5, seed=11)
+    everything = demo_annotator.annotate(queue, truth, share=1.0, seed=11)
+    assert 0 < len(half) < len(everything) and {r["record_id"] for r in half} <= {r["record_id"] for r in everything}
+    assert demo_annotator.annotate(queue, truth, share=0.5, seed=11) == half  # deterministic
+    fixed = tmp_path / "repair/fixed"
+    fixed.mkdir(parents=True)
+    (fixed / "simulated_annotator.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in everything))
+    second = assetize.run(raw, tmp_path / "assets2", fixed)
+    assert second["repaired_rows_in"] == len(everything)
+    assert second["repaired_rows_verifiable"] == len(everything)  # before: none of them was usable
+    assert second["unverifiable_facts"] < first["unverifiable_facts"]

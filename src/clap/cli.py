@@ -66,6 +66,8 @@ def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths
     for name, e in report["inputs"].items():
         console.print(f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}")
     console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}")
+    if "repaired_rows_in" in report:
+        console.print(f"repaired rows in {report['repaired_rows_in']}, now verifiable {report['repaired_rows_verifiable']}")
     console.print("noise found/fixed: " + ", ".join(f"{k}={v}" for k, v in report["noise"].items() if v))
     console.print("rows per batch: " + ", ".join(f"{k!r}={v}" for k, v in report["batches"]["rows"].items()))
     for w in report["batches"]["warnings"]:
@@ -338,6 +340,23 @@ def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER
     for row in rel.registry(Path(".")):
         console.print(f"{row['version']}  {row['commit']}  current={','.join(row['current']) or '-'}  "
                       f"{' '.join(row['assignments'])}")
+
+
+@app.command("demo-annotate")
+def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
+                  out: Path = typer.Option(paths.REPAIR_FIXED / "simulated_annotator.jsonl"),
+                  share: float = typer.Option(0.5, min=0.0, max=1.0, help="share of the fixable queue to correct")) -> None:
+    """SIMULATED annotator for the demo: corrects a share of the repair queue from the demo generator's truth."""
+    from clap import demo_annotator, demo_data
+    from clap.io import read_jsonl, write_jsonl
+
+    if not queue.exists():
+        _fail(FileNotFoundError(f"{queue}: no repair queue (run `dvc repro` first)"))
+    demo = _params()["demo"]
+    truth = demo_data.generate(seed=demo["seed"], scale=demo["scale"])["truth"]
+    rows = demo_annotator.annotate(read_jsonl(queue), truth, share, seed=demo["seed"])
+    write_jsonl(out, rows)
+    console.print(f"simulated annotator: {len(rows)} corrected fact rows → {out} (from the generator's ground truth)")
 
 
 @app.command("repair-queue")

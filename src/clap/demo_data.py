@@ -144,8 +144,10 @@ def _distractor(c: Company, label_en: str, label_zh: str, period: str, text_valu
 
 
 def generate(seed: int = 7, scale: float = 1.0, n_companies: int = 20) -> dict[str, list[dict]]:
-    """Build the corpus in memory: {'chunks': [...], 'facts': [...], 'decisions': [...], 'manifest': [...]}."""
+    """Build the corpus in memory: {'chunks', 'facts', 'decisions', 'manifest', 'truth'}; `truth` maps a
+    fact's record_id to the row before noise (what the simulated annotator of the demo answers from)."""
     rng = random.Random(seed)
+    truth: dict[str, dict] = {}
     companies = _companies(rng, n_companies)
     chunks: list[dict] = []
     facts: list[dict] = []
@@ -181,12 +183,17 @@ def generate(seed: int = 7, scale: float = 1.0, n_companies: int = 20) -> dict[s
                                        "text": " ".join(lines) if c.lang == "en" else "".join(lines),
                                        "lang": c.lang, "batch": batch})
                         for _key, en, zh, fam, value, dec, unit, ev in page_facts:
-                            facts.append(_fact(rng, injected, c, batch, year, doc_id, page, chunk_id,
-                                               en, zh, fam, value, dec, unit, ev, len(facts)))
+                            fact = _fact(rng, injected, c, batch, year, doc_id, page, chunk_id,
+                                         en, zh, fam, value, dec, unit, ev, len(facts))
+                            facts.append(fact)
+                            truth[fact["record_id"]] = fact | {  # what the row says before noise is injected
+                                "chunk_id": chunk_id, "metric": zh if c.lang == "zh" else en,
+                                "value": _fmt(value, dec, "std"), "unit": unit if c.lang == "zh" else UNIT_EN[unit],
+                                "evidence": ev}
             for i in range(max(4, round(12 * scale))):
                 decisions.append(_decision(rng, batch, i, len(decisions)))
     facts = _cross_batch_noise(rng, injected, facts)
-    return {"chunks": chunks, "facts": facts, "decisions": decisions, "manifest": [injected]}
+    return {"chunks": chunks, "facts": facts, "decisions": decisions, "manifest": [injected], "truth": truth}
 
 
 def _fact(rng, injected, c, batch, year, doc_id, page, chunk_id, en, zh, fam, value, dec, unit, ev, n) -> dict:

@@ -94,8 +94,9 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
         chunk_asset = pool.submit(lambda: _chunk_asset(chunk_side.result()[0], tmp / "chunks.parquet"))
         loaded = {name: _load(paths[name], name) for name in ("facts", "decisions")}
         df, bad = loaded["facts"]
+        repaired_ids: set[str] = set()
         if repaired is not None:
-            df, bad, report["repaired_rows_in"] = _merge_repaired(df, bad, Path(repaired))
+            df, bad, report["repaired_rows_in"], repaired_ids = _merge_repaired(df, bad, Path(repaired))
         loaded["facts"] = df, bad
         facts, fact_bad, noise = _facts(df, lambda: chunk_side.result()[2], str(paths["facts"]))
         loaded["chunks"] = chunk_side.result()[:2]
@@ -119,6 +120,9 @@ def _run(raw: Path, out: Path, repaired: Path | None) -> dict:
         report["batches"] = _batch_ids(chunks, facts, decisions)
         report["quarantine_by_rule"] = _count(q["rule"] for q in quarantine)
         report["verifiable_facts"] = int(facts["verifiable"].sum())
+        if repaired is not None:  # the flywheel's effect: how many repaired rows are now usable for training
+            fixed = facts["record_id"].isin(repaired_ids)
+            report["repaired_rows_verifiable"] = int((fixed & facts["verifiable"]).sum())
         report["unverifiable_facts"] = int((~facts["verifiable"]).sum())
         facts, decisions = typed_empty(facts, FactAsset), typed_empty(decisions, DecisionAsset)
         FactAsset.validate(facts, lazy=True)
@@ -148,14 +152,14 @@ def _chunk_asset(df: pd.DataFrame, parquet: Path) -> pd.DataFrame:
     return chunks
 
 
-def _merge_repaired(df: pd.DataFrame, bad: list[dict], repaired: Path) -> tuple[pd.DataFrame, list[dict], int]:
+def _merge_repaired(df: pd.DataFrame, bad: list[dict], repaired: Path) -> tuple[pd.DataFrame, list[dict], int, set[str]]:
     """Repaired fact rows (`repaired/*.jsonl`, or one file) replace raw rows with the same record_id.
 
     The replaced raw rows are accounted as quarantined with rule `superseded_by_repair`, so rows in =
     kept + quarantined still holds over raw and repaired inputs together.
     """
     files = sorted(repaired.glob("*.jsonl")) if repaired.is_dir() else ([repaired] if repaired.exists() else [])
-    taken = 0
+    taken, ids = 0, set()
     for f in files:
         extra, extra_bad = _load(f, "facts")
         taken += len(extra) + len(extra_bad)
@@ -164,7 +168,8 @@ def _merge_repaired(df: pd.DataFrame, bad: list[dict], repaired: Path) -> tuple[
         bad += [quarantine_record(STAGE, str(f), int(r["_row"]), "superseded_by_repair", "record_id",
                                   {k: v for k, v in r.items() if k != "_row"}) for r in df[replaced].to_dict("records")]
         df = pd.concat([df[~replaced], extra], ignore_index=True)
-    return df, bad, taken
+        ids |= set(extra["record_id"])
+    return df, bad, taken, ids
 
 
 def _count(items) -> dict[str, int]:
