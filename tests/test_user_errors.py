@@ -237,11 +237,18 @@ def test_boolean_page_and_look_alike_batch_ids_are_not_silent(corpus, tmp_path):
     facts[0]["page"], facts[1]["batch"], facts[2]["batch"] = True, f" {facts[1]['batch']} ", facts[2]["batch"].upper()
     raw = raw_with(corpus, tmp_path / "raw", **{"facts.jsonl": facts})
     code, text = clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out"))
-    assert code == 0 and "warning: batch ids" in text and "differ only in case" in text
+    assert code == 0 and "warning: batch ids" in text and "look alike" in text
     report = conserved(tmp_path / "out")
     q = [json.loads(x) for x in (tmp_path / "out/quarantine.jsonl").read_text().splitlines()]
     assert any(x["row"] == 1 and x["rule"] == "type:int" and x["column"] == "page" for x in q)
     assert facts[1]["batch"].strip() in report["batches"]["rows"] and facts[1]["batch"] not in report["batches"]["rows"]
+
+
+def test_materializing_a_batch_that_is_not_there_names_the_ones_that_are(corpus, tmp_path, project):
+    assert clap("assetize", "--raw", str(corpus), "--out", str(tmp_path / "assets"))[0] == 0
+    one_line_error(*clap("materialize", "B1", "--assets", str(tmp_path / "assets")), "batch 'B1' has no facts",
+                   "batches present: b1, b2, b3, b4, b5")
+    one_line_error(*clap("materialize", "b1", "--assets", str(tmp_path / "nowhere")), "nowhere/facts.parquet")
 
 
 def test_missing_repaired_folder_is_an_error_not_ignored(corpus, tmp_path):

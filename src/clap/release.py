@@ -99,16 +99,17 @@ def assignments(root: Path) -> list[dict]:
 
 
 def current(root: Path, stage: str) -> dict | None:
-    """The assignment that holds `stage` now: the last assign by counter, unless an unassign undid it."""
-    holder = None
+    """The assignment that holds `stage` now, as GTO reads it: among versions whose last event for the
+    stage is an assign (not undone by `#stage!#N`), the one assigned most recently (highest counter)."""
+    active: dict[str, dict] = {}
     for a in assignments(root):
         if a["stage"] != stage:
             continue
         if a["action"] == "assign":
-            holder = a
-        elif holder is not None and holder["commit"] == a["commit"]:
-            holder = None
-    return holder
+            active[a["commit"]] = a
+        else:
+            active.pop(a["commit"], None)
+    return max(active.values(), key=lambda a: a["n"]) if active else None
 
 
 def _next_counter(root: Path) -> int:

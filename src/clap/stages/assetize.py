@@ -240,16 +240,17 @@ def _as_mapping(v):
 
 
 def _batch_ids(*tables: pd.DataFrame) -> dict:
-    """Rows per batch id over all assets, and ids that differ from another only by case or that look unlike it."""
+    """Rows per batch id over all assets, and ids that look like another (`B1`, `b1`, `1`): a word, not a merge."""
     counts: dict[str, int] = {}
     for t in tables:
         for b, n in t["batch"].value_counts().items():
             counts[str(b)] = counts.get(str(b), 0) + int(n)
     folded: dict[str, list[str]] = {}
-    for b in counts:
-        folded.setdefault(b.casefold(), []).append(b)
-    warnings = [f"batch ids {', '.join(sorted(v))} differ only in case: they are separate batches"
-                for v in folded.values() if len(v) > 1]
+    for b in counts:  # `B1`, `b1`, `1`, `batch-01`: the same letters/digits up to case, separators, leading zeros
+        digits = re.sub(r"\D", "", b).lstrip("0")
+        folded.setdefault(f"#{digits}" if digits else re.sub(r"[^0-9a-z]", "", b.casefold()), []).append(b)
+    warnings = [f"batch ids {', '.join(sorted(v))} look alike: they are separate batches" for v in folded.values()
+                if len(v) > 1]
     return {"rows": dict(sorted(counts.items())), "warnings": warnings}
 
 

@@ -22,7 +22,7 @@ from datasketch import MinHash, MinHashLSH
 
 from clap import normalize as nz
 from clap import prompts
-from clap.io import atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
+from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.rewards import decision_reward
 from clap.schemas import GrpoGroup, PreferencePair, ReplayCase, SftSample
 
@@ -61,12 +61,16 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     """Materialize one batch. Returns the data-quality report."""
     check_output_dir(out, (assets,))
     m = cfg["materialize"]
+    if not (Path(assets) / "facts.parquet").exists():
+        raise InputFileError(f"{assets}/facts.parquet: no such file (run `clap assetize` first)")
     facts = pd.read_parquet(Path(assets) / "facts.parquet")
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     decisions = pd.read_parquet(Path(assets) / "decisions.parquet")
+    present = sorted(facts["batch"].unique())
     facts = facts[facts["batch"] == batch].copy()
     if facts.empty:
-        raise ValueError(f"{assets}/facts.parquet: batch {batch!r} has no facts")
+        raise InputFileError(f"{assets}/facts.parquet: batch {batch!r} has no facts (batches present: "
+                             f"{', '.join(present) or 'none'}); check data.batches")
     chunk_by_id = {r["chunk_id"]: r for r in chunks.to_dict("records")}
     facts["input_norm"] = [nz.fold(f"{q} {chunk_by_id.get(c, {}).get('text', '')}").lower()
                            for q, c in zip(facts["question"], facts["chunk_id"])]
