@@ -297,6 +297,14 @@ def check_output_dir(out: Path, inputs: tuple[Path, ...] = ()) -> None:
                             "choose another output path or remove it yourself")
 
 
+def _disk_error(exc: BaseException) -> bool:
+    """A full, read-only or forbidden output (pyarrow's writers may leave errno unset and say it in words)."""
+    if not isinstance(exc, OSError):
+        return False
+    return exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT) or any(
+        words in str(exc) for words in ("No space left", "Read-only file system", "Disk quota exceeded"))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -335,8 +343,8 @@ def atomic_dir(out: Path, inputs: tuple[Path, ...] = ()) -> Iterator[Path]:
         yield tmp
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
-            raise OutputRefused(f"{out}: cannot write ({exc.strerror}); nothing was changed") from None
+        if _disk_error(exc):
+            raise OutputRefused(f"{out}: cannot write ({exc.strerror or exc}); nothing was changed") from None
         raise
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
