@@ -314,6 +314,8 @@ def release() -> None:
         console.print(f"[bold yellow]release refused:[/] {exc}")
         raise typer.Exit(code=1) from None
     console.print(f"released {r['version']} to {r['stage']} ({r['tag']} on {r['commit'][:10]})")
+    console.print(f"{paths.PROD_POINTER} now names the version in prod: commit it, and the next `dvc repro` "
+                  "judges candidates against it")
 
 
 @app.command()
