@@ -22,8 +22,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import yaml
-
 from clap import paths
 from clap.errors import UserError
 from clap.io import read_json, sha256_file, write_json
@@ -69,16 +67,12 @@ def git_commit(root: Path) -> str:
 
 
 def _dvc_dir_hashes(root: Path) -> dict[str, str]:
+    from clap.serving import lock_outs
+
     lock = root / "dvc.lock"
     if not lock.exists():
         return {}
-    data = yaml.safe_load(lock.read_text()) or {}
-    out = {}
-    for stage in (data.get("stages") or {}).values():
-        for o in stage.get("outs", []):
-            if "md5" in o:
-                out[o["path"]] = o["md5"]
-    return out
+    return {o["path"]: o["md5"] for o in lock_outs(lock.read_text(encoding="utf-8")) if "md5" in o}
 
 
 def build(root: Path, params: dict, candidate: str = "sft") -> EvidenceBundle:

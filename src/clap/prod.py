@@ -17,14 +17,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import yaml
-
 from clap import paths
 from clap.bundle import adapter_expectation
 from clap.errors import UserError
 from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
 from clap.schemas import EvidenceBundle
-from clap.serving import dvc_cache_path, dvc_dir_listing
+from clap.serving import dvc_cache_path, dvc_dir_listing, lock_outs
 
 
 class ProdUnavailable(UserError, RuntimeError):
@@ -65,9 +63,8 @@ def restore(root: Path, out: Path) -> dict:
 
 
 def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path) -> None:
-    lock = yaml.safe_load(_show(root, ptr["version_tag"], "dvc.lock")) or {}
     folder = str(paths.MODELS / bundle.candidate)
-    out = next((o for st in lock.get("stages", {}).values() for o in st.get("outs", []) if o["path"] == folder), None)
+    out = next((o for o in lock_outs(_show(root, ptr["version_tag"], "dvc.lock")) if o["path"] == folder), None)
     if out is None:
         raise ProdUnavailable(f"{ptr['version_tag']}: dvc.lock does not pin {folder}")
     if not dvc_cache_path(root, out["md5"]).exists():

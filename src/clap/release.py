@@ -42,9 +42,6 @@ def _git(root: Path, *args: str, check: bool = True) -> str:
     return r.stdout.strip()
 
 
-PROD_POINTER = paths.PROD_POINTER  # git-tracked: what prod is, so `dvc repro` sees a change of prod
-
-
 def _tags(root: Path) -> list[tuple[str, dict]]:
     """(tag, GTO's parse of it) for every tag of the artifact, read by GTO's own parser."""
     from gto.tag import parse_name
@@ -124,7 +121,7 @@ def write_prod_pointer(root: Path) -> dict:
     cur = current(root, "prod")
     pointer = {"artifact": ARTIFACT, "version": cur["version"], "commit": cur["commit"], "tag": cur["tag"],
                "version_tag": f"{ARTIFACT}@{cur['version']}"} if cur else {"artifact": ARTIFACT, "version": None}
-    write_json(root / PROD_POINTER, pointer)
+    write_json(root / paths.PROD_POINTER, pointer)  # git-tracked: `dvc repro` sees prod change
     return pointer
 
 
@@ -222,11 +219,11 @@ def rollback(root: Path, to: str | None = None, restore: bool = True) -> dict:
 def restore_version(root: Path, commit: str) -> None:
     """Bring back a version's dvc.lock and bundle, check out its data through DVC, verify the bundle."""
     tracked = _git(root, "ls-tree", "-r", "--name-only", commit).splitlines()
-    paths = [p for p in tracked if (p == "dvc.lock" or p.endswith(".dvc") or p.startswith(("release/", "metrics/")))
-             and p != str(PROD_POINTER)]
-    if str(BUNDLE) not in paths:
+    restored = [p for p in tracked if (p == "dvc.lock" or p.endswith(".dvc") or p.startswith(("release/", "metrics/")))
+                and p != str(paths.PROD_POINTER)]
+    if str(BUNDLE) not in restored:
         raise ReleaseRefused(f"{commit[:10]} has no {BUNDLE}: not a CLAP release commit")
-    _git(root, "checkout", commit, "--", *paths)
+    _git(root, "checkout", commit, "--", *restored)
     r = subprocess.run(["dvc", "checkout", "--force"], cwd=root, capture_output=True, text=True)
     if r.returncode != 0:
         r = subprocess.run(["dvc", "pull", "--force"], cwd=root, capture_output=True, text=True)

@@ -101,13 +101,18 @@ def _from_dvc_lock(root: Path, adapter_dir: Path) -> dict:
     return json.loads(manifest.read_text(encoding="utf-8"))
 
 
+def lock_outs(lock_text: str) -> list[dict]:
+    """Every stage output ({path, md5, …}) recorded in the text of a dvc.lock."""
+    stages = (yaml.safe_load(lock_text) or {}).get("stages") or {}
+    return [o for st in stages.values() for o in st.get("outs", [])]
+
+
 def _dvc_outs(root: Path, rel: Path) -> list[dict]:
     """DVC outputs that could hold `rel`: dvc.lock's stage outputs and `<folder>.dvc` files of its parents."""
     outs = []
     lock = root / "dvc.lock"
     if lock.exists():
-        for st in (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).values():
-            outs += [o | {"pinned_by": "dvc.lock"} for o in st.get("outs", [])]
+        outs += [o | {"pinned_by": "dvc.lock"} for o in lock_outs(lock.read_text(encoding="utf-8"))]
     for folder in (rel, *rel.parents):
         dvc_file = root / f"{folder}.dvc"
         if folder != Path(".") and dvc_file.is_file():
