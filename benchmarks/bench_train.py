@@ -6,6 +6,7 @@ Both run `--steps` optimiser steps on the same admitted SFT samples with the sam
 batch size and accumulation; tokens/s counts the tokens each trainer actually consumed. The plain
 script is what a user would write from the TRL docs (messages format, default padding collator,
 TRL's default gradient checkpointing). On CUDA the project also switches to 4-bit QLoRA / bf16.
+Each trainer runs in its own process, one after the other, so each peak RSS is its own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,25 +48,43 @@ def plain_trl(cfg: dict, rows: list[dict], model_dir: Path, out: Path, steps: in
     trainer.train()
     wall = time.perf_counter() - t
     return {"steps": trainer.state.global_step, "tokens": trainer.state.num_input_tokens_seen, "s": round(wall, 2),
-            "tokens_s": round(trainer.state.num_input_tokens_seen / wall, 1)}
+            "tokens_s": round(trainer.state.num_input_tokens_seen / wall, 1),
+            "loss": next((h["train_loss"] for h in trainer.state.log_history if "train_loss" in h), None)}
+
+
+def one(which: str, steps: int, model: Path) -> dict:
+    cfg = copy.deepcopy(load(Path("params.yaml")))
+    cfg["train"]["sft"].update(max_steps=steps, save_steps=10_000, logging_steps=1)
+    rows = [r for p in sorted(Path("data/materialized").glob("*/sft_train.jsonl")) for r in read_jsonl(p)]
+    with tempfile.TemporaryDirectory() as tmp:
+        if which == "plain":
+            out = plain_trl(cfg, rows, model, Path(tmp) / "plain", steps)
+        else:
+            t = time.perf_counter()
+            m = train_sft.run(cfg, Path("data/materialized"), Path("data/admission"), cfg["data"]["batches"],
+                              model, Path(tmp) / "clap", Path(tmp) / "ckpt")
+            wall = time.perf_counter() - t
+            out = {"steps": m["steps"], "tokens": m["tokens_seen"], "s": round(wall, 2), "loss": m["train_loss"],
+                   "tokens_s": round(m["tokens_seen"] / wall, 1), "padding_free": m["padding_free"]}
+    return out | {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--model", type=Path, default=Path("models/base"))
+    ap.add_argument("--only", choices=["clap", "plain"], help="run one trainer in this process (used internally)")
     args = ap.parse_args()
-    cfg = copy.deepcopy(load(Path("params.yaml")))
-    cfg["train"]["sft"].update(max_steps=args.steps, save_steps=10_000, logging_steps=1)
-    rows = [r for p in sorted(Path("data/materialized").glob("*/sft_train.jsonl")) for r in read_jsonl(p)]
-    with tempfile.TemporaryDirectory() as tmp:
-        t = time.perf_counter()
-        m = train_sft.run(cfg, Path("data/materialized"), Path("data/admission"), cfg["data"]["batches"],
-                          args.model, Path(tmp) / "clap", Path(tmp) / "ckpt")
-        wall = time.perf_counter() - t
-        clap = {"steps": m["steps"], "tokens": m["tokens_seen"], "s": round(wall, 2),
-                "tokens_s": round(m["tokens_seen"] / wall, 1), "padding_free": m["padding_free"]}
-        plain = plain_trl(cfg, rows, args.model, Path(tmp) / "plain", args.steps)
+    if args.only:
+        print("RESULT " + json.dumps(one(args.only, args.steps, args.model)))
+        return
+    runs = {}
+    for which in ("clap", "plain"):
+        done = subprocess.run([sys.executable, __file__, "--only", which, "--steps", str(args.steps),
+                               "--model", str(args.model)], capture_output=True, text=True, check=True)
+        runs[which] = json.loads(next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    clap, plain = runs["clap"], runs["plain"]
+    cfg = load(Path("params.yaml"))
     samples = args.steps * cfg["train"]["sft"]["per_device_batch_size"] * cfg["train"]["sft"]["gradient_accumulation"]
     for r in (clap, plain):
         r["samples_s"] = round(samples / r["s"], 3)

@@ -122,7 +122,7 @@ def test_loop_threshold_change_release_rollback(clone):
     # prod changed: exactly the stages that depend on prod re-run, and the candidate is judged against it
     out = run(root, "dvc", "repro", env=env)
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
-    assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "gate", "bundle", "repair_queue"}, ran
+    assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "replay", "gate", "bundle", "repair_queue"}, ran
     assert (root / "models/prod/adapter/adapter_model.safetensors").read_bytes() == v1_adapter
     ev = json.loads((root / "metrics/eval/b1.json").read_text())
     assert {"prod", "deltas_vs_prod", "prod_vs_base"} <= set(ev)

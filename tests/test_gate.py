@@ -106,3 +106,15 @@ def test_replay_loss_holds():
     bad = {"arms": REPLAY_GOOD["arms"] | {"B": {"value_exact": 0.8, "core_fields_exact": 0.5}}}
     d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5), bad)
     assert d.decision == "hold" and any(r.rule == "replay_core_fields_B_minus_A" for r in d.reasons)
+
+
+def test_replay_judges_the_candidate_against_prod_plus_rag_when_prod_exists():
+    """B beats base + RAG but not the champion (prod + RAG): the application would get worse, so hold,
+    with the CI from the replay's paired bootstrap in the reason."""
+    prod_arm = {"P": {"value_exact": 0.9, "core_fields_exact": 0.85}}
+    ci = {"B-P": {"core_fields_exact": {"delta": -0.07, "ci_low": -0.12, "ci_high": -0.02, "n": 100}}}
+    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5),
+               {"arms": REPLAY_GOOD["arms"] | prod_arm, "contrasts": ci})
+    reason = next(r for r in d.reasons if r.rule == "replay_core_fields_B_minus_P")
+    assert d.decision == "hold" and reason.observed == "-0.0700 [-0.1200, -0.0200]"
+    assert not any(r.rule == "replay_core_fields_B_minus_A" for r in d.reasons)

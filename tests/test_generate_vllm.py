@@ -59,8 +59,15 @@ def fake_vllm(monkeypatch):
         def __init__(self, name, int_id, path):
             self.name, self.int_id, self.path = name, int_id, path
 
+    class StructuredOutputsParams:
+        def __init__(self, json):
+            self.json = json
+
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = LLM, SamplingParams
+    sampling = types.ModuleType("vllm.sampling_params")
+    sampling.StructuredOutputsParams = StructuredOutputsParams
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
     lora = types.ModuleType("vllm.lora")
     request = types.ModuleType("vllm.lora.request")
     request.LoRARequest = LoRARequest
@@ -79,12 +86,25 @@ def test_engine_sends_our_prompt_ids_greedy_and_cuts_at_the_json_end(fake_vllm, 
     sent = [p["prompt_token_ids"] for call in fake_vllm["generate"] for p in call["prompts"]]
     assert sent == [engine.encode(m) for m in convs]
     assert [len(c["prompts"]) for c in fake_vllm["generate"]] == [2, 1]  # groups of the configured concurrency
-    assert all(c["params"].temperature == 0.0 and c["params"].max_tokens == 40 and c["lora"] is None
-               for c in fake_vllm["generate"])
+    assert all(p.temperature == 0.0 and p.max_tokens == 40 and c["lora"] is None and not hasattr(p, "structured_outputs")
+               for c in fake_vllm["generate"] for p in c["params"])
     assert [g.text for g in got] == ['{"value": 1, "unit": "%"}'] * 3
     assert all(0 < g.new_tokens < 12 for g in got)  # tokens up to the JSON end, not the chatter after it
     with pytest.raises(ValueError, match="no adapter"):
         engine.generate(convs, use_adapter=True, progress=False)
+
+
+def test_each_request_carries_its_own_json_schema(fake_vllm, tiny_dir):
+    """Constrained decoding in vLLM: one structured-output request per prompt, its own schema."""
+    from clap.decoding import answer_schema
+
+    chunks = [{"chunk_id": "c1-p1", "doc_id": "c1", "page": 1, "text": "Revenue was 5."},
+              {"chunk_id": "c2-p1", "doc_id": "c2", "page": 1, "text": "Margin was 7%."}]
+    schemas = [answer_schema([c], with_location=True) for c in chunks]
+    convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("q", [c])) for c in chunks]
+    VLLMEngine(tiny_dir).generate(convs, use_adapter=False, batch_size=1, progress=False, schemas=schemas)
+    sent = [p.structured_outputs.json for c in fake_vllm["generate"] for p in c["params"]]
+    assert sent == schemas
 
 
 def test_candidate_runs_as_a_verified_lora_request(fake_vllm, tiny_dir, tmp_path, monkeypatch):

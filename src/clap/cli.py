@@ -255,18 +255,20 @@ def index(assets: Path = typer.Option(paths.ASSETS),
 
 @app.command()
 def replay(adapter: Path = typer.Option(paths.adapter("sft")),
+           prod: Path = typer.Option(None, help="restored prod adapter folder (clap prod-adapter): adds arm P, prod + RAG"),
            assets: Path = typer.Option(paths.ASSETS),
            materialized: Path = typer.Option(paths.MATERIALIZED),
            index_dir: Path = typer.Option(paths.INDEX), out: Path = typer.Option(paths.REPLAY),
            metrics: Path = typer.Option(paths.REPLAY_METRICS)) -> None:
-    """The ABCD application-chain replay: base/adapter × with/without retrieval."""
+    """The ABCD application-chain replay: base/adapter × with/without retrieval (and prod + RAG when in prod)."""
     from clap.stages import replay as stage
+    from clap.summary import abcd_table, contrast_lines
 
     cfg = _params()
-    table = stage.run(cfg, assets, materialized, index_dir, _engine(cfg, adapter), out, metrics)
-    from clap.summary import abcd_table
-
-    console.print(abcd_table(table))
+    result = stage.run(cfg, assets, materialized, index_dir, _engine(cfg, adapter, prod), out, metrics)
+    console.print(abcd_table(result["arms"]))
+    for name, line in contrast_lines(result).items():
+        console.print(f"{name}: {line}")
 
 
 @app.command()

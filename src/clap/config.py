@@ -64,6 +64,7 @@ class Materialize(_Section):
     max_train_per_batch: PosInt | None
     max_eval_per_batch: PosInt | None
     max_replay_per_batch: PosInt | None
+    app_share: Fraction
     near_dup_threshold: OpenFraction
     num_perm: Annotated[StrictInt, Field(ge=16, le=1024)]
     seed: StrictInt
@@ -109,6 +110,7 @@ class Sft(Lora):
     per_device_batch_size: PosInt
     gradient_accumulation: PosInt
     max_length: Annotated[StrictInt, Field(ge=16)]
+    group_by_length: StrictBool
     padding_free: Literal["auto", "on", "off"] | StrictBool
     qlora: Literal["auto", "on", "off"] | StrictBool
     logging_steps: PosInt
@@ -155,6 +157,7 @@ class Train(_Section):
 
 class Generate(_Section):
     backend: Literal["auto", "hf", "vllm"]
+    constrained: StrictBool
     gpu_memory_utilization: OpenFraction
 
 
@@ -173,6 +176,7 @@ class Evaluate(_Section):
     ci: OpenFraction
     pass_rule: Literal["value_and_evidence", "target_match"]
     weights: EvalWeights
+    unconstrained_format_check: StrictBool
 
 
 class Retrieval(_Section):

@@ -100,9 +100,12 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
     if replay:
         arms = replay["arms"]
         requires_rag = arms["D"]["value_exact"] < 0.5 * max(arms["B"]["value_exact"], 1e-9)
-        gain = arms["B"]["core_fields_exact"] - arms["A"]["core_fields_exact"]
+        champion = "P" if "P" in arms else "A"  # the application's current answer: prod + RAG, else base + RAG
+        gain = arms["B"]["core_fields_exact"] - arms[champion]["core_fields_exact"]
+        ci = replay.get("contrasts", {}).get(f"B-{champion}", {}).get("core_fields_exact")
         if policy["require_replay_gain"] and gain < 0:
-            fire("replay_core_fields_B_minus_A", round(gain, 4), 0.0, "hold")
+            fire(f"replay_core_fields_B_minus_{champion}", round(gain, 4) if ci is None else
+                 f"{gain:+.4f} [{ci['ci_low']:+.4f}, {ci['ci_high']:+.4f}]", 0.0, "hold")
     elif policy["require_replay_gain"]:
         fire("replay_missing", None, "present", "hold")
     decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from clap import model as base_model
 from clap.metrics import object_end
@@ -77,6 +77,16 @@ class Engine:
         self.has_adapter = "candidate" in self.adapters
         self.model.eval()
         self.device = next(self.model.parameters()).device
+        self._grammars = None
+
+    @property
+    def grammars(self):
+        """xgrammar compiler for this tokenizer, built on first constrained call."""
+        if self._grammars is None:
+            from clap.decoding import GrammarCache
+
+            self._grammars = GrammarCache(self.tok, self.model.config.vocab_size)
+        return self._grammars
 
     def _context(self, use_adapter: bool | str):
         name = "candidate" if use_adapter is True else use_adapter
@@ -93,7 +103,11 @@ class Engine:
 
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
-                 batch_size: int = 8, progress: bool = True) -> list[Generation]:
+                 batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None) -> list[Generation]:
+        """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
+        `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving."""
+        if schemas is not None and len(schemas) != len(conversations):
+            raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         encoded = [self.encode(m) for m in conversations]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         out: list[Generation | None] = [None] * len(encoded)
@@ -108,8 +122,10 @@ class Engine:
                 mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx],
                                     device=self.device)
                 t0 = time.perf_counter()
+                constrain = [self.grammars.processor([schemas[i] for i in idx])] if schemas is not None else []
                 gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                           do_sample=False, use_cache=True, pad_token_id=pad,
+                                          logits_processor=LogitsProcessorList(constrain),
                                           stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
                 ms = (time.perf_counter() - t0) * 1000
                 for row, i in enumerate(idx):
@@ -134,14 +150,18 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, desc="generate", unit="sample")
 
 
-def plain_generate_loop(model, tok, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
-    """The reference: one `generate` call per prompt, no batching (what benchmarks compare against)."""
+def plain_generate_loop(model, tok, conversations: list[list[dict]], max_new_tokens: int,
+                        schemas: list[dict] | None = None, grammars=None) -> list[str]:
+    """The reference: one `generate` call per prompt, no batching (what benchmarks compare against);
+    with `schemas`, each prompt under its grammar through xgrammar's processor (`grammars`: a
+    `decoding.GrammarCache`)."""
     outs = []
     with torch.inference_mode():
-        for m in conversations:
+        for i, m in enumerate(conversations):
             enc = tok.apply_chat_template(m, add_generation_prompt=True, return_tensors="pt", return_dict=True)
             enc = {k: v.to(model.device) for k, v in enc.items()}
+            constrain = [grammars.processor([schemas[i]])] if schemas is not None else []
             g = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                               pad_token_id=tok.pad_token_id)
+                               pad_token_id=tok.pad_token_id, logits_processor=LogitsProcessorList(constrain))
             outs.append(truncate_at_json_end(tok.decode(g[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)))
     return outs

@@ -55,7 +55,7 @@ class VLLMEngine:
                                             return_dict=True)["input_ids"]
 
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
-                 batch_size: int = 8, progress: bool = True) -> list[Generation]:
+                 batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None) -> list[Generation]:
         from vllm import SamplingParams
         from vllm.lora.request import LoRARequest
 
@@ -63,13 +63,15 @@ class VLLMEngine:
         if name and name not in self.adapters:
             raise ValueError(f"no {name} adapter loaded" if name != "candidate" else "no adapter loaded")
         lora = LoRARequest(name, list(self.adapters).index(name) + 1, str(self.adapters[name])) if name else None
-        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        params = [SamplingParams(temperature=0.0, max_tokens=max_new_tokens, **_structured(s))
+                  for s in (schemas or [None] * len(conversations))]
         prompts = [{"prompt_token_ids": self.encode(m)} for m in conversations]
         out: list[Generation] = []
         bar = _progress(len(prompts), progress)
         for s in range(0, len(prompts), batch_size):
             t0 = time.perf_counter()
-            results = self.llm.generate(prompts[s:s + batch_size], params, lora_request=lora, use_tqdm=False)
+            results = self.llm.generate(prompts[s:s + batch_size], params[s:s + batch_size], lora_request=lora,
+                                        use_tqdm=False)
             ms = (time.perf_counter() - t0) * 1000
             for r in results:
                 text = truncate_at_json_end(r.outputs[0].text)
@@ -81,6 +83,21 @@ class VLLMEngine:
         if bar:
             bar.close()
         return out
+
+
+def _structured(schema: dict | None) -> dict:
+    """vLLM's structured-output request for one JSON schema (its default backend is xgrammar, the
+    grammar the HF engine applies), across the two names vLLM has used for it."""
+    if schema is None:
+        return {}
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return {"structured_outputs": StructuredOutputsParams(json=schema)}
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(json=schema)}
 
 
 def choose_backend(requested: str, vllm_installed: bool, cuda: bool) -> str:

@@ -17,6 +17,10 @@ SYSTEM_DECIDE = ("Recommend how to handle the case. Reply with one JSON object w
                  "risk_focus; cause is the cause field that drives the case.")
 
 
+ANSWER_KEYS = ("entity", "metric", "period", "value", "unit", "evidence")  # the order targets write them in
+LOCATION_KEYS = ("chunk_id", "doc_id", "page")  # the application chain's answer adds where the evidence is
+
+
 def source_block(chunk: dict) -> str:
     return f"[chunk_id={chunk['chunk_id']} doc_id={chunk['doc_id']} page={int(chunk['page'])}]\n{chunk['text']}"
 
@@ -37,13 +41,14 @@ def decision_prompt(situation: str, causes_json: str) -> str:
 
 def target_json(fact: dict, with_location: bool = False) -> str:
     obj = {"entity": fact["entity"], "metric": fact["metric"], "period": fact["period"],
-           "value": _num(fact["value"]), "unit": fact["unit"], "evidence": fact["evidence"]}
+           "value": json_number(fact["value"]), "unit": fact["unit"], "evidence": fact["evidence"]}
     if with_location:
         obj.update(chunk_id=fact["chunk_id"], doc_id=fact["doc_id"], page=int(fact["page"]))
     return json.dumps(obj, ensure_ascii=False)
 
 
-def _num(v: float):
+def json_number(v: float) -> int | float:
+    """A number as a target writes it: 7.0 → 7, 7.5 → 7.5."""
     return int(v) if float(v).is_integer() else float(v)
 
 

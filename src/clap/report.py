@@ -20,8 +20,8 @@ from pathlib import Path
 from clap import paths
 from clap.io import atomic_write_text
 from clap.io import read_json_if_exists as _load
-
-ARMS = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone"}
+from clap.summary import ARM_NAMES as ARMS
+from clap.summary import contrast_lines
 
 
 def metrics_diff(root: Path, base: str | None) -> str:
@@ -64,6 +64,8 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
         for arm, m in replay["arms"].items():
             out.append(f"| {arm}: {ARMS[arm]} | " + " | ".join(f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}"
                                                             for c in cols) + " |")
+        out += [""] + [f"- {name} (paired bootstrap, {replay['n_cases']} cases): {line}"
+                       for name, line in contrast_lines(replay).items()]
     out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
     for kind in ("sft", "dpo", "grpo"):
         g = _load(root / "models" / kind / "guard_report.json")

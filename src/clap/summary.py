@@ -36,7 +36,7 @@ def print_summary(console: Console, root: Path) -> None:
         console.print(t)
 
 
-ARM_NAMES = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone"}
+ARM_NAMES = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone", "P": "prod + RAG"}
 REPLAY_COLS = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
                "evidence_doc_page_exact", "retrieved_target_chunk", "p95_latency_ms"]
 
@@ -49,6 +49,15 @@ def abcd_table(arms: dict) -> Table:
     for arm, m in arms.items():
         t.add_row(f"{arm}: {ARM_NAMES[arm]}", *[f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}" for c in REPLAY_COLS])
     return t
+
+
+def contrast_lines(replay: dict) -> dict[str, str]:
+    """`B-A: core fields +0.12 [+0.05, +0.19], …` per contrast in metrics/replay.json (pure)."""
+    out = {}
+    for name, per_metric in replay.get("contrasts", {}).items():
+        out[name] = ", ".join(f"{m.replace('_', ' ')} {d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]"
+                              for m, d in per_metric.items() if d["delta"] is not None)
+    return out
 
 
 def batch_table(root: Path, batches: list[str]) -> Table | None:
@@ -89,6 +98,8 @@ def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None
     replay = _load(root / paths.REPLAY_METRICS)
     if replay:
         console.print(abcd_table(replay["arms"]))
+        for name, line in contrast_lines(replay).items():
+            console.print(f"  {name}: {line}")
     gate = _load(root / paths.GATE)
     if gate:
         console.print(f"\n[bold]gate decision: {gate['decision'].upper()}[/] (policy {gate['policy']}, "

@@ -6,6 +6,9 @@ Writes per-sample records (input hash, output, parsed answer, every metric, late
 `regressed_samples.jsonl` (candidate failed the pass rule where the baseline passed) under
 data/eval/<batch>/, and metrics/eval/<batch>.json (git-tracked DVC metrics: per model, plus the
 candidate − baseline deltas with paired-bootstrap CIs).
+With `generate.constrained` every model decodes under the answer's JSON schema (`clap.decoding`), as
+serving does; `candidate.schema_valid_unconstrained` is the share of free-decoded candidate answers
+that meet the contract — whether training taught the format, which the grammar would otherwise hide.
 `baseline` is the base model; `prod` (when the engine holds one) is the adapter the registry's prod
 stage points at; the candidate is base + its adapter; each adapter is loaded through the serving
 check. Deltas: candidate − base (`deltas`), candidate − prod (`deltas_vs_prod`) and prod − base
@@ -19,6 +22,7 @@ import json
 from pathlib import Path
 
 from clap import prompts
+from clap.decoding import answer_schema, contract_valid
 from clap.generate import Engine
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.metrics import HIGHER_IS_BETTER, parse_answer, score_sample
@@ -32,12 +36,14 @@ def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, me
     e = cfg["evaluate"]
     samples = read_jsonl(samples_file)
     convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
+    constrained = cfg["generate"]["constrained"]
+    schemas = [answer_schema([{"text": s["source"]}], with_location=False) for s in samples] if constrained else None
     records, per_model = [], {}
     models = [("baseline", False)] + ([("prod", "prod")] if "prod" in getattr(engine, "adapters", []) else []) \
         + [("candidate", True)]
     for name, use_adapter in models:
         gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=e["max_new_tokens"],
-                               batch_size=e["batch_size"])
+                               batch_size=e["batch_size"], schemas=schemas)
         rows = []
         for s, g in zip(samples, gens):
             pred = parse_answer(g.text)
@@ -49,6 +55,10 @@ def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, me
         per_model[name] = rows
         records += rows
     metrics = {name: _aggregate(rows) for name, rows in per_model.items()}
+    if constrained and e["unconstrained_format_check"]:
+        free = engine.generate(convs, use_adapter=True, max_new_tokens=e["max_new_tokens"], batch_size=e["batch_size"])
+        metrics["candidate"]["schema_valid_unconstrained"] = round(
+            sum(contract_valid(parse_answer(g.text)) for g in free) / (len(free) or 1), 4)
     result = {"deltas": _deltas(per_model, metrics, "baseline", "candidate", e)}
     if "prod" in per_model:
         result["deltas_vs_prod"] = _deltas(per_model, metrics, "prod", "candidate", e)

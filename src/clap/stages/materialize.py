@@ -6,8 +6,10 @@ The holdout is split by document (so no page sits on both sides); train rows tha
 the holdout — by record ID, by exact normalised input, or by MinHash near-duplicate input — are
 removed, and `data_quality.json` reports each count for a naive record-level split (before) and for
 the written split (after, always zero). Unverifiable facts go to `repair.jsonl`, never to training.
-30% of the train samples use the application's multi-source prompt, so the adapter learns the
-format that replay sends.
+`materialize.app_share` of the train samples use the application's prompt — the chunks the
+application's retriever (BM25, `retrieval.k`) returns for the question, the gold chunk among them,
+so the distractors are the same company's neighbouring years and pages — so the adapter learns the
+task that replay sends. Distractors never come from a holdout document.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datasketch import MinHash, MinHashLSH
 from clap import normalize as nz
 from clap import prompts
 from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
+from clap.retrieval import BM25Index
 from clap.rewards import decision_reward
 from clap.schemas import GrpoGroup, PreferencePair, ReplayCase, SftSample
 
@@ -99,9 +102,10 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     rng = random.Random(seed)
     train = _cap(train, m["max_train_per_batch"], rng)
     holdout = _cap(holdout, m["max_eval_per_batch"], rng)
-    batch_chunks = chunks[chunks["batch"] == batch].to_dict("records")
-    sft_train = _sft_rows(train, "train", chunk_by_id, batch_chunks, rng)
-    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, batch_chunks, rng, app_share=0.0)
+    contexts = _retrieved(train, chunks[~chunks["doc_id"].map(lambda d: _in_eval(d, frac, seed))],
+                          cfg["retrieval"]["k"])
+    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, rng, m["app_share"])
+    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, rng, app_share=0.0)
     replay = _replay_rows(_cap(usable[is_eval], m["max_replay_per_batch"], random.Random(seed + 1)))
     pairs, groups = _preferences(decisions[decisions["batch"] == batch], decisions, cfg["rewards"])
     quality = {"batch": batch, "train_size": len(sft_train), "holdout_size": len(sft_eval),
@@ -129,15 +133,23 @@ def _cap(df: pd.DataFrame, n: int | None, rng: random.Random) -> pd.DataFrame:
     return df.sample(n=n, random_state=rng.randint(0, 2**31 - 1)).sort_values("record_id")
 
 
-def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, batch_chunks: list[dict], rng: random.Random,
-              app_share: float = 0.3) -> list[dict]:
+def _retrieved(facts: pd.DataFrame, pool: pd.DataFrame, k: int) -> dict[str, list[str]]:
+    """The chunk ids the application's BM25 retriever returns for each fact's question, from `pool`."""
+    if facts.empty or pool.empty:
+        return {}
+    hits = BM25Index(pool["chunk_id"].tolist(), pool["text"].tolist()).search(facts["question"].tolist(), k)
+    return dict(zip(facts["record_id"], hits))
+
+
+def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, contexts: dict[str, list[str]], rng: random.Random,
+              app_share: float) -> list[dict]:
     rows = []
     for f in df.to_dict("records"):
         gold = chunk_by_id[f["chunk_id"]]
-        if rng.random() < app_share:
-            others = [c for c in batch_chunks if c["chunk_id"] != gold["chunk_id"]]
-            context = [gold] + rng.sample(others, k=min(2, len(others)))
-            rng.shuffle(context)
+        if rng.random() < app_share and f["record_id"] in contexts:
+            context = [chunk_by_id[c] for c in contexts[f["record_id"]]]
+            if gold["chunk_id"] not in contexts[f["record_id"]]:  # retrieval missed it: the gold takes a random slot, as a better retriever would
+                context[rng.randrange(len(context))] = gold
             system, prompt, target = prompts.SYSTEM_APP, prompts.app_prompt(f["question"], context), \
                 prompts.target_json(f, with_location=True)
             source = "\n\n".join(c["text"] for c in context)

@@ -2,10 +2,13 @@
 
     clap replay                (DVC stage `replay`, writes data/replay/ and metrics/replay.json)
 
-A: base + RAG, B: adapter + RAG, C: base alone, D: adapter alone — same backbone, same cases, the
+A: base + RAG, B: adapter + RAG, C: base alone, D: adapter alone (and P: the adapter in prod + RAG,
+when one is) — same backbone, same cases, the
 application's prompt (retrieved chunks tagged with chunk id, doc and page) for A and B, the
 question alone for C and D. If C and D recover values, the corpus leaks answers; if B beats A only
-with retrieval, the adapter is a structured-output enhancer that requires RAG.
+with retrieval, the adapter is a structured-output enhancer that requires RAG. `contrasts` holds
+B − A and D − C per answer metric with paired-bootstrap CIs (cases paired across arms). With
+`generate.constrained` every arm decodes under the answer schema built from its own prompt.
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ from pathlib import Path
 import pandas as pd
 
 from clap import prompts
+from clap.decoding import answer_schema
 from clap.generate import Engine
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.metrics import field_equal, parse_answer, value_correct
 from clap.retrieval import BM25Index
 from clap.stages.index import retrieve
-from clap.stats import p95
+from clap.stats import p95, paired_bootstrap
 
 ARMS = {"A": (False, True), "B": (True, True), "C": (False, False), "D": (True, False)}  # adapter, rag
+PROD_ARM = {"P": ("prod", True)}  # the adapter in prod + RAG: the champion the candidate must beat in the application
+CONTRASTS = {"B-A": ("A", "B"), "D-C": ("C", "D"), "B-P": ("P", "B")}  # (reference, new) arm
 METRICS = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
            "evidence_doc_page_exact", "retrieved_target_chunk", "retrieved_target_doc_page"]
 
@@ -58,12 +64,15 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
     bm25 = BM25Index.load(Path(index_dir) / "bm25")
     hits = retrieve(cfg, bm25, chunks, [c["question"] for c in cases])
     records, table = [], {}
-    for arm, (adapter, rag) in ARMS.items():
+    arms = ARMS | (PROD_ARM if "prod" in getattr(engine, "adapters", []) else {})
+    for arm, (adapter, rag) in arms.items():
         contexts = [[by_id[h] for h in hit] if rag else [] for hit in hits]
         convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt(c["question"], ctx))
                  for c, ctx in zip(cases, contexts)]
+        schemas = [answer_schema(ctx, with_location=True) for ctx in contexts] if cfg["generate"]["constrained"] \
+            else None
         gens = engine.generate(convs, use_adapter=adapter, max_new_tokens=r["max_new_tokens"],
-                               batch_size=r["batch_size"])
+                               batch_size=r["batch_size"], schemas=schemas)
         rows = []
         for c, ctx, g in zip(cases, contexts, gens):
             scores = score_case(parse_answer(g.text), json.loads(c["target"]), ctx)
@@ -73,11 +82,17 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
         table[arm] = {m: round(sum(x[m] for x in rows) / n, 4) for m in METRICS}
         table[arm]["p95_latency_ms"] = p95([x["latency_ms"] for x in rows])
         records += rows
+    by_arm = {arm: [x for x in records if x["arm"] == arm] for arm in arms}
+    e = cfg["evaluate"]
+    contrasts = {name: {m: paired_bootstrap([x[m] for x in by_arm[ref]], [x[m] for x in by_arm[new]],
+                                            n=e["bootstrap"], ci=e["ci"], seed=17) for m in METRICS[:6]}
+                 for name, (ref, new) in CONTRASTS.items() if ref in arms}
     failed = [{"case_id": b["case_id"], "batch": b["batch"], "reason": "adapter_with_rag_missed_core_fields",
                "output": b["output"], "target": c["target"]}
               for c, b in zip(cases, [x for x in records if x["arm"] == "B"]) if b["core_fields_exact"] == 0.0]
     with atomic_dir(out, (assets, materialized, index_dir)) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_jsonl(tmp / "failed_cases.jsonl", failed)
-    write_json(metrics_file, {"n_cases": len(cases), "arms": table})
-    return table
+    write_json(metrics_file, {"n_cases": len(cases), "constrained": cfg["generate"]["constrained"], "arms": table,
+                              "contrasts": contrasts})
+    return {"arms": table, "contrasts": contrasts}

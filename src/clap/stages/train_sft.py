@@ -5,7 +5,8 @@
 Loss is on the answer only (prompt–completion data). Defaults follow the paper (r 16, alpha 32);
 the learning rate and epochs in conf/ are sized for the 135M CPU demo, see the comments there.
 Padding-free batching packs a batch into one row without pad tokens, which saves the compute
-padding wastes on variable-length prompts. A killed run resumes from its last checkpoint.
+padding wastes on variable-length prompts; on CPU, where that does not pay, batches of similar
+length (`group_by_length`) cut the padding instead. A killed run resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
         gradient_accumulation_steps=s["gradient_accumulation"], logging_steps=s["logging_steps"],
         save_steps=s["save_steps"], save_total_limit=2,
         max_length=None if padding_free else s["max_length"],  # padding-free: TRL cannot truncate; demo rows are short
-        padding_free=padding_free, completion_only_loss=True, report_to=[], seed=t["seed"],
+        padding_free=padding_free, completion_only_loss=True,
+        train_sampling_strategy="group_by_length" if s["group_by_length"] else "random", report_to=[], seed=t["seed"],
         bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",
         disable_tqdm=False, gradient_checkpointing=False)  # 135M fits easily; recomputation costs ~30%

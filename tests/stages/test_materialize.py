@@ -1,0 +1,28 @@
+import json
+import re
+
+import pandas as pd
+
+from clap import prompts
+from clap.io import read_json, read_jsonl
+
+
+def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(small_loop, params):
+    """Train rows in the application's prompt hold the retrieved chunks with the gold among them, none
+    from a holdout document; the holdout stays single-source extraction; nothing overlaps."""
+    chunks = pd.read_parquet(small_loop / "assets" / "chunks.parquet")
+    doc_of = dict(zip(chunks["chunk_id"], chunks["doc_id"]))
+    for b in ("b1", "b2"):
+        folder = small_loop / "materialized" / b
+        quality = read_json(folder / "data_quality.json")
+        assert all(quality["after"][k] == 0 for k in ("id_overlap", "exact_input_overlap", "near_duplicate_overlap"))
+        train, holdout = read_jsonl(folder / "sft_train.jsonl"), read_jsonl(folder / "sft_eval.jsonl")
+        holdout_docs = {doc_of[r["chunk_id"]] for r in holdout}
+        app = [r for r in train if r["system"] == prompts.SYSTEM_APP]
+        assert app and len(app) < len(train)  # app_share 0.5 mixes both tasks
+        for r in app:
+            shown = re.findall(r"\[chunk_id=(\S+) doc_id=(\S+) page=\d+\]", r["prompt"])
+            assert len(shown) == params["retrieval"]["k"] and r["chunk_id"] in {c for c, _ in shown}
+            assert not {d for _, d in shown} & holdout_docs
+            assert set(prompts.LOCATION_KEYS) <= set(json.loads(r["target"]))
+        assert all(r["system"] == prompts.SYSTEM_EXTRACT for r in holdout)

@@ -1,0 +1,88 @@
+import json
+
+import pytest
+
+from clap import prompts
+from clap.decoding import answer_schema, contract_valid, sentences
+from clap.generate import Engine
+from clap.metrics import parse_answer
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Apex Co. Annual Report 2021, page 1. Revenue for FY2021 was 332,291.58 RMB 10k. Margin was 7.9%.",
+     ["Apex Co. Annual Report 2021, page 1.", "Revenue for FY2021 was 332,291.58 RMB 10k.", "Margin was 7.9%."]),
+    ("2024年，公司毛利率为42.7%。上年同期（2023年）该指标为38.1%。",
+     ["2024年，公司毛利率为42.7%。", "上年同期（2023年）该指标为38.1%。"]),
+    ("Same. Same. Other!", ["Same.", "Other!"]),            # duplicates once, order kept
+    ("No end mark here", ["No end mark here"]),
+    ("v1.2 shipped; then 3.4 followed", ["v1.2 shipped;", "then 3.4 followed"]),
+    ("", []),
+])
+def test_sentences(text, expected):
+    assert sentences(text) == expected
+
+
+CHUNKS = [{"chunk_id": "c1-p1", "doc_id": "c1", "page": 1, "text": "Revenue was 1,200.5 RMB 10k. Margin was 7%."},
+          {"chunk_id": "c2-p3", "doc_id": "c2", "page": 3, "text": "毛利率为42.7%。"}]
+
+
+def test_answer_schema_is_built_from_what_the_model_was_shown():
+    s = answer_schema(CHUNKS, with_location=True)
+    p = s["properties"]
+    assert list(p) == [*prompts.ANSWER_KEYS, *prompts.LOCATION_KEYS] == s["required"]
+    assert p["evidence"]["enum"] == ["Revenue was 1,200.5 RMB 10k.", "Margin was 7%.", "毛利率为42.7%。"]
+    assert p["value"]["enum"] == [7, 10, 42.7, 1200.5]  # every number written there, as targets write it (7 not 7.0)
+    assert p["chunk_id"]["enum"] == ["c1-p1", "c2-p3"] and p["doc_id"]["enum"] == ["c1", "c2"]
+    assert p["page"]["enum"] == [1, 3] and "%" in p["unit"]["enum"]
+    assert s["additionalProperties"] is False
+    free = answer_schema([], with_location=True)["properties"]  # the no-RAG arms: bounded, not extractive
+    assert free["evidence"]["maxLength"] > 0 and free["value"] == {"type": "number"} and "enum" not in free["chunk_id"]
+
+
+GOOD = {"entity": "A", "metric": "m", "period": "2021", "value": 1.5, "unit": "%", "evidence": "e"}
+
+
+@pytest.mark.parametrize("answer, with_location, ok", [
+    (GOOD, False, True),
+    ({**GOOD, "value": "1.5"}, False, False),             # a string is not a number
+    ({**GOOD, "value": True}, False, False),              # nor is a bool
+    ({**GOOD, "unit": "RMB"}, False, False),              # not a canonical unit
+    ({**GOOD, "entity": " "}, False, False),              # empty label
+    ({k: GOOD[k] for k in reversed(GOOD)}, False, False),  # keys out of contract order
+    ({**GOOD, "extra": 1}, False, False),
+    ({**GOOD, "chunk_id": "c", "doc_id": "d", "page": 2}, True, True),
+    ({**GOOD, "chunk_id": "c", "doc_id": "d", "page": "2"}, True, False),
+    (None, False, False),
+])
+def test_contract_valid(answer, with_location, ok):
+    assert contract_valid(answer, with_location) is ok
+
+
+def test_constrained_generation_keeps_a_random_model_inside_the_schema(tiny_dir):
+    """A random model answers garbage; under the grammar the garbage is a contract-valid, extractive answer."""
+    engine = Engine(tiny_dir)
+    convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("What was revenue?", CHUNKS)),
+             prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("毛利率?", CHUNKS[1:]))]
+    schemas = [answer_schema(CHUNKS, True), answer_schema(CHUNKS[1:], True)]
+    free = engine.generate(convs, use_adapter=False, max_new_tokens=40, batch_size=2, progress=False)
+    assert not any(contract_valid(parse_answer(g.text), True) for g in free)
+    gens = engine.generate(convs, use_adapter=False, max_new_tokens=400, batch_size=2, progress=False, schemas=schemas)
+    for g, schema in zip(gens, schemas):
+        answer = json.loads(g.text)
+        assert contract_valid(answer, with_location=True), g.text
+        for key in ("evidence", "value", "chunk_id", "doc_id", "page", "unit"):
+            assert answer[key] in schema["properties"][key]["enum"]
+    with pytest.raises(ValueError, match="1 schemas for 2 conversations"):
+        engine.generate(convs, use_adapter=False, schemas=schemas[:1], progress=False)
+
+
+def test_constrained_batches_decode_as_one_by_one(tiny_dir):
+    """Per-row grammars in a left-padded batch give the answers a one-prompt-at-a-time loop gives."""
+    from clap.generate import plain_generate_loop
+
+    engine = Engine(tiny_dir)
+    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, prompts.extraction_prompt("Revenue?", c)) for c in CHUNKS]
+    schemas = [answer_schema([c], with_location=False) for c in CHUNKS]
+    got = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=60, batch_size=2, progress=False,
+                                           schemas=schemas)]
+    assert got == plain_generate_loop(engine.model, engine.tok, convs, 60, schemas, engine.grammars)
