@@ -346,6 +346,14 @@ def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER
                       f"{' '.join(row['assignments'])}")
 
 
+@app.command()
+def timeline() -> None:
+    """The loop round by round from the committed evidence: data, refusals, Δ vs prod, decision, tags."""
+    from clap import timeline as tl
+
+    console.print(tl.table(tl.rounds(Path("."))))
+
+
 @app.command("demo-annotate")
 def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
                   out: Path = typer.Option(paths.REPAIR_FIXED / "simulated_annotator.jsonl"),
@@ -394,27 +402,30 @@ def demo() -> None:
     summary.print_summary(console, Path("."))
     summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
     _demo_release()
+    from clap import timeline as tl
+
+    console.print(tl.table(tl.rounds(Path("."))))
 
 
 def _demo_release() -> None:
-    """Commit the run's tracked evidence and tag it, when the gate allows a release."""
+    """Commit the run's tracked evidence (a round is a commit, whatever the gate said) and tag it
+    when the gate allows a release."""
     import json
+    import os
     import subprocess
 
     from clap import release as rel
 
     decision = json.loads(paths.GATE.read_text())["decision"]
-    if decision not in ("promote", "canary"):
-        console.print(f"no release: the gate said [bold]{decision}[/]; fix the reasons above, re-run `make demo`")
-        return
-    import os
-
     if subprocess.run(["git", "config", "user.email"], capture_output=True).returncode != 0:
         for k, v in (("NAME", "clap demo"), ("EMAIL", "demo@clap.invalid")):
             os.environ.setdefault(f"GIT_AUTHOR_{k}", v)
             os.environ.setdefault(f"GIT_COMMITTER_{k}", v)
-    subprocess.run(["git", "add", "dvc.lock", "metrics", "release", "repair", "data/admission"], check=False)
+    subprocess.run(["git", "add", "params.yaml", "dvc.lock", "metrics", "release", "repair", "data/admission"], check=False)
     subprocess.run(["git", "commit", "-q", "-m", f"clap demo run: gate {decision}"], check=False)
+    if decision not in ("promote", "canary"):
+        console.print(f"no release: the gate said [bold]{decision}[/]; fix the reasons above, re-run `make demo`")
+        return
     try:
         r = rel.release(Path("."))
     except rel.ReleaseRefused as exc:

@@ -1,0 +1,82 @@
+"""The loop's history, read back from git: one row per committed gate decision.
+
+    clap timeline              (also printed at the end of `clap demo`)
+
+A round is a commit that changed `metrics/gate.json`. For each, the batches it trained on (its
+params.yaml), the batches admission refused and by which rule (`data/admission/`), the baseline M
+it was judged against (`release/prod.json` at that commit: the prod version, or the base model),
+the candidate − M overall delta pooled over batches with the range of the per-batch CIs, the
+decision, and the release tags on the commit (GTO's format, read through `clap.release`). Nothing
+here is recomputed: every figure is the committed evidence, so the table is what a reviewer sees.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from clap import paths, release
+
+
+def _show(root: Path, commit: str, path: Path | str) -> str | None:
+    r = subprocess.run(["git", "show", f"{commit}:{Path(path).as_posix()}"], cwd=root, capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def _json_at(root: Path, commit: str, path: Path | str) -> dict | None:
+    text = _show(root, commit, path)
+    return json.loads(text) if text else None
+
+
+def rounds(root: Path) -> list[dict]:
+    """Every committed gate decision, oldest first (see the module docstring for the fields)."""
+    root = Path(root)
+    log = subprocess.run(["git", "log", "--reverse", "--format=%H", "--", paths.GATE.as_posix()], cwd=root,
+                         capture_output=True, text=True)
+    commits = log.stdout.split() if log.returncode == 0 else []
+    tags: dict[str, list[str]] = {}
+    for version, commit in release.versions(root).items():
+        tags.setdefault(commit, []).append(f"{release.ARTIFACT}@{version}")
+    for a in release.assignments(root):
+        tags.setdefault(a["commit"], []).append(a["tag"])
+    out = []
+    for k, commit in enumerate(commits, start=1):
+        gate = _json_at(root, commit, paths.GATE) or {}
+        params = yaml.safe_load(_show(root, commit, "params.yaml") or "{}") or {}
+        batches = (params.get("data") or {}).get("batches", [])
+        refused = {}
+        for b in batches:
+            adm = _json_at(root, commit, paths.admission(b)) or {}
+            if adm.get("decision") in ("repair", "block"):
+                failed = [c["name"] for c in adm.get("checks", []) if not c.get("passed", True)]
+                refused[b] = f"{adm['decision']} ({', '.join(failed) or 'see admission record'})"
+        prod = (_json_at(root, commit, paths.PROD_POINTER) or {}).get("version")
+        deltas = [ev.get("deltas_vs_prod") or ev.get("deltas") for b in batches
+                  if (ev := _json_at(root, commit, paths.eval_metrics(b))) and b not in refused]
+        overall = [d["overall_score"] for d in deltas if d and d.get("overall_score", {}).get("delta") is not None]
+        out.append({"round": k, "commit": commit[:10], "batches": batches, "refused": refused,
+                    "baseline": f"prod {prod}" if prod else "base",
+                    "delta": round(statistics.fmean(o["delta"] for o in overall), 4) if overall else None,
+                    "ci_low_min": min((o["ci_low"] for o in overall), default=None),
+                    "ci_high_max": max((o["ci_high"] for o in overall), default=None),
+                    "decision": gate.get("decision"), "tags": tags.get(commit, [])})
+    return out
+
+
+def table(rows: list[dict]):
+    from rich.table import Table
+
+    t = Table(title="the loop, round by round (committed evidence)")
+    for c in ("round", "commit", "data", "admission refused", "judged against", "Δ overall [batch CIs]",
+              "decision", "release tags"):
+        t.add_column(c)
+    for r in rows:
+        delta = "—" if r["delta"] is None else f"{r['delta']:+.3f} [{r['ci_low_min']:+.3f} … {r['ci_high_max']:+.3f}]"
+        t.add_row(str(r["round"]), r["commit"], ",".join(r["batches"]),
+                  "; ".join(f"{b}: {why}" for b, why in r["refused"].items()) or "—", r["baseline"], delta,
+                  str(r["decision"]).upper(), " ".join(r["tags"]) or "—")
+    return t
