@@ -15,8 +15,27 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap import prompts
 from clap.guards import GuardCallback
+from clap.stages.admit import NotAdmitted
 from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point
+
+
+def split_by_length(rows: list[dict], tok, max_length: int | None) -> tuple[list[dict], list[dict]]:
+    """Rows whose whole conversation fits `max_length` tokens, and the others with their length.
+    TRL truncates longer rows from the right — an answer cut mid-JSON, or dropped with its prompt when
+    the prompt alone fills the window — so they are set aside here, by name, instead."""
+    if max_length is None:
+        return rows, []
+    fits, too_long = [], []
+    for r in rows:
+        n = len(tok.apply_chat_template(prompts.messages(r["system"], r["prompt"], r["target"]), tokenize=True,
+                                        return_dict=True)["input_ids"])
+        if n <= max_length:
+            fits.append(r)
+        else:
+            too_long.append(r | {"tokens": n})
+    return fits, too_long
 
 
 def build_dataset(rows: list[dict]):
@@ -36,14 +55,20 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     started = time.time()
     s, t = cfg["train"]["sft"], cfg["train"]
     rows, refused = admitted_rows(materialized, admission, batches, "sft", "sft_train.jsonl")
-    dataset = build_dataset(rows)
     qlora = base_model.use_qlora(s["qlora"])
     tok = base_model.load_tokenizer(base_dir)
+    cuda = torch.cuda.is_available()
+    padding_free = _padding_free(s["padding_free"], cuda)
+    rows, too_long = split_by_length(rows, tok, None if padding_free else s["max_length"])
+    for r in too_long:
+        print(f"clap: sft sets aside {r['batch']}/{r['sample_id']}: {r['tokens']} tokens > train.sft.max_length "
+              f"{s['max_length']}")
+    if not rows:
+        raise NotAdmitted(f"sft: every admitted row is longer than train.sft.max_length {s['max_length']}")
+    dataset = build_dataset(rows)
     model = base_model.load_model(base_dir, quantize_4bit=qlora)
     if qlora:
         model = prepare_model_for_kbit_training(model)
-    cuda = torch.cuda.is_available()
-    padding_free = _padding_free(s["padding_free"], cuda)
     args = SFTConfig(
         output_dir=str(checkpoints), num_train_epochs=s["epochs"], max_steps=s["max_steps"],
         learning_rate=s["learning_rate"], per_device_train_batch_size=s["per_device_batch_size"],
@@ -64,7 +89,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
         print(f"clap: resuming SFT from {resume}")
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "sft", base_identity,
-                  {"samples": len(rows), "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
+                  {"samples": len(rows), "samples_set_aside_too_long": [f"{r['batch']}/{r['sample_id']}" for r in too_long],
+                   "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
                    "padding_free": padding_free}, started)
 
 
