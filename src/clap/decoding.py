@@ -2,7 +2,7 @@
 
 Evaluation and replay decode the way serving does: vLLM's default structured-output backend is
 xgrammar, and `Engine.generate(..., schemas=...)` applies the same grammars through xgrammar's
-Hugging Face logits processor. The schema comes from the contract (`schemas.ANSWER_FIELDS`, the
+Hugging Face logits processor. The schema comes from the contract (`prompts.ANSWER_KEYS`, the
 canonical units) and, because the task is extractive, from what the model was shown: the evidence
 is one sentence of the given sources, the value one of the numbers written in them, and `chunk_id` /
 `doc_id` / `page` those of the retrieved chunks. A constrained model can still pick the wrong sentence or number; it can no longer invent a
@@ -77,7 +77,6 @@ class GrammarCache:
     def __init__(self, tokenizer, vocab_size: int):
         import xgrammar as xgr
 
-        self._xgr = xgr
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
         self._compiler = xgr.GrammarCompiler(info, max_threads=2)
         self._compile = lru_cache(maxsize=4096)(self._compile_text)

@@ -7,7 +7,7 @@ when one is) — same backbone, same cases, the
 application's prompt (retrieved chunks tagged with chunk id, doc and page) for A and B, the
 question alone for C and D. If C and D recover values, the corpus leaks answers; if B beats A only
 with retrieval, the adapter is a structured-output enhancer that requires RAG. `contrasts` holds
-B − A and D − C per answer metric with paired-bootstrap CIs (cases paired across arms). With
+B − A, D − C (and B − P) per answer metric with paired-bootstrap CIs (cases paired across arms). With
 `generate.constrained` every arm decodes under the answer schema built from its own prompt.
 """
 
@@ -32,6 +32,7 @@ PROD_ARM = {"P": ("prod", True)}  # the adapter in prod + RAG: the champion the 
 CONTRASTS = {"B-A": ("A", "B"), "D-C": ("C", "D"), "B-P": ("P", "B")}  # (reference, new) arm
 METRICS = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
            "evidence_doc_page_exact", "retrieved_target_chunk", "retrieved_target_doc_page"]
+ANSWER_METRICS = METRICS[:6]  # scored from the answer; the last two score the retriever, the same for every arm
 
 
 def score_case(pred: dict | None, gold: dict, retrieved: list[dict]) -> dict[str, float]:
@@ -41,7 +42,7 @@ def score_case(pred: dict | None, gold: dict, retrieved: list[dict]) -> dict[str
     out = {"retrieved_target_chunk": float(gold["chunk_id"] in got),
            "retrieved_target_doc_page": float((gold["doc_id"], int(gold["page"])) in pages)}
     if pred is None:
-        return {m: 0.0 for m in METRICS[:6]} | out
+        return {m: 0.0 for m in ANSWER_METRICS} | out
     value_ok = value_correct(pred, gold)
     core = value_ok and all(field_equal(f, pred.get(f), gold[f]) for f in ("entity", "metric", "period", "unit"))
     try:
@@ -85,7 +86,7 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
     by_arm = {arm: [x for x in records if x["arm"] == arm] for arm in arms}
     e = cfg["evaluate"]
     contrasts = {name: {m: paired_bootstrap([x[m] for x in by_arm[ref]], [x[m] for x in by_arm[new]],
-                                            n=e["bootstrap"], ci=e["ci"], seed=17) for m in METRICS[:6]}
+                                            n=e["bootstrap"], ci=e["ci"], seed=17) for m in ANSWER_METRICS}
                  for name, (ref, new) in CONTRASTS.items() if ref in arms}
     failed = [{"case_id": b["case_id"], "batch": b["batch"], "reason": "adapter_with_rag_missed_core_fields",
                "output": b["output"], "target": c["target"]}
