@@ -53,3 +53,19 @@ def small_loop(tmp_path_factory, params):
         materialize.run(params, root / "assets", b, root / "materialized" / b)
         admit.run(params, root / "materialized" / b, root / "admission" / f"{b}.json")
     return root
+
+
+@pytest.fixture(scope="session")
+def sft_start(tmp_path_factory, params, small_loop, tiny_dir):
+    """A tiny SFT adapter (3 steps) and its manifest: the starting point of the DPO and GRPO steps."""
+    import copy
+    import json
+
+    from clap.stages import train_sft
+
+    cfg = copy.deepcopy(params)
+    cfg["train"]["sft"].update(max_steps=3, logging_steps=1, save_steps=3, per_device_batch_size=2, gradient_accumulation=1)
+    root = tmp_path_factory.mktemp("sft")
+    train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, root / "sft", root / "ckpt")
+    adapter = root / "sft" / "adapter"
+    return adapter, json.loads((adapter / "manifest.json").read_text())

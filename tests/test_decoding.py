@@ -86,3 +86,19 @@ def test_constrained_batches_decode_as_one_by_one(tiny_dir):
     got = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=60, batch_size=2, progress=False,
                                            schemas=schemas)]
     assert got == plain_generate_loop(engine.model, engine.tok, convs, 60, schemas, engine.grammars)
+
+
+@pytest.mark.parametrize("prompt, fields", [
+    ('Case: x\nCause fields: {"b": 1, "a": 30}', ["a", "b"]),
+    ("Case: x\nCause fields: not json", []),
+    ("Case: no fields", []),
+])
+def test_decision_schema_offers_the_case_s_cause_fields(prompt, fields):
+    from clap.decoding import decision_schema
+    from clap.prompts import DECISION_KEYS, RISK_FOCUS, decision_cause_fields
+
+    assert decision_cause_fields(prompt) == fields
+    schema = decision_schema(decision_cause_fields(prompt))
+    assert tuple(schema["properties"]) == DECISION_KEYS and schema["additionalProperties"] is False
+    assert schema["properties"]["risk_focus"]["enum"] == list(RISK_FOCUS)
+    assert schema["properties"]["cause"].get("enum", None) == (fields or None)

@@ -20,9 +20,11 @@ TINY_OVERRIDES = [
     "train.grpo.max_steps=1", "train.grpo.num_generations=2", "train.grpo.per_device_batch_size=2",
     "train.grpo.max_completion_length=8", "train.guards.max_clipped_ratio=1.0", "train.guards.reward_collapse_std=-1",
     "evaluate.max_new_tokens=8", "evaluate.bootstrap=50", "replay.max_new_tokens=8",
+    "evaluate_decisions.max_new_tokens=8", "train.grpo.save_steps=1",
     # a random tiny model cannot answer, so the policy is relaxed until it can promote
     "gate.min_parse_ok=0.0", "gate.require_replay_gain=false", "gate.max_regressed_batches=5",
     "gate.ci_lower_must_exceed=-1.0", "gate.max_batch_regression=-1.0", "gate.min_overall_delta=-1.0",
+    "gate.min_decision_delta=-1.0", "gate.decision_ci_lower_must_exceed=-1.0",
     # latency on a shared CI machine is noise at this size; the test must not depend on wall-clock time
     "gate.max_p95_latency_ratio=1000.0",
 ]
@@ -84,7 +86,8 @@ def check_params_trace(root: Path, trace: Path) -> None:
     declared = declared_params(root)
     reads = [json.loads(line) for line in trace.read_text().splitlines()]
     assert {stage_of(r["argv"]) for r in reads} >= {"materialize", "admit", "train_sft", "train_dpo", "train_grpo",
-                                                     "index", "evaluate", "replay", "gate", "bundle"}
+                                                     "index", "evaluate", "evaluate_decisions", "replay", "gate",
+                                                     "bundle"}
     undeclared = sorted({(stage_of(r["argv"]), k) for r in reads for k in r["reads"]
                          if not covered(k, declared[stage_of(r["argv"])])})
     assert not undeclared, f"stages read params their dvc.yaml entry does not declare: {undeclared}"
@@ -111,21 +114,27 @@ def test_loop_threshold_change_release_rollback(clone):
         assert (root / f).exists(), f
     gate = json.loads((root / "metrics/gate.json").read_text())
     assert gate["decision"] == "promote", gate
+    assert set(gate["candidates"]) == {"sft", "dpo", "grpo"}, "every step of the chain is judged"
+    shipped = f"models/{gate['candidate']}/adapter/adapter_model.safetensors"
+    assert json.loads((root / "release/bundle.json").read_text())["candidate"] == gate["candidate"]
     assert "up to date" in run(root, "dvc", "repro", env=env)
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "run 1", env=env)
     run(root, "dvc", "push", "-q", env=env)
-    v1_adapter = (root / "models/sft/adapter/adapter_model.safetensors").read_bytes()
+    v1_adapter = (root / shipped).read_bytes()
     assert "released v0.0.1 to prod" in run(root, "clap", "release", env=env)
     assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.1"
 
     # prod changed: exactly the stages that depend on prod re-run, and the candidate is judged against it
     out = run(root, "dvc", "repro", env=env)
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
-    assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "replay", "gate", "bundle", "repair_queue"}, ran
+    assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "evaluate_decisions", "replay", "gate", "bundle",
+                   "repair_queue"}, ran
     assert (root / "models/prod/adapter/adapter_model.safetensors").read_bytes() == v1_adapter
     ev = json.loads((root / "metrics/eval/b1.json").read_text())
     assert {"prod", "deltas_vs_prod", "prod_vs_base"} <= set(ev)
+    decisions = json.loads((root / "metrics/decisions.json").read_text())
+    assert "prod" in decisions["models"] and "dpo-prod" in decisions["deltas"]
     assert "up to date" in run(root, "dvc", "repro", env=env)
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "round 2: baseline prod v0.0.1", env=env)
@@ -149,11 +158,12 @@ def test_loop_threshold_change_release_rollback(clone):
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "run 2", env=env)
     run(root, "dvc", "push", "-q", env=env)
-    v2_adapter = (root / "models/sft/adapter/adapter_model.safetensors").read_bytes()
+    shipped = f"models/{json.loads((root / 'metrics/gate.json').read_text())['candidate']}/adapter/adapter_model.safetensors"
+    v2_adapter = (root / shipped).read_bytes()
     assert "released v0.0.2 to prod" in run(root, "clap", "release", env=env)
     out = run(root, "clap", "rollback", env=env)
     assert "v0.0.2 → v0.0.1" in out
-    assert (root / "models/sft/adapter/adapter_model.safetensors").read_bytes() != v2_adapter
+    assert (root / shipped).read_bytes() != v2_adapter
     run(root, "clap", "verify", "release/bundle.json", env=env)
     reg = run(root, "clap", "registry", env=env)
     assert "v0.0.1" in reg and "current=prod" in reg

@@ -118,3 +118,78 @@ def test_replay_judges_the_candidate_against_prod_plus_rag_when_prod_exists():
     reason = next(r for r in d.reasons if r.rule == "replay_core_fields_B_minus_P")
     assert d.decision == "hold" and reason.observed == "-0.0700 [-0.1200, -0.0200]"
     assert not any(r.rule == "replay_core_fields_B_minus_A" for r in d.reasons)
+
+
+# --- the chain: SFT, SFT→DPO and SFT→GRPO as candidates (clap.gate.decide_chain_step, choose) ---
+
+def ci(delta, half=0.02):
+    return {"decision_score": {"delta": delta, "ci_low": round(delta - half, 6), "ci_high": round(delta + half, 6)}}
+
+
+def decisions(vs_base: dict[str, float], vs_sft: dict[str, float], prod: bool = False):
+    """metrics/decisions.json with the given decision_score deltas (each ±0.02)."""
+    ref = "prod" if prod else "base"
+    deltas = {f"{m}-{ref}": ci(d) for m, d in vs_base.items()} | {f"{m}-sft": ci(d) for m, d in vs_sft.items()}
+    models = {m: {} for m in ["base", *(["prod"] if prod else []), *vs_base]}
+    return {"n": 20, "models": models, "deltas": deltas}
+
+
+KL_TRIP = {"status": "stopped", "trip": {"rule": "kl_above_max", "step": 7, "value": 168.2, "threshold": 50.0}}
+
+
+def judge(sft_deltas, guards, dec):
+    from clap.gate import choose, decide, decide_chain_step
+
+    sft = decide(POLICY, ADMIT, {"sft": OK, **guards}, evaluation(sft_deltas), REPLAY_GOOD, decisions=dec)
+    judged = {"sft": sft} | {s: decide_chain_step(POLICY, s, guards[s], sft, dec) for s in ("dpo", "grpo")}
+    return judged, choose(judged)
+
+
+@pytest.mark.parametrize("case, sft_deltas, guards, dec, expected", [
+    ("GRPO held by its guard, DPO regressed, SFT promoted: SFT ships",
+     [0.03] * 5, {"dpo": OK, "grpo": KL_TRIP},
+     decisions({"sft": 0.30, "dpo": -0.05, "grpo": 0.40}, {"dpo": -0.35, "grpo": 0.10}),
+     {"sft": "promote", "dpo": "hold", "grpo": "hold", "ships": "sft"}),
+    ("DPO adds over SFT with a CI above zero: DPO ships",
+     [0.03] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": 0.30, "dpo": 0.45, "grpo": 0.30}, {"dpo": 0.15, "grpo": 0.0}),
+     {"sft": "promote", "dpo": "promote", "grpo": "hold", "ships": "dpo"}),
+    ("both steps add: the later one ships",
+     [0.03] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": 0.30, "dpo": 0.40, "grpo": 0.45}, {"dpo": 0.10, "grpo": 0.15}),
+     {"sft": "promote", "dpo": "promote", "grpo": "promote", "ships": "grpo"}),
+    ("SFT's extraction is inconclusive: the steps inherit canary, the later one ships as canary",
+     [0.01] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": 0.30, "dpo": 0.40, "grpo": 0.20}, {"dpo": 0.10, "grpo": -0.10}),
+     {"sft": "canary", "dpo": "canary", "grpo": "hold", "ships": "dpo"}),
+    ("SFT held on extraction: nothing ships, SFT's hold stands",
+     [-0.05] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": 0.30, "dpo": 0.40, "grpo": 0.45}, {"dpo": 0.10, "grpo": 0.15}),
+     {"sft": "hold", "dpo": "hold", "grpo": "hold", "ships": "sft"}),
+    ("SFT regresses on the decision task against prod: held",
+     [0.03] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": -0.10, "dpo": 0.05, "grpo": -0.20}, {"dpo": 0.15, "grpo": -0.10}, prod=True),
+     {"sft": "hold", "dpo": "hold", "grpo": "hold", "ships": "sft"}),
+])
+def test_gate_chooses_among_the_chain(case, sft_deltas, guards, dec, expected):
+    judged, final = judge(sft_deltas, guards, dec)
+    assert {s: judged[s].decision for s in judged} == {k: v for k, v in expected.items() if k != "ships"}, case
+    assert final.candidate == expected["ships"] and final.decision == judged[expected["ships"]].decision
+    assert {c: v["decision"] for c, v in final.candidates.items()} == {s: judged[s].decision for s in judged}
+    assert final.summary["candidate_code"] == ("sft", "dpo", "grpo").index(expected["ships"])
+
+
+def test_chain_step_reasons_name_the_guard_trip_and_the_comparison():
+    judged, final = judge([0.03] * 5, {"dpo": OK, "grpo": KL_TRIP},
+                          decisions({"sft": 0.30, "dpo": -0.05, "grpo": 0.40}, {"dpo": -0.35, "grpo": 0.10}))
+    grpo = {r.rule: r for r in judged["grpo"].reasons}
+    assert grpo["guard:grpo:kl_above_max"].observed == 168.2 and grpo["guard:grpo:kl_above_max"].batch == "step 7"
+    dpo = {r.rule: r for r in judged["dpo"].reasons}
+    assert dpo["decision_score_dpo_minus_base"].observed == "-0.0500 [-0.0700, -0.0300]"
+    assert "decision_score_dpo_minus_sft" in dpo and final.trainers == {"sft": "ok", "dpo": "ok", "grpo": "hold"}
+
+
+def test_chain_step_without_decision_cases_is_held_and_sft_is_not():
+    judged, final = judge([0.03] * 5, {"dpo": OK, "grpo": OK}, {"n": 0, "models": {}, "deltas": {}})
+    assert judged["sft"].decision == "promote" and final.candidate == "sft"
+    assert any(r.rule == "decision_eval_missing" for r in judged["dpo"].reasons) and judged["dpo"].decision == "hold"

@@ -54,6 +54,9 @@ ROLES = [  # (glob, role)
     ("data/replay/records.jsonl", "replay_records"),
     ("data/replay/failed_cases.jsonl", "replay_failed"),
     ("metrics/replay.json", "replay_metrics"),
+    ("data/eval_decisions/records.jsonl", "decision_records"),
+    ("data/eval_decisions/regressed.jsonl", "decision_regressed"),
+    ("metrics/decisions.json", "decision_metrics"),
     ("metrics/gate.json", "gate_decision"),
 ]
 

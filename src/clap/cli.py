@@ -158,23 +158,30 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
           batches: list[str] = typer.Option(None, "--batch", help="default: all batches in params"),
           materialized: Path = typer.Option(paths.MATERIALIZED),
           admission: Path = typer.Option(paths.ADMISSION),
-          out: Path = typer.Option(None), checkpoints: Path = typer.Option(None)) -> None:
-    """Train a LoRA adapter (sft, dpo or grpo) on the admitted batches, under the runtime guards."""
-    from importlib import import_module
-
+          out: Path = typer.Option(None), checkpoints: Path = typer.Option(None),
+          start: Path = typer.Option(None, help="dpo/grpo: the adapter the step continues (default models/sft/adapter)")
+          ) -> None:
+    """Train a LoRA adapter on the admitted batches, under the runtime guards. sft starts from the base
+    model; dpo and grpo continue the SFT adapter (--start, checked against the hashes dvc.lock pins)."""
     from clap import model
+    from clap.io import check_output_dir
+    from clap.serving import pinned_expectation
+    from clap.stages import train_dpo, train_grpo, train_sft
 
     if kind not in ("sft", "dpo", "grpo"):
         _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo or grpo"))
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
-    from clap.io import check_output_dir
-
     out = out or paths.MODELS / kind
     check_output_dir(out, (materialized, admission, base))
-    stage = import_module(f"clap.stages.train_{kind}")
-    m = stage.run(cfg, materialized, admission, batches or cfg["data"]["batches"], base,
-                  out, checkpoints or paths.CHECKPOINTS / kind)
+    args = (cfg, materialized, admission, batches or cfg["data"]["batches"], base, out,
+            checkpoints or paths.CHECKPOINTS / kind)
+    if kind == "sft":
+        m = train_sft.run(*args)
+    else:
+        start = start or paths.adapter("sft")
+        chain_step = train_dpo if kind == "dpo" else train_grpo
+        m = chain_step.run(*args, start_adapter=start, start_expected=pinned_expectation(Path("."), start))
     from clap.io import write_json
 
     write_json(paths.METRICS / f"train_{kind}.json", m)
@@ -192,16 +199,11 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
     from clap import model
     from clap.generate import Engine
     from clap.generate_vllm import VLLMEngine, choose_backend
-    from clap.io import read_json_if_exists
     from clap.serving import pinned_expectation
 
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
-    ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
-    prod_dir = prod / "adapter" if ptr and ptr.get("version") else None
-    prod_expected = pinned_expectation(Path("."), prod_dir, ptr["version_tag"]) if prod_dir else None
-    if prod_dir:
-        console.print(f"baseline: prod {ptr['version']} ({ptr['version_tag']}) and the base model")
+    prod_dir, prod_expected = _prod(prod)
     backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
                              torch.cuda.is_available())
     gpu_share = cfg["generate"]["gpu_memory_utilization"]
@@ -210,6 +212,19 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
         return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
                           prod_dir=prod_dir, prod_expected=prod_expected)
     return Engine(base, adapter, expected, prod_dir, prod_expected)
+
+
+def _prod(prod: Path | None) -> tuple[Path | None, dict | None]:
+    """The restored prod adapter folder and the manifest its release tag's bundle pins (None, None: no prod)."""
+    from clap.io import read_json_if_exists
+    from clap.serving import pinned_expectation
+
+    ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
+    if not (ptr and ptr.get("version")):
+        return None, None
+    console.print(f"baseline: prod {ptr['version']} ({ptr['version_tag']}) and the base model")
+    folder = prod / "adapter"
+    return folder, pinned_expectation(Path("."), folder, ptr["version_tag"])
 
 
 @app.command("prod-adapter")
@@ -240,6 +255,30 @@ def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
         p = r["deltas_vs_prod"]["overall_score"]
         console.print(f"{batch}: vs prod {r['metrics']['prod']['overall_score']:.4f}: Δ {p['delta']:+.4f} "
                       f"CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]")
+
+
+@app.command("evaluate-decisions")
+def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapter folder (clap prod-adapter)"),
+                       materialized: Path = typer.Option(paths.MATERIALIZED),
+                       out: Path = typer.Option(paths.EVAL_DECISIONS),
+                       metrics: Path = typer.Option(paths.DECISION_METRICS)) -> None:
+    """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
+    from clap import model
+    from clap.generate import Engine
+    from clap.serving import pinned_expectation
+    from clap.stages import evaluate_decisions as stage
+    from clap.summary import decision_table
+
+    cfg = _params()
+    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    steps = [s for s in stage.CHAIN if s == "sft" or cfg["train"][s]["enabled"]]
+    others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
+    prod_dir, prod_expected = _prod(prod)
+    engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others)
+    models = ["base"] + (["prod"] if prod_dir else []) + steps
+    result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
+                       engine, models, out, metrics)
+    console.print(decision_table(result))
 
 
 @app.command()
@@ -283,10 +322,14 @@ def gate(out: Path = typer.Option(paths.GATE)) -> None:
 
 
 @app.command()
-def bundle(out: Path = typer.Option(paths.BUNDLE), candidate: str = "sft") -> None:
+def bundle(out: Path = typer.Option(paths.BUNDLE),
+           candidate: str = typer.Option(None, help="default: the candidate metrics/gate.json names (sft, dpo, grpo)")
+           ) -> None:
     """Write the evidence bundle for the candidate (hashes of everything the decision rests on)."""
     from clap import bundle as b
+    from clap.io import read_json
 
+    candidate = candidate or read_json(paths.GATE)["candidate"]
     res = b.write(Path("."), _params(), out, candidate)
     console.print(f"bundle → {out}: {len(res.files)} files pinned, decision {res.decision['decision']}")
 

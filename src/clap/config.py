@@ -64,6 +64,7 @@ class Materialize(_Section):
     max_train_per_batch: PosInt | None
     max_eval_per_batch: PosInt | None
     max_replay_per_batch: PosInt | None
+    decision_eval_fraction: OpenFraction
     app_share: Fraction
     near_dup_threshold: OpenFraction
     num_perm: Annotated[StrictInt, Field(ge=16, le=1024)]
@@ -132,10 +133,12 @@ class Grpo(_Section):
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
     beta: NonNegFloat
     num_generations: Annotated[StrictInt, Field(ge=2)]
+    temperature: PosFloat
     max_completion_length: PosInt
     max_steps: PosInt
     per_device_batch_size: PosInt
     logging_steps: PosInt
+    save_steps: PosInt
 
 
 class Guards(_Section):
@@ -179,6 +182,11 @@ class Evaluate(_Section):
     unconstrained_format_check: StrictBool
 
 
+class EvaluateDecisions(_Section):
+    max_new_tokens: PosInt
+    batch_size: PosInt
+
+
 class Retrieval(_Section):
     k: PosInt
     mode: Literal["bm25", "dense", "hybrid"]
@@ -204,6 +212,9 @@ class Gate(_Section):
     require_guards_ok: StrictBool
     require_replay_gain: StrictBool
     rollback_on_prod_regression: StrictBool
+    min_decision_delta: float
+    decision_ci_lower_must_exceed: float
+    chain_step_must_beat_start: StrictBool
 
 
 class Params(_Section):
@@ -219,6 +230,7 @@ class Params(_Section):
     train: Train
     generate: Generate
     evaluate: Evaluate
+    evaluate_decisions: EvaluateDecisions
     retrieval: Retrieval
     replay: Replay
 

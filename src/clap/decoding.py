@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 
 from clap.normalize import UNITS, numbers_in
-from clap.prompts import ANSWER_KEYS, LOCATION_KEYS, json_number
+from clap.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
 
 # A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
 # company name stay whole). A sentence of a source is what an evidence quote may be.
@@ -25,6 +25,7 @@ _SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])" + "".join(rf"(?<!\
 MAX_LABEL_CHARS = 40  # entity and metric are short labels; bounds a runaway string (CJK tokenises long)
 MAX_PERIOD_CHARS = 16
 MAX_FREE_QUOTE_CHARS = 120  # a quote with no source to pick from (the no-RAG arms); bounds its length
+MAX_ACTION_CHARS = 100  # a recommended action is one imperative sentence
 
 
 def sentences(text: str) -> list[str]:
@@ -56,6 +57,16 @@ def answer_schema(sources: list[dict], with_location: bool) -> dict:
                       "page": {"enum": sorted({int(s["page"]) for s in sources})}}
         else:
             props |= {"chunk_id": short, "doc_id": short, "page": {"type": "integer", "minimum": 1}}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def decision_schema(cause_fields: list[str]) -> dict:
+    """JSON schema of a recommendation: the action a bounded sentence, the cause one of the case's
+    cause fields, the risk focus one of the contract's (`prompts.RISK_FOCUS`); keys in `prompts.DECISION_KEYS` order."""
+    props = {"action": {"type": "string", "minLength": 1, "maxLength": MAX_ACTION_CHARS},
+             "cause": {"enum": list(cause_fields)} if cause_fields else
+             {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS},
+             "risk_focus": {"enum": list(RISK_FOCUS)}}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 

@@ -12,6 +12,12 @@ M is the adapter in prod when there is one (the base model before the first rele
             shows no gain, or latency rises beyond the ratio);
 - promote:  everything above passed.
 Each rule that fires is one Reason(rule, observed, threshold, batch, outcome).
+
+The chain (`decide_chain_step`, `choose`): SFT→DPO and SFT→GRPO are candidates too, judged on the
+decision evaluation against prod (base before the first release) with the guards of their own runs;
+they start from the SFT adapter and inherit its extraction verdict, which their training did not
+re-measure. `choose` ships the least severe promotable candidate, the later step on a tie; when none
+is promotable the SFT verdict (hold, reject or rollback) stands. A held GRPO never holds a good SFT.
 """
 
 from __future__ import annotations
@@ -21,12 +27,34 @@ import statistics
 from clap.schemas import GateDecision, Reason
 
 SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
+CHAIN = ("sft", "dpo", "grpo")
+
+
+def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> None:
+    """The decision task's rules for `step`: its decision_score against prod (else base) must not drop
+    below `min_decision_delta`, and promote needs the CI lower bound above `decision_ci_lower_must_exceed`."""
+    if decisions is None or not decisions["n"]:
+        fire("decision_eval_missing", None, "≥1 held-out case", "hold")
+        return
+    ref = "prod" if "prod" in decisions["models"] else "base"
+    d = decisions["deltas"].get(f"{step}-{ref}", {}).get("decision_score")
+    if d is None or d["delta"] is None:
+        fire(f"decision_eval_missing:{step}", None, "present", "hold")
+    elif d["delta"] < policy["min_decision_delta"]:
+        fire(f"decision_score_{step}_minus_{ref}", _with_ci(d), policy["min_decision_delta"], "hold")
+    elif d["ci_low"] <= policy["decision_ci_lower_must_exceed"]:
+        fire(f"decision_score_{step}_minus_{ref}_ci_low", _with_ci(d), policy["decision_ci_lower_must_exceed"], "canary")
+
+
+def _with_ci(d: dict) -> str:
+    return f"{d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]"
 
 
 def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], evaluation: dict[str, dict],
-           replay: dict | None, candidate: str = "sft") -> GateDecision:
+           replay: dict | None, candidate: str = "sft", decisions: dict | None = None) -> GateDecision:
     """`evaluation[batch]` = {"baseline", "candidate", "deltas"} metrics per batch, plus "prod",
-    "deltas_vs_prod" and "prod_vs_base" when an adapter is in prod: then prod is the reference M."""
+    "deltas_vs_prod" and "prod_vs_base" when an adapter is in prod: then prod is the reference M.
+    `decisions` (metrics/decisions.json, when the decision evaluation ran) adds the decision rules."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome, batch=None):
@@ -108,6 +136,8 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
                  f"{gain:+.4f} [{ci['ci_low']:+.4f}, {ci['ci_high']:+.4f}]", 0.0, "hold")
     elif policy["require_replay_gain"]:
         fire("replay_missing", None, "present", "hold")
+    if decisions is not None and decisions["n"]:
+        _decision_rules(fire, policy, decisions, candidate)
     decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
     for b, ev in sorted(evaluation.items()):
         if "prod_vs_base" not in ev:
@@ -123,3 +153,53 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
                "regressed_batches": regressed, "reasons": len([r for r in reasons if r.outcome in SEVERITY])}
     return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
                         policy=policy["name"], candidate=candidate, trainers=trainers, summary=summary)
+
+
+def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDecision,
+                      decisions: dict | None) -> GateDecision:
+    """SFT→`step` (dpo or grpo) as a candidate: its own guards, the verdict of the SFT adapter it
+    continues (`start`), its decision_score against prod / base, and — with
+    `chain_step_must_beat_start` — a CI above zero against SFT, without which it adds nothing to ship."""
+    reasons: list[Reason] = []
+
+    def fire(rule, observed, threshold, outcome, batch=None):
+        reasons.append(Reason(rule=rule, observed=observed, threshold=threshold, batch=batch, outcome=outcome))
+
+    if guard is None:
+        fire(f"guard_report_missing:{step}", None, "present", "hold")
+    elif guard["status"] != "ok":
+        trip = guard.get("trip") or {}
+        fire(f"guard:{step}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), "hold",
+             None if trip.get("step") is None else f"step {trip['step']}")
+    if start.decision != "promote":
+        fire("starts_from_sft", start.decision, "promote", "canary" if start.decision == "canary" else "hold")
+    _decision_rules(fire, policy, decisions, step)
+    if policy["chain_step_must_beat_start"] and decisions is not None and decisions["n"]:
+        d = decisions["deltas"].get(f"{step}-sft", {}).get("decision_score")
+        if d is None or d["delta"] is None:
+            fire(f"decision_eval_missing:{step}-sft", None, "present", "hold")
+        elif d["ci_low"] <= 0:
+            fire(f"decision_score_{step}_minus_sft", _with_ci(d), "CI above 0", "hold")
+    decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
+    ref = "prod" if decisions and "prod" in decisions["models"] else "base"
+    score = ((decisions or {}).get("deltas", {}).get(f"{step}-{ref}", {}).get("decision_score") or {}).get("delta")
+    summary = {"decision_code": SEVERITY.index(decision), "decision_score_delta": score,
+               "reasons": len([r for r in reasons if r.outcome in SEVERITY])}
+    return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=start.requires_rag,
+                        policy=policy["name"], candidate=step, trainers={step: "ok" if guard and guard["status"] == "ok"
+                                                                          else "hold"}, summary=summary)
+
+
+def choose(judged: dict[str, GateDecision]) -> GateDecision:
+    """The release decision over the chain's candidates (`judged`: name → its own decision, "sft"
+    required): the least severe promote/canary, the later step on a tie; else SFT's verdict stands.
+    The result is the shipped candidate's decision, with every candidate's verdict in `candidates`."""
+    order = [c for c in CHAIN if c in judged]
+    shippable = [c for c in order if judged[c].decision in ("promote", "canary")]
+    ship = min(shippable, key=lambda c: (SEVERITY.index(judged[c].decision), -order.index(c))) if shippable else "sft"
+    chosen = judged[ship]
+    candidates = {c: {"decision": judged[c].decision, "reasons": [r.model_dump() for r in judged[c].reasons],
+                      "summary": judged[c].summary} for c in order}
+    trainers = {**judged["sft"].trainers, **{c: judged[c].trainers.get(c, "hold") for c in order if c != "sft"}}
+    return chosen.model_copy(update={"candidates": candidates, "trainers": trainers,
+                                     "summary": {**chosen.summary, "candidate_code": CHAIN.index(ship)}})

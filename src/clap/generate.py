@@ -62,7 +62,10 @@ class Engine:
     """
 
     def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
-                 prod_dir: Path | None = None, prod_expected: dict | None = None):
+                 prod_dir: Path | None = None, prod_expected: dict | None = None,
+                 others: list[tuple[str, Path, dict]] = ()):
+        """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
+        evaluation serves every step of the chain from one base model."""
         from clap.serving import attach
 
         self.tok = base_model.load_tokenizer(base_dir)
@@ -70,7 +73,7 @@ class Engine:
         self.model = base_model.load_model(base_dir)
         ident = base_model.identity(base_dir)
         self.adapters = []
-        for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected)):
+        for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected), *others):
             if folder is not None:
                 self.model = attach(self.model, name, Path(folder), pinned, ident)
                 self.adapters.append(name)
@@ -96,6 +99,25 @@ class Engine:
             raise ValueError(f"no {name} adapter loaded" if name != "candidate" else "no adapter loaded")
         self.model.set_adapter(name)
         return contextlib.nullcontext()
+
+    @torch.inference_mode()
+    def completion_logprobs(self, conversations: list[list[dict]], completions: list[str],
+                            use_adapter: bool | str) -> list[float]:
+        """Summed log-probability of each assistant `completion` after its conversation's prompt — how
+        much the policy prefers an answer (the ranking of chosen over near-miss over rejected)."""
+        out = []
+        with self._context(use_adapter):
+            for conv, completion in zip(conversations, completions):
+                prompt = self.encode(conv)
+                full = self.tok.apply_chat_template(conv + [{"role": "assistant", "content": completion}],
+                                                    tokenize=True, return_dict=True)["input_ids"]
+                if full[:len(prompt)] != prompt:
+                    raise ValueError("the chat template does not extend the prompt with the answer")
+                ids = torch.tensor([full], device=self.device)
+                logp = torch.log_softmax(self.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+                target = ids[0, 1:]
+                out.append(float(logp[len(prompt) - 1:].gather(1, target[len(prompt) - 1:, None]).sum()))
+        return out
 
     def encode(self, messages: list[dict]) -> list[int]:
         return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,

@@ -14,7 +14,10 @@ SYSTEM_EXTRACT = ("Extract the asked fact from the source. Reply with one JSON o
 SYSTEM_APP = ("Answer from the retrieved sources. Reply with one JSON object with keys entity, metric, period, "
               "value, unit, evidence, chunk_id, doc_id, page. evidence quotes the source verbatim.")
 SYSTEM_DECIDE = ("Recommend how to handle the case. Reply with one JSON object with keys action, cause, "
-                 "risk_focus; cause is the cause field that drives the case.")
+                 "risk_focus; cause is the cause field that drives the case; risk_focus is one of delivery, cash, "
+                 "customer, compliance.")
+DECISION_KEYS = ("action", "cause", "risk_focus")  # the order a recommendation writes them in
+RISK_FOCUS = ("delivery", "cash", "customer", "compliance")
 
 
 ANSWER_KEYS = ("entity", "metric", "period", "value", "unit", "evidence")  # the order targets write them in
@@ -37,6 +40,16 @@ def app_prompt(question: str, chunks: list[dict]) -> str:
 
 def decision_prompt(situation: str, causes_json: str) -> str:
     return f"Case: {situation}\nCause fields: {causes_json}"
+
+
+def decision_cause_fields(prompt: str) -> list[str]:
+    """The cause field names a decision prompt offers (the keys of its `Cause fields:` object)."""
+    _, _, fields = prompt.rpartition("Cause fields: ")
+    try:
+        obj = json.loads(fields)
+    except ValueError:
+        return []
+    return sorted(obj) if isinstance(obj, dict) else []
 
 
 def target_json(fact: dict, with_location: bool = False) -> str:

@@ -7,9 +7,10 @@ decision rewards score a recommendation against the original decision record.
 from __future__ import annotations
 
 from clap import normalize as nz
+from clap import prompts
 from clap.metrics import TARGET_FIELDS, evidence_correct, field_equal, parse_answer, value_correct
 
-DECISION_FIELDS = ("action", "cause", "risk_focus")
+DECISION_FIELDS = prompts.DECISION_KEYS
 
 
 def format_reward(completion: str, required=TARGET_FIELDS) -> float:
@@ -54,14 +55,23 @@ def extraction_reward(completion: str, gold: dict, source: str, weights: dict, v
     return sum(weights[k] * parts[k] for k in parts) / sum(weights.values())
 
 
-def decision_reward(completion: str, reference: dict, weights: dict, max_chars: int = 400) -> float:
-    """Outcome: the action; grounding/process: the cited cause and the risk focus; plus format, length."""
+def decision_parts(completion: str, reference: dict, max_chars: int = 400) -> dict[str, float]:
+    """The decision reward's parts. outcome: the action; grounding: the cited cause (half) and the
+    risk focus (half); format: JSON with every key (0.5 with some); efficiency: length."""
     obj = parse_answer(completion)
     fmt = 0.0 if obj is None else (1.0 if all(k in obj for k in DECISION_FIELDS) else 0.5)
     obj = obj or {}
-    outcome = float(nz.fold(obj.get("action", "")).lower() == nz.fold(reference["action"]).lower())
+    outcome = float(_folded(obj.get("action")) == _folded(reference["action"]))
     grounding = 0.5 * float(obj.get("cause") == reference["cause"]) + \
-        0.5 * float(nz.fold(obj.get("risk_focus", "")).lower() == reference["risk_focus"])
-    parts = {"outcome": outcome, "format": fmt, "grounding": grounding,
-             "efficiency": efficiency_reward(completion, max_chars)}
+        0.5 * float(_folded(obj.get("risk_focus")) == _folded(reference["risk_focus"]))
+    return {"outcome": outcome, "format": fmt, "grounding": grounding,
+            "efficiency": efficiency_reward(completion, max_chars)}
+
+
+def decision_reward(completion: str, reference: dict, weights: dict, max_chars: int = 400) -> float:
+    parts = decision_parts(completion, reference, max_chars)
     return sum(weights[k] * parts[k] for k in parts) / sum(weights.values())
+
+
+def _folded(v) -> str:
+    return nz.fold(v if isinstance(v, str) else "").lower()

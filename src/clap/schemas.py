@@ -177,6 +177,13 @@ class PreferencePair(pa.DataFrameModel):
         strict = True
 
 
+def _graded_roles(candidates_json: str) -> bool:
+    import json
+
+    roles = [c["role"] for c in json.loads(candidates_json)]
+    return roles.count("chosen") == 1 and "near_miss" in roles and "rejected" in roles
+
+
 class GrpoGroup(pa.DataFrameModel):
     group_id: Series[str] = pa.Field(unique=True)
     record_id: Series[str]
@@ -186,12 +193,25 @@ class GrpoGroup(pa.DataFrameModel):
 
     @pa.check("candidates_json", name="one_chosen_near_miss_rejected")
     def has_roles(cls, s: Series[str]) -> Series[bool]:
-        import json
+        return s.map(_graded_roles)
 
-        def ok(v: str) -> bool:
-            roles = [c["role"] for c in json.loads(v)]
-            return roles.count("chosen") == 1 and "near_miss" in roles and "rejected" in roles
-        return s.map(ok)
+    class Config:
+        strict = True
+
+
+class DecisionCase(pa.DataFrameModel):
+    """A held-out decision case (split by case from the DPO/GRPO rows): the three graded answers of its group."""
+
+    case_id: Series[str] = pa.Field(unique=True)
+    record_id: Series[str] = pa.Field(unique=True)
+    batch: Series[str]
+    prompt: Series[str] = pa.Field(str_length={"min_value": 1})
+    reference_json: Series[str]
+    candidates_json: Series[str]
+
+    @pa.check("candidates_json", name="one_chosen_near_miss_rejected")
+    def has_roles(cls, s: Series[str]) -> Series[bool]:
+        return s.map(_graded_roles)
 
     class Config:
         strict = True
@@ -278,6 +298,7 @@ class GateDecision(_Doc):
     candidate: str
     trainers: dict[str, str]
     summary: dict[str, float | int | None]  # numeric, so `dvc metrics diff` shows decision changes
+    candidates: dict[str, dict] = {}  # every step of the chain the gate judged: its decision, reasons, summary
 
 
 class BundleFile(_Doc):

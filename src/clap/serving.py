@@ -147,17 +147,18 @@ def dvc_dir_listing(root: Path, dir_md5: str) -> list[dict]:
     return json.loads(data)
 
 
-def attach(model, name: str, adapter_dir: Path, expected: dict, base_identity: dict):
-    """Verify, then attach `adapter_dir` under `name` (the first one wraps the model in PEFT)."""
+def attach(model, name: str, adapter_dir: Path, expected: dict, base_identity: dict, trainable: bool = False):
+    """Verify, then attach `adapter_dir` under `name` (the first one wraps the model in PEFT);
+    `trainable` for a trainer that continues the adapter (DPO and GRPO start from the SFT adapter)."""
     from peft import PeftModel
 
     if expected is None:
         raise AdapterRefused(f"{adapter_dir}: no pinned evidence given; refusing to load")
     verify_adapter(adapter_dir, expected, base_identity)
     if isinstance(model, PeftModel):
-        model.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=False, use_safetensors=True)
+        model.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=trainable, use_safetensors=True)
         return model
-    return PeftModel.from_pretrained(model, str(adapter_dir), adapter_name=name, is_trainable=False,
+    return PeftModel.from_pretrained(model, str(adapter_dir), adapter_name=name, is_trainable=trainable,
                                      use_safetensors=True)
 
 

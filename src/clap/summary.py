@@ -60,6 +60,25 @@ def contrast_lines(replay: dict) -> dict[str, str]:
     return out
 
 
+DECISION_COLS = ["decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
+                 "rank_accuracy", "margin_chosen_rejected"]
+
+
+def decision_table(result: dict) -> Table:
+    """metrics/decisions.json as a table: one row per model, then each step's delta with its CI."""
+    t = Table(title=f"decision evaluation ({result['n']} held-out cases; Δ decision score [95% CI])")
+    t.add_column("model")
+    for c in DECISION_COLS:
+        t.add_column(c.replace("_", " "))
+    t.add_column("Δ vs start")
+    start = {"sft": "prod" if "prod" in result["models"] else "base", "dpo": "sft", "grpo": "sft"}
+    for name, m in result["models"].items():
+        d = result["deltas"].get(f"{name}-{start.get(name)}", {}).get("decision_score")
+        t.add_row(name, *[f"{m[c]:.2f}" for c in DECISION_COLS],
+                  f"{d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] vs {start[name]}" if d else "")
+    return t
+
+
 def batch_table(root: Path, batches: list[str]) -> Table | None:
     rows = [(b, _load(root / paths.eval_metrics(b))) for b in batches]
     rows = [(b, m) for b, m in rows if m]
@@ -100,6 +119,9 @@ def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None
         console.print(abcd_table(replay["arms"]))
         for name, line in contrast_lines(replay).items():
             console.print(f"  {name}: {line}")
+    decisions = _load(root / paths.DECISION_METRICS)
+    if decisions:
+        console.print(decision_table(decisions))
     gate = _load(root / paths.GATE)
     if gate:
         console.print(f"\n[bold]gate decision: {gate['decision'].upper()}[/] (policy {gate['policy']}, "

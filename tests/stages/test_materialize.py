@@ -26,3 +26,24 @@ def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(smal
             assert not {d for _, d in shown} & holdout_docs
             assert set(prompts.LOCATION_KEYS) <= set(json.loads(r["target"]))
         assert all(r["system"] == prompts.SYSTEM_EXTRACT for r in holdout)
+
+
+def test_decision_cases_split_by_case_into_holdout_and_the_chain_s_training_rows(small_loop):
+    """Held-out decision cases share no case with the DPO pairs, the GRPO prompts or the SFT cold start;
+    every case the batch has lands on exactly one side."""
+    decisions = pd.read_parquet(small_loop / "assets" / "decisions.parquet")
+    for b in ("b1", "b2"):
+        folder = small_loop / "materialized" / b
+        held = {r["record_id"] for r in read_jsonl(folder / "decision_eval.jsonl")}
+        groups = {r["record_id"] for r in read_jsonl(folder / "grpo_groups.jsonl")}
+        pairs = {r["record_id"] for r in read_jsonl(folder / "dpo_pairs.jsonl")}
+        sft = {r["record_id"] for r in read_jsonl(folder / "sft_train.jsonl") if r["system"] == prompts.SYSTEM_DECIDE}
+        assert not held & (groups | pairs | sft)
+        assert pairs == groups == sft and held | groups == set(decisions.loc[decisions["batch"] == b, "record_id"])
+        quality = read_json(folder / "data_quality.json")
+        assert quality["decision_eval_cases"] == len(held) and quality["decision_sft_rows"] == len(sft)
+        for case in read_jsonl(folder / "decision_eval.jsonl"):
+            roles = [c["role"] for c in json.loads(case["candidates_json"])]
+            assert roles == ["chosen", "near_miss", "rejected"]
+            assert json.loads(case["candidates_json"])[0]["text"] == case["reference_json"]
+    assert sum(len(read_jsonl(small_loop / "materialized" / b / "decision_eval.jsonl")) for b in ("b1", "b2")) > 0

@@ -42,21 +42,67 @@ def assert_lora_trained(out, tiny_dir, before):
     assert config["base_model_name_or_path"] == identity(tiny_dir)["hub_id"] != str(tiny_dir)
 
 
-@pytest.mark.parametrize("trainer, kind", [(train_sft, "sft"), (train_dpo, "dpo"), (train_grpo, "grpo")])
-def test_trainer_changes_lora_not_base(trainer, kind, params, small_loop, tiny_dir, tmp_path):
+def test_sft_changes_lora_not_base(params, small_loop, tiny_dir, tmp_path):
+    before = base_weights(tiny_dir)
+    m = train_sft.run(tiny_cfg(params), small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
+                      tmp_path / "sft", tmp_path / "ckpt")
+    assert m["steps"] >= 2 and m["status"] == "ok"
+    assert_lora_trained(tmp_path / "sft", tiny_dir, before)
+    report = json.loads((tmp_path / "sft" / "guard_report.json").read_text())
+    assert report["status"] == "ok" and report["trainer"] == "sft"
+    assert (tmp_path / "sft" / "train_log.csv").read_text().startswith("step,")
+
+
+class AtStart(TrainerCallback):
+    """Keeps the trained ("default") and reference ("ref") LoRA weights as training begins."""
+
+    def on_train_begin(self, args, state, control, model=None, **kw):
+        self.default = {k: v.detach().clone() for k, v in model.named_parameters() if ".default." in k}
+        self.ref = {k.replace(".ref.", ".default."): v.detach().clone() for k, v in model.named_parameters()
+                    if ".ref." in k}
+
+
+def _peft_key(name):
+    """A PEFT parameter name (…lora_A.default.weight) as the saved adapter writes it (…lora_A.weight)."""
+    return name.replace(".default.", ".")
+
+
+@pytest.mark.parametrize("trainer, kind", [(train_dpo, "dpo"), (train_grpo, "grpo")])
+def test_chain_step_starts_from_sft_and_moves_only_lora(trainer, kind, params, small_loop, tiny_dir, sft_start, tmp_path):
+    """Step 0 = the SFT adapter (trained and reference copies); after training the LoRA moved, the base did not."""
     cfg = tiny_cfg(params)
     cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
     before = base_weights(tiny_dir)
-    # a random model earns the same composite reward for every completion (zero advantage, no update);
+    sft_adapter, sft_manifest = sft_start
+    sft = load_file(str(sft_adapter / "adapter_model.safetensors"))
+    # a random model earns the same decision reward for every completion (zero advantage, no update);
     # a length reward gives GRPO a signal to move on
     extra = {"reward_funcs": [lambda completions, **_: [float(len(str(c))) for c in completions]]} if kind == "grpo" else {}
-    m = trainer.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
-                    tmp_path / kind, tmp_path / "ckpt", **extra)
+    start = AtStart()
+    m = trainer.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / kind,
+                    tmp_path / "ckpt", start_adapter=sft_adapter, start_expected=sft_manifest, callbacks=[start], **extra)
     assert m["steps"] >= 2 and m["status"] == "ok"
+    assert m["start_adapter_sha256"] == sft_manifest["files"]["adapter_model.safetensors"]
+    assert start.default and start.default.keys() == start.ref.keys()
+    for name, w in start.default.items():
+        assert torch.equal(w.cpu(), sft[_peft_key(name)]), f"{name}: step 0 is not the SFT adapter"
+        assert torch.equal(start.ref[name], w), f"{name}: the reference is not the SFT policy"
+    trained = load_file(str(tmp_path / kind / "adapter" / "adapter_model.safetensors"))
+    assert trained.keys() == sft.keys(), "the step saves one adapter in the SFT adapter's shape (no ref copy)"
+    assert any(not torch.equal(trained[k], sft[k]) for k in sft), "the step must move the LoRA weights"
     assert_lora_trained(tmp_path / kind, tiny_dir, before)
-    report = json.loads((tmp_path / kind / "guard_report.json").read_text())
-    assert report["status"] == "ok" and report["trainer"] == kind
-    assert (tmp_path / kind / "train_log.csv").read_text().startswith("step,")
+    assert json.loads((tmp_path / kind / "guard_report.json").read_text())["status"] == "ok"
+
+
+def test_chain_step_refuses_a_tampered_start(params, small_loop, tiny_dir, sft_start, tmp_path):
+    from clap.serving import AdapterRefused
+
+    sft_adapter, manifest = sft_start
+    forged = {**manifest, "files": {**manifest["files"], "adapter_model.safetensors": "0" * 64}}
+    with pytest.raises(AdapterRefused, match="adapter_model.safetensors"):
+        train_dpo.run(tiny_cfg(params), small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
+                      tmp_path / "o", tmp_path / "c", start_adapter=sft_adapter, start_expected=forged)
+    assert not (tmp_path / "o").exists()
 
 
 class Inject(TrainerCallback):
@@ -81,15 +127,17 @@ def test_guard_stops_sft_on_nan_within_one_logging_step(key, value, rule, params
     assert report["last_good_checkpoint"].endswith("checkpoint-2") and m["adapter_source"].endswith("checkpoint-2")
 
 
-def test_guard_stops_grpo_on_injected_kl_spike(params, small_loop, tiny_dir, tmp_path):
+def test_guard_stops_grpo_on_injected_kl_spike(params, small_loop, tiny_dir, sft_start, tmp_path):
     cfg = tiny_cfg(params)
-    cfg["train"]["grpo"].update(max_steps=4)
+    cfg["train"]["grpo"].update(max_steps=4, save_steps=1)
     cfg["train"]["guards"].update(reward_collapse_std=-1.0, max_clipped_ratio=1.1)
     m = train_grpo.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
-                       tmp_path / "c", callbacks=[Inject("kl", 6712.0, 2)])
+                       tmp_path / "c", start_adapter=sft_start[0], start_expected=sft_start[1],
+                       callbacks=[Inject("kl", 6712.0, 2)])
     report = json.loads((tmp_path / "o" / "guard_report.json").read_text())
     assert report["trip"]["rule"] == "kl_above_max" and report["trip"]["value"] == 6712.0
     assert m["steps"] == 2 and report["peaks"]["kl"] == 6712.0
+    assert report["last_good_checkpoint"].endswith("checkpoint-1") and m["adapter_source"].endswith("checkpoint-1")
 
 
 class Kill(TrainerCallback):

@@ -18,6 +18,7 @@ from pathlib import Path
 from clap import normalize as nz
 from clap.errors import UserError
 from clap.io import read_json, read_jsonl, write_json
+from clap.prompts import SYSTEM_DECIDE
 from clap.schemas import AdmissionRecord, Check
 
 
@@ -76,7 +77,8 @@ def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict,
 def run(cfg: dict, batch_dir: Path, out: Path) -> AdmissionRecord:
     batch_dir = Path(batch_dir)
     targets = [json.loads(r["target"]) for f in ("sft_train.jsonl", "sft_eval.jsonl")
-               if (batch_dir / f).exists() for r in read_jsonl(batch_dir / f)]
+               if (batch_dir / f).exists() for r in read_jsonl(batch_dir / f)
+               if r["system"] != SYSTEM_DECIDE]  # extraction targets; decision rows carry no unit
     record = decide(read_json(batch_dir / "data_quality.json"), read_jsonl(batch_dir / "dpo_pairs.jsonl"),
                     read_jsonl(batch_dir / "grpo_groups.jsonl"), cfg["admit"], targets)
     write_json(out, record.model_dump())

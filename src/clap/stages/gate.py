@@ -4,7 +4,9 @@
 
 Reads admission records, guard reports of every trainer that ran, per-batch evaluation metrics
 and deltas (candidate vs prod, candidate vs base, prod vs base), and the ABCD replay; the policy is
-`conf/gate/<name>.yaml`. When the adapter in prod regressed against the base model on the evidence
+`conf/gate/<name>.yaml`. SFT is judged on extraction (and the decision task, once evaluated); SFT→DPO
+and SFT→GRPO on the decision evaluation with their own guards; `metrics/gate.json` is the shipped
+candidate's decision, with every candidate's verdict under `candidates`. When the adapter in prod regressed against the base model on the evidence
 and the candidate cannot replace it, the decision is `rollback`.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.gate import decide
+from clap.gate import choose, decide, decide_chain_step
 from clap.io import read_json, read_json_if_exists, write_json
 from clap.schemas import GateDecision
 
@@ -31,6 +33,11 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
             evaluation[b] = {k: data[k] for k in ("baseline", "candidate", "deltas", "prod", "deltas_vs_prod",
                                                   "prod_vs_base") if k in data}
     replay = read_json_if_exists(root / paths.REPLAY_METRICS)
-    decision = decide(cfg["gate"], admission, guards, evaluation, replay, candidate=candidate)
+    decisions = read_json_if_exists(root / paths.DECISION_METRICS)
+    judged = {candidate: decide(cfg["gate"], admission, guards, evaluation, replay, candidate=candidate,
+                                decisions=decisions)}
+    for step in trainers[1:]:
+        judged[step] = decide_chain_step(cfg["gate"], step, guards[step], judged[candidate], decisions)
+    decision = choose(judged)
     write_json(out, decision.model_dump())
     return decision

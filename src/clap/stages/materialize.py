@@ -6,6 +6,8 @@ The holdout is split by document (so no page sits on both sides); train rows tha
 the holdout — by record ID, by exact normalised input, or by MinHash near-duplicate input — are
 removed, and `data_quality.json` reports each count for a naive record-level split (before) and for
 the written split (after, always zero). Unverifiable facts go to `repair.jsonl`, never to training.
+Decision cases are split by case (`materialize.decision_eval_fraction`): held-out cases go to
+`decision_eval.jsonl`; the others become DPO pairs, GRPO prompts and SFT rows (the chain's cold start).
 `materialize.app_share` of the train samples use the application's prompt — the chunks the
 application's retriever (BM25, `retrieval.k`) returns for the question, the gold chunk among them,
 so the distractors are the same company's neighbouring years and pages — so the adapter learns the
@@ -27,7 +29,7 @@ from clap import prompts
 from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.retrieval import BM25Index
 from clap.rewards import decision_reward
-from clap.schemas import GrpoGroup, PreferencePair, ReplayCase, SftSample
+from clap.schemas import DecisionCase, GrpoGroup, PreferencePair, ReplayCase, SftSample
 
 
 def _in_eval(key: str, fraction: float, seed: int) -> bool:
@@ -107,15 +109,21 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     sft_train = _sft_rows(train, "train", chunk_by_id, contexts, rng, m["app_share"])
     sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, rng, app_share=0.0)
     replay = _replay_rows(_cap(usable[is_eval], m["max_replay_per_batch"], random.Random(seed + 1)))
-    pairs, groups = _preferences(decisions[decisions["batch"] == batch], decisions, cfg["rewards"])
+    batch_dec = decisions[decisions["batch"] == batch]
+    dec_eval = batch_dec["record_id"].map(lambda r: _in_eval(r, m["decision_eval_fraction"], seed)).astype(bool)
+    pairs, groups = _preferences(batch_dec[~dec_eval], decisions, cfg["rewards"])
+    decision_eval = [{"case_id": f"dc-{g['record_id']}", "batch": batch, **{k: v for k, v in g.items() if k != "group_id"}}
+                     for g in _preferences(batch_dec[dec_eval], decisions, cfg["rewards"])[1]]
+    sft_train += _decision_sft_rows(groups, batch)
     quality = {"batch": batch, "train_size": len(sft_train), "holdout_size": len(sft_eval),
                "replay_cases": len(replay), "dpo_pairs": len(pairs), "grpo_groups": len(groups),
+               "decision_sft_rows": len(groups), "decision_eval_cases": len(decision_eval),
                "repair_queue": len(repair), "exact_duplicates_removed": exact_dups,
                "overlap_removed_from_train": int(dropped.sum()), "before": before, "after": after}
     with atomic_dir(out, (assets,)) as tmp:
         for name, rows, model in (("sft_train", sft_train, SftSample), ("sft_eval", sft_eval, SftSample),
                                   ("dpo_pairs", pairs, PreferencePair), ("grpo_groups", groups, GrpoGroup),
-                                  ("replay_cases", replay, ReplayCase)):
+                                  ("replay_cases", replay, ReplayCase), ("decision_eval", decision_eval, DecisionCase)):
             df = pd.DataFrame.from_records(rows, columns=list(model.to_schema().columns))
             if len(df):
                 model.validate(df, lazy=True)
@@ -163,6 +171,15 @@ def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, contexts: dict[st
     return rows
 
 
+def _decision_sft_rows(groups: list[dict], batch: str) -> list[dict]:
+    """The SFT cold start of the decision task: each train case's original recommendation as the target,
+    so DPO and GRPO start from a policy that already answers the decision format."""
+    return [{"sample_id": content_hash(prompts.SYSTEM_DECIDE, g["prompt"], g["reference_json"])[:16],
+             "record_id": g["record_id"], "batch": batch, "split": "train", "system": prompts.SYSTEM_DECIDE,
+             "prompt": g["prompt"], "source": g["prompt"], "target": g["reference_json"], "question": "",
+             "chunk_id": "", "content_hash": content_hash(g["prompt"], g["reference_json"])} for g in groups]
+
+
 def _replay_rows(df: pd.DataFrame) -> list[dict]:
     return [{"case_id": f"rc-{f['record_id']}", "record_id": f["record_id"], "batch": f["batch"],
              "question": f["question"], "gold_chunk_id": f["chunk_id"], "gold_doc_id": f["doc_id"],
@@ -185,9 +202,8 @@ def _preferences(batch_dec: pd.DataFrame, all_dec: pd.DataFrame, rcfg: dict) -> 
         prompt = prompts.decision_prompt(d["situation"], d["causes_json"])
         ref = {"action": d["action"], "cause": d["main_cause"], "risk_focus": d["risk_focus"]}
         chosen = json.dumps(ref, ensure_ascii=False)
-        risks = ["delivery", "cash", "customer", "compliance"]
         near = json.dumps({"action": d["action"], "cause": other[0],
-                           "risk_focus": next(r for r in risks if r != d["risk_focus"])}, ensure_ascii=False)
+                           "risk_focus": next(r for r in prompts.RISK_FOCUS if r != d["risk_focus"])}, ensure_ascii=False)
         rejected = json.dumps({"action": wrong[0], "cause": wrong[2], "risk_focus": wrong[1]}, ensure_ascii=False)
         w = rcfg["weights"]
         r_c, r_n, r_r = (decision_reward(t, ref, w, rcfg["max_chars"]) for t in (chosen, near, rejected))

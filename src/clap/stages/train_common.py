@@ -49,6 +49,18 @@ def lora_config(s: dict):
                       task_type="CAUSAL_LM", bias="none")
 
 
+def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity: dict):
+    """The policy a chain step continues: the base model with `adapter_dir` attached *trainable*
+    through the serving check (its files must match `expected`, the manifest git pins). TRL then copies
+    it into a frozen "ref" adapter, so the reference of DPO's loss and GRPO's KL is this starting policy,
+    not the base model. Returns (model, sha256 of the starting weights) for the run key."""
+    from clap import model as base_model
+    from clap.serving import attach
+
+    model = attach(base_model.load_model(base_dir), "default", Path(adapter_dir), expected, base_identity, trainable=True)
+    return model, expected["files"]["adapter_model.safetensors"]
+
+
 def resume_point(folder: Path, run_key: dict) -> str | None:
     """The last checkpoint of *this* run, or None. Checkpoints left by a run with another config,
     data or base model are cleared: resuming them would continue a different run (with its
@@ -94,7 +106,7 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
                 shutil.copy2(Path(report.last_good_checkpoint) / name, adapter / name)
             metrics["adapter_source"] = report.last_good_checkpoint
         else:
-            trainer.model.save_pretrained(adapter, safe_serialization=True)
+            trainer.model.save_pretrained(adapter, safe_serialization=True, selected_adapters=["default"])
             metrics["adapter_source"] = "final" if report.trip is None else "final_after_trip_no_good_checkpoint"
         for stray in adapter.glob("*.bin"):
             stray.unlink()

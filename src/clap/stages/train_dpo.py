@@ -1,9 +1,12 @@
-"""train dpo: LoRA DPO on the admitted preference pairs (chosen vs near-miss / rejected decisions).
+"""train dpo: the chain's preference step — DPO on the admitted decision pairs, starting from the SFT adapter.
 
-    clap train dpo             (DVC stage `train_dpo`, writes models/dpo/)
+    clap train dpo             (DVC stage `train_dpo`, writes models/dpo/; re-runs when models/sft changes)
 
-The reference policy is the base model with the adapter switched off (PEFT), so no second copy of
-the weights is held. The guard watches loss and the chosen-minus-rejected reward margin.
+The policy is the SFT adapter, loaded trainable through the serving check (against the manifest
+dvc.lock pins for models/sft); TRL copies it into a frozen "ref" adapter, so the reference policy
+of the DPO loss is the SFT policy (one base model in memory, two adapters), and the LoRA shape is
+the SFT adapter's own. Pairs: chosen vs near-miss (right action, wrong cause and risk focus) and
+chosen vs rejected (another case's action). The guard watches loss and the reward margin.
 """
 
 from __future__ import annotations
@@ -13,23 +16,21 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap.guards import GuardCallback
-from clap.prompts import SYSTEM_DECIDE
-from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point
+from clap.prompts import SYSTEM_DECIDE, messages
+from clap.stages.train_common import admitted_rows, finish, resume_point, start_from
 
 
 def build_dataset(rows: list[dict]):
     from datasets import Dataset
 
-    def msg(role, text):
-        return [{"role": role, "content": text}]
-
-    return Dataset.from_list([{"prompt": msg("system", SYSTEM_DECIDE) + msg("user", r["prompt"]),
-                               "chosen": msg("assistant", r["chosen"]), "rejected": msg("assistant", r["rejected"])}
-                              for r in rows])
+    return Dataset.from_list([{"prompt": messages(SYSTEM_DECIDE, r["prompt"]),
+                               "chosen": [{"role": "assistant", "content": r["chosen"]}],
+                               "rejected": [{"role": "assistant", "content": r["rejected"]}]} for r in rows])
 
 
 def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
-        checkpoints: Path, callbacks: list | None = None) -> dict:
+        checkpoints: Path, start_adapter: Path, start_expected: dict, callbacks: list | None = None) -> dict:
+    """`start_adapter`/`start_expected`: the SFT adapter and the manifest git pins for it."""
     import torch
     from trl import DPOConfig, DPOTrainer
 
@@ -37,7 +38,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     d, t = cfg["train"]["dpo"], cfg["train"]
     rows, refused = admitted_rows(materialized, admission, batches, "dpo", "dpo_pairs.jsonl")
     tok = base_model.load_tokenizer(base_dir)
-    model = base_model.load_model(base_dir)
+    base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
+    model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
     cuda = torch.cuda.is_available()
     args = DPOConfig(output_dir=str(checkpoints), max_steps=d["max_steps"], learning_rate=d["learning_rate"],
                      beta=d["beta"], per_device_train_batch_size=d["per_device_batch_size"],
@@ -46,10 +48,10 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                      max_length=512, dataloader_num_workers=0)
     guard = GuardCallback("dpo", t["guards"], Path(out) / "guard_report.json")
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
-                         peft_config=lora_config(cfg["train"]["sft"]), callbacks=[*(callbacks or []), guard])
-    base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
-    resume = resume_point(checkpoints, {"cfg": t["dpo"], "seed": t["seed"],
-                                          "lora": [t["sft"][x] for x in ("lora_r", "lora_alpha", "lora_dropout", "target_modules")], "rows": rows, "base": base_identity})
+                         callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,
+                                        "base": base_identity})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "dpo", base_identity,
-                  {"pairs": len(rows), "batches_refused": refused, "resumed_from": resume}, started)
+                  {"pairs": len(rows), "batches_refused": refused, "resumed_from": resume,
+                   "start_adapter_sha256": start_sha}, started)

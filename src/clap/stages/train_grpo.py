@@ -1,6 +1,11 @@
-"""train grpo: LoRA GRPO on the admitted decision prompts with the composite reward.
+"""train grpo: the chain's RL step — GRPO on the admitted decision prompts, starting from the SFT adapter.
 
-    clap train grpo            (DVC stage `train_grpo`, writes models/grpo/)
+    clap train grpo            (DVC stage `train_grpo`, writes models/grpo/; re-runs when models/sft changes)
+
+The policy is the SFT adapter loaded trainable through the serving check; TRL keeps a frozen copy
+as the "ref" adapter, so the KL term measures drift from the SFT policy. The reward is the decision
+reward's parts (`rewards.decision_parts`: outcome, format, grounding, efficiency) as four reward
+functions weighted by `rewards.weights`, so TRL logs each part beside the total.
 
 The paper used GRPO as a failure-boundary probe: static admission passed, yet KL peaked at
 168–6712 at runtime. So the KL coefficient is non-zero by default (the KL guard needs the signal and
@@ -16,52 +21,59 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap.guards import GuardCallback
-from clap.prompts import SYSTEM_DECIDE
-from clap.rewards import decision_reward
-from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point
+from clap.prompts import SYSTEM_DECIDE, messages
+from clap.rewards import decision_parts
+from clap.stages.train_common import admitted_rows, finish, resume_point, start_from
+
+REWARD_PARTS = ("outcome", "format", "grounding", "efficiency")
 
 
 def build_dataset(rows: list[dict]):
     from datasets import Dataset
 
-    return Dataset.from_list([{"prompt": [{"role": "system", "content": SYSTEM_DECIDE},
-                                          {"role": "user", "content": r["prompt"]}],
-                               "reference_json": r["reference_json"]} for r in rows])
+    return Dataset.from_list([{"prompt": messages(SYSTEM_DECIDE, r["prompt"]), "reference_json": r["reference_json"]}
+                              for r in rows])
 
 
-def make_reward(weights: dict, max_chars: int):
-    def composite_reward(completions, reference_json, **_):
+def part_reward(part: str, max_chars: int):
+    """One part of the decision reward as a TRL reward function (logged as rewards/<part>/mean)."""
+    def reward(completions, reference_json, **_):
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return [decision_reward(t, json.loads(r), weights, max_chars) for t, r in zip(texts, reference_json)]
-    return composite_reward
+        return [decision_parts(t, json.loads(r), max_chars)[part] for t, r in zip(texts, reference_json)]
+    reward.__name__ = part
+    return reward
 
 
 def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
-        checkpoints: Path, callbacks: list | None = None, reward_funcs: list | None = None) -> dict:
-    """`reward_funcs` replaces the composite reward (tests use one a random model can vary)."""
+        checkpoints: Path, start_adapter: Path, start_expected: dict, callbacks: list | None = None,
+        reward_funcs: list | None = None) -> dict:
+    """`start_adapter`/`start_expected`: the SFT adapter and the manifest git pins for it;
+    `reward_funcs` replaces the decision reward (tests use one a random model can vary)."""
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
     started = time.time()
-    g, t = cfg["train"]["grpo"], cfg["train"]
+    g, t, r = cfg["train"]["grpo"], cfg["train"], cfg["rewards"]
     rows, refused = admitted_rows(materialized, admission, batches, "grpo", "grpo_groups.jsonl")
     tok = base_model.load_tokenizer(base_dir)
     tok.padding_side = "left"
-    model = base_model.load_model(base_dir)
+    base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
+    model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
     cuda = torch.cuda.is_available()
+    funcs = reward_funcs or [part_reward(p, r["max_chars"]) for p in REWARD_PARTS]
     args = GRPOConfig(output_dir=str(checkpoints), max_steps=g["max_steps"], learning_rate=g["learning_rate"],
-                      beta=g["beta"], num_generations=g["num_generations"],
+                      beta=g["beta"], num_generations=g["num_generations"], temperature=g["temperature"],
                       max_completion_length=g["max_completion_length"],
+                      reward_weights=None if reward_funcs else [r["weights"][p] for p in REWARD_PARTS],
                       per_device_train_batch_size=g["per_device_batch_size"], logging_steps=g["logging_steps"],
-                      save_steps=max(1, g["max_steps"] // 2), save_total_limit=2, report_to=[], seed=t["seed"],
+                      save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
                       bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
     guard = GuardCallback("grpo", t["guards"], Path(out) / "guard_report.json")
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
-                          reward_funcs=reward_funcs or [make_reward(cfg["rewards"]["weights"], cfg["rewards"]["max_chars"])],
-                          peft_config=lora_config(cfg["train"]["sft"]), callbacks=[*(callbacks or []), guard])
-    base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
-    resume = resume_point(checkpoints, {"cfg": t["grpo"], "seed": t["seed"],
-                                          "lora": [t["sft"][x] for x in ("lora_r", "lora_alpha", "lora_dropout", "target_modules")], "rows": rows, "base": base_identity})
+                          reward_funcs=funcs, callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": g, "seed": t["seed"], "start": start_sha, "rows": rows,
+                                        "rewards": r, "base": base_identity})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "grpo", base_identity,
-                  {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"]}, started)
+                  {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"],
+                   "start_adapter_sha256": start_sha}, started)

@@ -1,0 +1,123 @@
+"""evaluate-decisions: the decision task on held-out cases, for every step of the chain (DESIGN §4, the paper's second task).
+
+    clap evaluate-decisions    (DVC stage `evaluate_decisions`, writes data/eval_decisions/ and metrics/decisions.json)
+
+Cases are the `decision_eval.jsonl` of every batch (split by case in materialize: no case trains any
+step). Each model — the base model, the adapter in prod when there is one, SFT, SFT→DPO, SFT→GRPO —
+answers every case (under the decision schema with `generate.constrained`, as serving decodes), scored
+by the decision reward's parts: action, cause and risk focus right, format, the weighted
+`decision_score`, and `decision_pass` (all three right). Ranking asks what the policy prefers, not
+what it samples: the summed log-probability of the chosen, near-miss and rejected answers;
+`rank_accuracy` is the share of cases ordered chosen > near-miss > rejected, `margin_*` the mean
+log-probability gaps. Deltas (paired bootstrap over cases, pooled and per batch): every step against
+the base model and against prod, and DPO / GRPO against SFT — what the step added to its start.
+`regressed.jsonl` lists cases a step failed where its reference passed (SFT vs prod or base; DPO and
+GRPO vs SFT).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clap import prompts
+from clap.decoding import decision_schema
+from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
+from clap.metrics import parse_answer
+from clap.rewards import decision_parts, decision_reward
+from clap.stats import paired_bootstrap
+
+METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
+           "format_ok", "rank_accuracy", "margin_chosen_near_miss", "margin_chosen_rejected")
+CHAIN = ("sft", "dpo", "grpo")  # the steps, in order; DPO and GRPO both continue SFT
+BATCH_DELTA_METRICS = ("decision_score", "rank_accuracy")
+
+
+def score_case(text: str, case: dict, logprobs: dict[str, float], rewards: dict) -> dict:
+    """One model's answer and preferences on one case → every metric (pure)."""
+    ref = json.loads(case["reference_json"])
+    parts = decision_parts(text, ref, rewards["max_chars"])
+    obj = parse_answer(text) or {}
+    cause_ok = float(obj.get("cause") == ref["cause"])
+    risk_ok = float(str(obj.get("risk_focus", "")).strip().lower() == ref["risk_focus"])
+    c, n, r = logprobs["chosen"], logprobs["near_miss"], logprobs["rejected"]
+    return {"decision_score": round(decision_reward(text, ref, rewards["weights"], rewards["max_chars"]), 6),
+            "decision_pass": float(parts["outcome"] == 1.0 and cause_ok == 1.0 and risk_ok == 1.0),
+            "action_accuracy": parts["outcome"], "cause_accuracy": cause_ok, "risk_focus_accuracy": risk_ok,
+            "format_ok": float(parts["format"] == 1.0), "rank_accuracy": float(c > n > r),
+            "margin_chosen_near_miss": round(c - n, 4), "margin_chosen_rejected": round(c - r, 4)}
+
+
+def comparisons(models: list[str]) -> list[tuple[str, str]]:
+    """(new, reference) pairs: each step vs base and vs prod; DPO and GRPO vs SFT."""
+    steps = [m for m in CHAIN if m in models]
+    out = [(m, "base") for m in steps] + [(m, "prod") for m in steps if "prod" in models]
+    return out + [(m, "sft") for m in steps if m != "sft" and "sft" in models]
+
+
+def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: Path, metrics_file: Path) -> dict:
+    """`case_files`: batch → decision_eval.jsonl; `models`: the names the engine answers as ("base" is
+    the adapters switched off; the others are adapters it holds)."""
+    check_output_dir(out, tuple(case_files.values()))
+    e, rewards = cfg["evaluate_decisions"], cfg["rewards"]
+    cases = [c for b in case_files for c in read_jsonl(case_files[b])]
+    if not cases:  # nothing to judge DPO / GRPO on: the gate holds them (decision_eval_missing)
+        print(f"clap: no held-out decision cases in {', '.join(map(str, case_files.values()))}; "
+              "raise materialize.decision_eval_fraction to evaluate the chain")
+        models = []
+    convs = [prompts.messages(prompts.SYSTEM_DECIDE, c["prompt"]) for c in cases]
+    schemas = [decision_schema(prompts.decision_cause_fields(c["prompt"])) for c in cases] \
+        if cfg["generate"]["constrained"] else None
+    graded = [{g["role"]: g["text"] for g in json.loads(c["candidates_json"])} for c in cases]
+    per_model: dict[str, list[dict]] = {}
+    for name in models:
+        use = False if name == "base" else name
+        gens = engine.generate(convs, use_adapter=use, max_new_tokens=e["max_new_tokens"],
+                               batch_size=e["batch_size"], schemas=schemas)
+        lps = {role: engine.completion_logprobs(convs, [g[role] for g in graded], use)
+               for role in ("chosen", "near_miss", "rejected")}
+        per_model[name] = [
+            {"case_id": c["case_id"], "record_id": c["record_id"], "batch": c["batch"], "model": name,
+             "output": g.text, "parsed": parse_answer(g.text), "latency_ms": round(g.latency_ms, 2),
+             "logprob": {role: round(lps[role][i], 4) for role in lps},
+             **score_case(g.text, c, {role: lps[role][i] for role in lps}, rewards)}
+            for i, (c, g) in enumerate(zip(cases, gens))]
+    batches = list(case_files)
+    result = {"n": len(cases), "models": {m: _aggregate(rows) for m, rows in per_model.items()},
+              "per_batch": {b: {"n": sum(c["batch"] == b for c in cases),
+                                **{m: _aggregate([r for r in rows if r["batch"] == b]) for m, rows in per_model.items()}}
+                            for b in batches},
+              "deltas": {}, "per_batch_deltas": {b: {} for b in batches}}
+    regressed = []
+    for new, ref in comparisons(models):
+        key = f"{new}-{ref}"
+        result["deltas"][key] = _deltas(per_model[ref], per_model[new], METRICS, cfg["evaluate"])
+        for b in batches:
+            sel = [i for i, c in enumerate(cases) if c["batch"] == b]
+            result["per_batch_deltas"][b][key] = _deltas([per_model[ref][i] for i in sel],
+                                                         [per_model[new][i] for i in sel], BATCH_DELTA_METRICS,
+                                                         cfg["evaluate"])
+        if ref == ("sft" if new != "sft" else ("prod" if "prod" in models else "base")):
+            regressed += [{"case_id": c["case_id"], "batch": c["batch"], "record_id": c["record_id"], "model": new,
+                           "reference_model": ref, "reason": f"{new}_failed_where_{ref}_passed",
+                           "reference_output": a["output"], "output": z["output"],
+                           "reference_json": c["reference_json"], "prompt": c["prompt"]}
+                          for c, a, z in zip(cases, per_model[ref], per_model[new])
+                          if a["decision_pass"] == 1.0 and z["decision_pass"] == 0.0]
+    result["regressed_cases"] = {m: sum(r["model"] == m for r in regressed) for m in models if m in CHAIN}
+    result["constrained"] = schemas is not None
+    with atomic_dir(out, tuple(case_files.values())) as tmp:
+        write_jsonl(tmp / "records.jsonl", [r for rows in per_model.values() for r in rows])
+        write_jsonl(tmp / "regressed.jsonl", regressed)
+    write_json(metrics_file, result)
+    return result
+
+
+def _deltas(ref_rows: list[dict], new_rows: list[dict], metrics, e: dict) -> dict:
+    return {m: paired_bootstrap([r[m] for r in ref_rows], [r[m] for r in new_rows], n=e["bootstrap"], ci=e["ci"],
+                                seed=17) for m in metrics}
+
+
+def _aggregate(rows: list[dict]) -> dict:
+    n = len(rows) or 1
+    return {m: round(sum(r[m] for r in rows) / n, 4) for m in METRICS}

@@ -1,0 +1,130 @@
+"""The decision evaluation: hand-computed scores and ranking, comparisons, records; the log-probability
+the ranking rests on, on a tiny model."""
+
+import json
+
+import pytest
+import torch
+
+from clap import prompts
+from clap.generate import Engine, Generation
+from clap.io import read_json, read_jsonl, write_jsonl
+from clap.stages import evaluate_decisions as stage
+
+REF = {"action": "Expedite the delayed supplier", "cause": "supplier_delay_days", "risk_focus": "delivery"}
+NEAR = {**REF, "cause": "demand_drop_pct", "risk_focus": "cash"}
+REJ = {"action": "Cut the next purchase order", "cause": "demand_drop_pct", "risk_focus": "cash"}
+REWARDS = {"weights": {"outcome": 0.5, "format": 0.2, "grounding": 0.2, "efficiency": 0.1}, "max_chars": 400}
+
+
+def case(i, batch="b1"):
+    graded = [{"role": r, "text": json.dumps(t), "reward": 0.0} for r, t in (("chosen", REF), ("near_miss", NEAR),
+                                                                            ("rejected", REJ))]
+    return {"case_id": f"dc-d{i}", "record_id": f"d{i}", "batch": batch,
+            "prompt": prompts.decision_prompt("Plant 1 holds backlog.", json.dumps(
+                {"demand_drop_pct": 3, "excess_safety_stock_days": 2, "supplier_delay_days": 30})),
+            "reference_json": json.dumps(REF), "candidates_json": json.dumps(graded)}
+
+
+@pytest.mark.parametrize("answer, logprobs, expected", [
+    (REF, (-1.0, -2.0, -3.0), dict(decision_pass=1.0, action_accuracy=1.0, cause_accuracy=1.0, rank_accuracy=1.0,
+                                   decision_score=1.0, margin_chosen_near_miss=1.0, margin_chosen_rejected=2.0)),
+    # the near-miss: right action, wrong cause and risk; the policy prefers the near-miss (rank fails)
+    (NEAR, (-2.0, -1.0, -3.0), dict(decision_pass=0.0, action_accuracy=1.0, cause_accuracy=0.0,
+                                    risk_focus_accuracy=0.0, rank_accuracy=0.0, decision_score=0.8,
+                                    margin_chosen_near_miss=-1.0)),
+    # prose: nothing parses; rejected ranked above near-miss fails the order too
+    ("I would expedite.", (-1.0, -3.0, -2.0), dict(decision_pass=0.0, format_ok=0.0, action_accuracy=0.0,
+                                                   rank_accuracy=0.0, decision_score=0.1)),
+    # the risk focus in capitals still counts; a missing key makes the format partial
+    ({"action": REF["action"], "risk_focus": "Delivery"}, (-1.0, -2.0, -3.0),
+     dict(cause_accuracy=0.0, risk_focus_accuracy=1.0, format_ok=0.0, decision_score=0.8)),
+])
+def test_score_case(answer, logprobs, expected):
+    text = answer if isinstance(answer, str) else json.dumps(answer)
+    got = stage.score_case(text, case(0), dict(zip(("chosen", "near_miss", "rejected"), logprobs)), REWARDS)
+    for k, v in expected.items():
+        assert got[k] == pytest.approx(v), k
+
+
+def test_comparisons():
+    assert stage.comparisons(["base", "sft", "dpo", "grpo"]) == [
+        ("sft", "base"), ("dpo", "base"), ("grpo", "base"), ("dpo", "sft"), ("grpo", "sft")]
+    assert ("dpo", "prod") in stage.comparisons(["base", "prod", "sft", "dpo"])
+
+
+class FakeEngine:
+    """Canned answers and log-probabilities per model: base answers prose, sft gets the cause wrong on
+    d1, dpo is right everywhere and ranks every case in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, convs, use_adapter, max_new_tokens, batch_size, schemas):
+        self.calls.append((use_adapter, schemas))
+        out = []
+        for conv in convs:
+            d1 = "Plant 2" in conv[-1]["content"]
+            text = {False: "Expedite.", "sft": json.dumps(NEAR if d1 else REF), "dpo": json.dumps(REF)}[use_adapter]
+            out.append(Generation(text=text, new_tokens=10, latency_ms=5.0))
+        return out
+
+    def completion_logprobs(self, convs, completions, use_adapter):
+        rank = {"chosen": 0, "near_miss": 1, "rejected": 2}
+        role = {json.dumps(REF): "chosen", json.dumps(NEAR): "near_miss", json.dumps(REJ): "rejected"}
+        order = {False: (-3.0, -2.0, -1.0), "sft": (-1.0, -2.0, -3.0), "dpo": (-1.0, -4.0, -9.0)}[use_adapter]
+        return [order[rank[role[c]]] for c in completions]
+
+
+def test_run_writes_metrics_deltas_and_regressions(params, tmp_path):
+    files = {}
+    for b, cases in (("b1", [case(0, "b1")]), ("b2", [case(1, "b2") | {"prompt": case(1)["prompt"].replace(
+            "Plant 1", "Plant 2")}])):
+        files[b] = tmp_path / b / "decision_eval.jsonl"
+        files[b].parent.mkdir()
+        write_jsonl(files[b], cases)
+    engine = FakeEngine()
+    result = stage.run(params, files, engine, ["base", "sft", "dpo"], tmp_path / "out", tmp_path / "decisions.json")
+    assert result == read_json(tmp_path / "decisions.json") | {}
+    m = result["models"]
+    assert m["base"]["decision_pass"] == 0.0 and m["base"]["rank_accuracy"] == 0.0
+    assert m["sft"]["decision_pass"] == 0.5 and m["sft"]["rank_accuracy"] == 1.0
+    assert m["dpo"]["decision_pass"] == 1.0 and m["dpo"]["margin_chosen_rejected"] == 8.0
+    assert result["deltas"]["dpo-sft"]["decision_pass"]["delta"] == 0.5
+    assert result["per_batch"]["b2"]["sft"]["cause_accuracy"] == 0.0
+    assert result["per_batch_deltas"]["b2"]["dpo-sft"]["decision_score"]["delta"] > 0
+    regressed = read_jsonl(tmp_path / "out" / "regressed.jsonl")
+    assert regressed == [] and result["regressed_cases"] == {"sft": 0, "dpo": 0}
+    records = read_jsonl(tmp_path / "out" / "records.jsonl")
+    assert len(records) == 6 and {r["model"] for r in records} == {"base", "sft", "dpo"}
+    schema = engine.calls[0][1][0]
+    assert schema["properties"]["cause"]["enum"] == ["demand_drop_pct", "excess_safety_stock_days", "supplier_delay_days"]
+    assert schema["properties"]["risk_focus"]["enum"] == list(prompts.RISK_FOCUS)
+
+
+def test_run_lists_a_step_that_fails_where_sft_passed(params, tmp_path):
+    class Worse(FakeEngine):
+        def generate(self, convs, use_adapter, **kw):
+            gens = super().generate(convs, use_adapter, **kw)
+            return [Generation(json.dumps(REJ), 1, 1.0) for _ in gens] if use_adapter == "dpo" else gens
+
+    f = tmp_path / "b1.jsonl"
+    write_jsonl(f, [case(0)])
+    result = stage.run(params, {"b1": f}, Worse(), ["base", "sft", "dpo"], tmp_path / "o", tmp_path / "m.json")
+    (row,) = read_jsonl(tmp_path / "o" / "regressed.jsonl")
+    assert row["model"] == "dpo" and row["reason"] == "dpo_failed_where_sft_passed"
+    assert result["regressed_cases"]["dpo"] == 1
+
+
+def test_completion_logprobs_is_the_sum_over_the_answer_tokens(tiny_dir):
+    engine = Engine(tiny_dir)
+    conv = prompts.messages(prompts.SYSTEM_DECIDE, "Case: x\nCause fields: {}")
+    answer = json.dumps(REF)
+    (lp,) = engine.completion_logprobs([conv], [answer], use_adapter=False)
+    prompt = engine.encode(conv)
+    full = engine.tok.apply_chat_template(conv + [{"role": "assistant", "content": answer}], tokenize=True,
+                                          return_dict=True)["input_ids"]
+    with torch.no_grad():
+        logits = engine.model(input_ids=torch.tensor([full])).logits[0]
+    expected = sum(torch.log_softmax(logits[i - 1].float(), -1)[full[i]].item() for i in range(len(prompt), len(full)))
+    assert lp == pytest.approx(expected, abs=1e-3) and lp < 0
