@@ -47,3 +47,35 @@ def test_composite_orders_chosen_near_miss_rejected():
     r = [rewards.decision_reward(t, ref, W) for t in (chosen, near, rejected)]
     assert r[0] > r[1] > r[2]
     assert rewards.extraction_reward(j(), GOLD, SRC, W) == pytest.approx(1.0)
+
+
+REF = {"action": "Expedite the delayed supplier", "cause": "supplier_delay_days", "risk_focus": "delivery"}
+
+
+@pytest.mark.parametrize("completion, parts", [
+    (json.dumps(REF), {"outcome": 1.0, "format": 1.0, "grounding": 1.0, "efficiency": 1.0}),
+    # the action in other case and spacing is the same action; a wrong cause costs half the grounding
+    (json.dumps(REF | {"action": " expedite the delayed SUPPLIER", "cause": "demand_drop_pct"}),
+     {"outcome": 1.0, "format": 1.0, "grounding": 0.5, "efficiency": 1.0}),
+    # a non-string action or risk focus scores 0 for that part instead of raising
+    (json.dumps({"action": 7, "cause": "supplier_delay_days", "risk_focus": None}),
+     {"outcome": 0.0, "format": 1.0, "grounding": 0.5, "efficiency": 1.0}),
+    (json.dumps({"action": REF["action"]}), {"outcome": 1.0, "format": 0.5, "grounding": 0.0, "efficiency": 1.0}),
+    ("Expedite the supplier " * 40, {"outcome": 0.0, "format": 0.0, "grounding": 0.0, "efficiency": 0.0}),
+])
+def test_decision_parts(completion, parts):
+    assert rewards.decision_parts(completion, REF, max_chars=400) == pytest.approx(parts)
+
+
+def test_grpo_part_rewards_weighted_are_the_decision_reward():
+    """TRL sums the part rewards with `reward_weights`: the same number as `decision_reward`, whose
+    weights sum to 1 in conf."""
+    from clap.stages.train_grpo import REWARD_PARTS, part_reward
+
+    texts = [json.dumps(REF), json.dumps(REF | {"cause": "x"}), "prose"]
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    parts = {p: part_reward(p, 400)(completions, [json.dumps(REF)] * 3) for p in REWARD_PARTS}
+    assert part_reward("outcome", 400).__name__ == "outcome"
+    for i, t in enumerate(texts):
+        total = sum(W[p] * parts[p][i] for p in REWARD_PARTS)
+        assert total == pytest.approx(rewards.decision_reward(t, REF, W) * sum(W.values()))

@@ -46,7 +46,8 @@ def test_rounds_read_back_decision_refusals_baseline_and_tags(tmp_path):
     _write(tmp_path, paths.eval_metrics("b3"), _eval(-0.5, -0.6, -0.4, vs_prod=True))  # not trained on: left out
     for b, (d, lo, hi) in {"b1": (-0.02, -0.05, 0.01), "b2": (0.04, -0.01, 0.09)}.items():
         _write(tmp_path, paths.eval_metrics(b), _eval(d, lo, hi, vs_prod=True))
-    _write(tmp_path, paths.GATE, {"decision": "hold"})
+    _write(tmp_path, paths.GATE, {"decision": "canary", "candidate": "dpo", "candidates": {
+        "sft": {"decision": "canary"}, "dpo": {"decision": "canary"}, "grpo": {"decision": "hold"}}})
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "commit", "-qm", "round 2")
     _write(tmp_path, "README.md", "no gate change: not a round")
@@ -57,6 +58,8 @@ def test_rounds_read_back_decision_refusals_baseline_and_tags(tmp_path):
     assert (first["round"], first["batches"], first["baseline"], first["decision"]) == (1, ["b1", "b2"], "base", "promote")
     assert first["delta"] == 0.2 and (first["ci_low_min"], first["ci_high_max"]) == (0.02, 0.4)
     assert first["tags"] == ["clap-adapter@v0.0.1", "clap-adapter#prod#1"] and first["refused"] == {}
-    assert second["baseline"] == "prod v0.0.1" and second["decision"] == "hold" and second["tags"] == []
+    assert second["baseline"] == "prod v0.0.1" and second["decision"] == "canary" and second["tags"] == []
+    assert first["candidate"] == "sft" and first["chain"] == {}
+    assert second["candidate"] == "dpo" and second["chain"] == {"sft": "canary", "dpo": "canary", "grpo": "hold"}
     assert second["refused"] == {"b3": "repair (unit_mismatch_share)"}
     assert second["delta"] == 0.01 and (second["ci_low_min"], second["ci_high_max"]) == (-0.05, 0.09)

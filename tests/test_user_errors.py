@@ -263,3 +263,12 @@ def test_the_installed_command_prints_one_line_not_a_traceback(tmp_path):
     r = subprocess.run([str(Path(sys.executable).parent / "clap"), "assetize", "--raw", str(tmp_path / "nope"),
                         "--out", str(tmp_path / "out")], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr and "nope: no such folder" in r.stdout
+
+
+def test_a_chain_step_from_an_unpinned_sft_adapter_is_refused_in_one_line(project, tiny_dir, sft_start):
+    """`clap train dpo` continues only an SFT adapter that dvc.lock pins: a copied-in folder is refused."""
+    set_param(project, "model.base", str(tiny_dir))
+    shutil.copytree(sft_start[0], project / "models/sft/adapter")
+    for kind in ("dpo", "grpo"):
+        one_line_error(*clap("train", kind), "models/sft/adapter", "not pinned by dvc.lock")
+    assert not (project / "models" / "dpo").exists() and not (project / "models" / "grpo").exists()

@@ -21,7 +21,7 @@ from clap import paths
 from clap.io import atomic_write_text
 from clap.io import read_json_if_exists as _load
 from clap.summary import ARM_NAMES as ARMS
-from clap.summary import contrast_lines
+from clap.summary import DECISION_COLS, contrast_lines
 
 
 def metrics_diff(root: Path, base: str | None) -> str:
@@ -42,6 +42,12 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
         out += [f"| {r['rule']} | {r.get('batch') or ''} | {r['observed']} | {r['threshold']} | {r['outcome']} |"
                 for r in gate["reasons"]] or ["| — | | | | |"]
         out.append("")
+        if gate.get("candidates"):
+            out += ["| chain candidate | decision | rules that fired |", "|---|---|---|"]
+            out += [f"| {c}{' (ships)' if c == gate['candidate'] else ''} | {v['decision']} | "
+                    + "; ".join(f"{r['rule']} {r['observed']} → {r['outcome']}" for r in v["reasons"]
+                                if r["outcome"] != "info") + " |" for c, v in gate["candidates"].items()]
+            out.append("")
     out += ["## Per batch: candidate vs base (Δ with 95% paired-bootstrap CI)", "",
             "| batch | n | overall base | overall cand | Δ overall | CI | value acc | evidence acc | hallucination | p95 ms |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -66,6 +72,16 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
                                                             for c in cols) + " |")
         out += [""] + [f"- {name} (paired bootstrap, {replay['n_cases']} cases): {line}"
                        for name, line in contrast_lines(replay).items()]
+    decisions = _load(root / paths.DECISION_METRICS)
+    if decisions and decisions["n"]:
+        cols = DECISION_COLS
+        out += ["", f"## Decision task ({decisions['n']} held-out cases)", "",
+                "| model | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        out += [f"| {m} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + " |" for m, v in decisions["models"].items()]
+        out += [""] + [f"- {k}: decision score {d['decision_score']['delta']:+.3f} "
+                       f"[{d['decision_score']['ci_low']:+.3f}, {d['decision_score']['ci_high']:+.3f}], rank accuracy "
+                       f"{d['rank_accuracy']['delta']:+.3f} [{d['rank_accuracy']['ci_low']:+.3f}, "
+                       f"{d['rank_accuracy']['ci_high']:+.3f}]" for k, d in decisions["deltas"].items()]
     out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
     for kind in ("sft", "dpo", "grpo"):
         g = _load(root / "models" / kind / "guard_report.json")
@@ -105,7 +121,9 @@ def plots(root: Path, batches: list[str]) -> dict[str, str]:
         figs["per-batch deltas"] = _png(fig)
         plt.close(fig)
     series = []
-    for kind, keys in (("sft", ["loss"]), ("dpo", ["loss"]), ("grpo", ["loss", "kl", "reward"])):
+    for kind, keys in (("sft", ["loss"]), ("dpo", ["loss", "rewards/margins"]),
+                       ("grpo", ["kl", "reward", "reward_std", "rewards/outcome/mean", "rewards/grounding/mean",
+                                 "completions/clipped_ratio"])):
         f = root / "models" / kind / "train_log.csv"
         if f.exists():
             data = list(csv.DictReader(f.open()))
@@ -114,8 +132,12 @@ def plots(root: Path, batches: list[str]) -> dict[str, str]:
                 if pts:
                     series.append((f"{kind} {k}", pts))
     if series:
-        fig, axes = plt.subplots(1, len(series), figsize=(3.2 * len(series), 2.8), squeeze=False)
-        for ax, (name, pts) in zip(axes[0], series):
+        ncols = min(4, len(series))
+        nrows = -(-len(series) // ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.8 * nrows), squeeze=False)
+        for ax in axes.flat[len(series):]:
+            ax.axis("off")
+        for ax, (name, pts) in zip(axes.flat, series):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".")
             ax.set_title(name)
             ax.set_xlabel("step")

@@ -6,7 +6,7 @@ A round is a commit that changed `metrics/gate.json`. For each, the batches it t
 params.yaml), the batches admission refused and by which rule (`data/admission/`), the baseline M
 it was judged against (`release/prod.json` at that commit: the prod version, or the base model),
 the candidate − M overall delta pooled over batches with the range of the per-batch CIs, the
-decision, and the release tags on the commit (GTO's format, read through `clap.release`). Nothing
+decision, the chain candidate it ships (SFT, SFT→DPO or SFT→GRPO, with each one's verdict), and the release tags on the commit (GTO's format, read through `clap.release`). Nothing
 here is recomputed: every figure is the committed evidence, so the table is what a reviewer sees.
 """
 
@@ -63,7 +63,9 @@ def rounds(root: Path) -> list[dict]:
                     "delta": round(statistics.fmean(o["delta"] for o in overall), 4) if overall else None,
                     "ci_low_min": min((o["ci_low"] for o in overall), default=None),
                     "ci_high_max": max((o["ci_high"] for o in overall), default=None),
-                    "decision": gate.get("decision"), "tags": tags.get(commit, [])})
+                    "decision": gate.get("decision"), "candidate": gate.get("candidate", "sft"),
+                    "chain": {c: v["decision"] for c, v in (gate.get("candidates") or {}).items()},
+                    "tags": tags.get(commit, [])})
     return out
 
 
@@ -72,11 +74,13 @@ def table(rows: list[dict]):
 
     t = Table(title="the loop, round by round (committed evidence)")
     for c in ("round", "commit", "data", "admission refused", "judged against", "Δ overall [batch CIs]",
-              "decision", "release tags"):
+              "decision", "ships (chain verdicts)", "release tags"):
         t.add_column(c)
     for r in rows:
         delta = "—" if r["delta"] is None else f"{r['delta']:+.3f} [{r['ci_low_min']:+.3f} … {r['ci_high_max']:+.3f}]"
         t.add_row(str(r["round"]), r["commit"], ",".join(r["batches"]),
                   "; ".join(f"{b}: {why}" for b, why in r["refused"].items()) or "—", r["baseline"], delta,
-                  str(r["decision"]).upper(), " ".join(r["tags"]) or "—")
+                  str(r["decision"]).upper(),
+                  r["candidate"] + (f" ({', '.join(f'{c} {d}' for c, d in r['chain'].items())})" if r["chain"] else ""),
+                  " ".join(r["tags"]) or "—")
     return t
