@@ -102,3 +102,4 @@ def test_decision_schema_offers_the_case_s_cause_fields(prompt, fields):
     assert tuple(schema["properties"]) == DECISION_KEYS and schema["additionalProperties"] is False
     assert schema["properties"]["risk_focus"]["enum"] == list(RISK_FOCUS)
     assert schema["properties"]["cause"].get("enum", None) == (fields or None)
+    assert decision_schema(fields, ["Act"])["properties"]["action"] == {"enum": ["Act"]}

@@ -185,6 +185,7 @@ class Evaluate(_Section):
 class EvaluateDecisions(_Section):
     max_new_tokens: PosInt
     batch_size: PosInt
+    action_playbook: StrictBool
 
 
 class Retrieval(_Section):

@@ -60,10 +60,12 @@ def answer_schema(sources: list[dict], with_location: bool) -> dict:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
-def decision_schema(cause_fields: list[str]) -> dict:
-    """JSON schema of a recommendation: the action a bounded sentence, the cause one of the case's
-    cause fields, the risk focus one of the contract's (`prompts.RISK_FOCUS`); keys in `prompts.DECISION_KEYS` order."""
-    props = {"action": {"type": "string", "minLength": 1, "maxLength": MAX_ACTION_CHARS},
+def decision_schema(cause_fields: list[str], actions: list[str] | None = None) -> dict:
+    """JSON schema of a recommendation: the action one of the playbook's `actions` (a bounded free
+    sentence without one), the cause one of the case's cause fields, the risk focus one of the
+    contract's (`prompts.RISK_FOCUS`); keys in `prompts.DECISION_KEYS` order."""
+    props = {"action": {"enum": list(actions)} if actions else
+             {"type": "string", "minLength": 1, "maxLength": MAX_ACTION_CHARS},
              "cause": {"enum": list(cause_fields)} if cause_fields else
              {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS},
              "risk_focus": {"enum": list(RISK_FOCUS)}}

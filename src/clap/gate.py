@@ -16,7 +16,8 @@ Each rule that fires is one Reason(rule, observed, threshold, batch, outcome).
 The chain (`decide_chain_step`, `choose`): SFT→DPO and SFT→GRPO are candidates too, judged on the
 decision evaluation against prod (base before the first release) with the guards of their own runs;
 they start from the SFT adapter and inherit its extraction verdict, which their training did not
-re-measure. `choose` ships the least severe promotable candidate, the later step on a tie; when none
+re-measure. `choose` ships the least severe promotable candidate (the higher decision score, then the
+later step, on a tie); when none
 is promotable the SFT verdict (hold, reject or rollback) stands. A held GRPO never holds a good SFT.
 """
 
@@ -31,8 +32,11 @@ CHAIN = ("sft", "dpo", "grpo")
 
 
 def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> None:
-    """The decision task's rules for `step`: its decision_score against prod (else base) must not drop
-    below `min_decision_delta`, and promote needs the CI lower bound above `decision_ci_lower_must_exceed`."""
+    """The decision task's rules for `step`, on its decision_score against prod (else base): hold when
+    the whole CI is below `min_decision_delta` (significantly worse); canary when only the point
+    estimate is (a drop the held-out cases cannot tell from noise), or when the CI lower bound is not
+    above `decision_ci_lower_must_exceed`. The decision holdout is small (≈ 20 cases in the demo), so
+    the rule is on the interval, not the point."""
     if decisions is None or not decisions["n"]:
         fire("decision_eval_missing", None, "≥1 held-out case", "hold")
         return
@@ -40,10 +44,20 @@ def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> No
     d = decisions["deltas"].get(f"{step}-{ref}", {}).get("decision_score")
     if d is None or d["delta"] is None:
         fire(f"decision_eval_missing:{step}", None, "present", "hold")
-    elif d["delta"] < policy["min_decision_delta"]:
+    elif d["ci_high"] < policy["min_decision_delta"]:
         fire(f"decision_score_{step}_minus_{ref}", _with_ci(d), policy["min_decision_delta"], "hold")
+    elif d["delta"] < policy["min_decision_delta"]:
+        fire(f"decision_score_{step}_minus_{ref}_not_significant", _with_ci(d), policy["min_decision_delta"], "canary")
     elif d["ci_low"] <= policy["decision_ci_lower_must_exceed"]:
         fire(f"decision_score_{step}_minus_{ref}_ci_low", _with_ci(d), policy["decision_ci_lower_must_exceed"], "canary")
+
+
+def _decision_delta(decisions: dict | None, step: str) -> float | None:
+    """`step`'s decision_score delta against prod (else base), or None without a decision evaluation."""
+    if not decisions or not decisions.get("n"):
+        return None
+    ref = "prod" if "prod" in decisions["models"] else "base"
+    return (decisions["deltas"].get(f"{step}-{ref}", {}).get("decision_score") or {}).get("delta")
 
 
 def _with_ci(d: dict) -> str:
@@ -150,7 +164,8 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
             if not replaced:
                 decision = "rollback"
     summary = {"decision_code": SEVERITY.index(decision), "mean_overall_delta": mean_delta,
-               "regressed_batches": regressed, "reasons": len([r for r in reasons if r.outcome in SEVERITY])}
+               "regressed_batches": regressed, "reasons": len([r for r in reasons if r.outcome in SEVERITY]),
+               "decision_score_delta": _decision_delta(decisions, candidate)}
     return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
                         policy=policy["name"], candidate=candidate, trainers=trainers, summary=summary)
 
@@ -181,9 +196,7 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
         elif d["ci_low"] <= 0:
             fire(f"decision_score_{step}_minus_sft", _with_ci(d), "CI above 0", "hold")
     decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
-    ref = "prod" if decisions and "prod" in decisions["models"] else "base"
-    score = ((decisions or {}).get("deltas", {}).get(f"{step}-{ref}", {}).get("decision_score") or {}).get("delta")
-    summary = {"decision_code": SEVERITY.index(decision), "decision_score_delta": score,
+    summary = {"decision_code": SEVERITY.index(decision), "decision_score_delta": _decision_delta(decisions, step),
                "reasons": len([r for r in reasons if r.outcome in SEVERITY])}
     return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=start.requires_rag,
                         policy=policy["name"], candidate=step, trainers={step: "ok" if guard and guard["status"] == "ok"
@@ -192,11 +205,16 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
 
 def choose(judged: dict[str, GateDecision]) -> GateDecision:
     """The release decision over the chain's candidates (`judged`: name → its own decision, "sft"
-    required): the least severe promote/canary, the later step on a tie; else SFT's verdict stands.
+    required): the least severe promote/canary, on a tie the higher decision score against prod/base,
+    then the later step; else SFT's verdict stands.
     The result is the shipped candidate's decision, with every candidate's verdict in `candidates`."""
     order = [c for c in CHAIN if c in judged]
     shippable = [c for c in order if judged[c].decision in ("promote", "canary")]
-    ship = min(shippable, key=lambda c: (SEVERITY.index(judged[c].decision), -order.index(c))) if shippable else "sft"
+
+    def rank(c: str):  # least severe first, then the higher decision score, then the later step
+        score = judged[c].summary.get("decision_score_delta")
+        return SEVERITY.index(judged[c].decision), -(score if score is not None else float("-inf")), -order.index(c)
+    ship = min(shippable, key=rank) if shippable else "sft"
     chosen = judged[ship]
     candidates = {c: {"decision": judged[c].decision, "reasons": [r.model_dump() for r in judged[c].reasons],
                       "summary": judged[c].summary} for c in order}

@@ -128,3 +128,17 @@ def test_completion_logprobs_is_the_sum_over_the_answer_tokens(tiny_dir):
         logits = engine.model(input_ids=torch.tensor([full])).logits[0]
     expected = sum(torch.log_softmax(logits[i - 1].float(), -1)[full[i]].item() for i in range(len(prompt), len(full)))
     assert lp == pytest.approx(expected, abs=1e-3) and lp < 0
+
+
+def test_the_playbook_is_the_training_cases_actions_and_the_schema_offers_only_those(params, tmp_path):
+    (tmp_path / "b1").mkdir()
+    write_jsonl(tmp_path / "b1" / "decision_eval.jsonl", [case(0)])
+    write_jsonl(tmp_path / "b1" / "grpo_groups.jsonl", [
+        {"group_id": f"g{i}", "record_id": f"d{9 + i}", "prompt": "p", "candidates_json": "[]",
+         "reference_json": json.dumps({**REF, "action": a})} for i, a in enumerate(["B act", "A act", "B act"])])
+    assert stage.playbook({"b1": tmp_path / "b1" / "decision_eval.jsonl"}) == ["A act", "B act"]
+    engine = FakeEngine()
+    result = stage.run(params, {"b1": tmp_path / "b1" / "decision_eval.jsonl"}, engine, ["base"], tmp_path / "o",
+                       tmp_path / "m.json")
+    assert engine.calls[0][1][0]["properties"]["action"] == {"enum": ["A act", "B act"]}
+    assert result["action_playbook"] == ["A act", "B act"]

@@ -175,3 +175,18 @@ def test_checkpoints_of_another_config_are_not_resumed(params, small_loop, tiny_
     first = train_sft.run(tiny_cfg(params, max_steps=2, save_steps=1), *args)
     again = train_sft.run(tiny_cfg(params, max_steps=3, save_steps=1), *args)
     assert first["steps"] == 2 and again["resumed_from"] is None and again["steps"] == 3
+
+
+def test_a_chain_step_tripped_before_its_first_checkpoint_keeps_the_sft_policy(params, small_loop, tiny_dir,
+                                                                               sft_start, tmp_path):
+    """The paper's pattern, early: KL spikes at step 1, before any checkpoint; the step writes the SFT
+    adapter it started from (the last policy known good), never the tripped weights."""
+    cfg = tiny_cfg(params)
+    cfg["train"]["grpo"].update(max_steps=4, save_steps=4)
+    cfg["train"]["guards"].update(reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    m = train_grpo.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+                       tmp_path / "c", start_adapter=sft_start[0], start_expected=sft_start[1],
+                       callbacks=[Inject("kl", 168.2, 1)])
+    assert m["status"] == "stopped" and m["steps"] == 1 and m["adapter_source"].startswith("start")
+    written = (tmp_path / "o" / "adapter" / "adapter_model.safetensors").read_bytes()
+    assert written == (sft_start[0] / "adapter_model.safetensors").read_bytes()

@@ -4,7 +4,8 @@
 
 Cases are the `decision_eval.jsonl` of every batch (split by case in materialize: no case trains any
 step). Each model — the base model, the adapter in prod when there is one, SFT, SFT→DPO, SFT→GRPO —
-answers every case (under the decision schema with `generate.constrained`, as serving decodes), scored
+answers every case (under the decision schema with `generate.constrained`, as serving decodes; with
+`evaluate_decisions.action_playbook` the action is one of the training cases' actions), scored
 by the decision reward's parts: action, cause and risk focus right, format, the weighted
 `decision_score`, and `decision_pass` (all three right). Ranking asks what the policy prefers, not
 what it samples: the summed log-probability of the chosen, near-miss and rejected answers;
@@ -48,6 +49,15 @@ def score_case(text: str, case: dict, logprobs: dict[str, float], rewards: dict)
             "margin_chosen_near_miss": round(c - n, 4), "margin_chosen_rejected": round(c - r, 4)}
 
 
+def playbook(case_files: dict[str, Path]) -> list[str]:
+    """The actions the training cases recommend (every batch's `grpo_groups.jsonl` beside its holdout):
+    the application's playbook, the set a recommendation chooses from. Only the set leaves training,
+    never a held-out case's answer; an action no training case used cannot be chosen."""
+    return sorted({json.loads(g["reference_json"])["action"] for f in case_files.values()
+                   if (Path(f).parent / "grpo_groups.jsonl").exists()
+                   for g in read_jsonl(Path(f).parent / "grpo_groups.jsonl")})
+
+
 def comparisons(models: list[str]) -> list[tuple[str, str]]:
     """(new, reference) pairs: each step vs base and vs prod; DPO and GRPO vs SFT."""
     steps = [m for m in CHAIN if m in models]
@@ -66,7 +76,8 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
               "raise materialize.decision_eval_fraction to evaluate the chain")
         models = []
     convs = [prompts.messages(prompts.SYSTEM_DECIDE, c["prompt"]) for c in cases]
-    schemas = [decision_schema(prompts.decision_cause_fields(c["prompt"])) for c in cases] \
+    actions = playbook(case_files) if e["action_playbook"] else None
+    schemas = [decision_schema(prompts.decision_cause_fields(c["prompt"]), actions) for c in cases] \
         if cfg["generate"]["constrained"] else None
     graded = [{g["role"]: g["text"] for g in json.loads(c["candidates_json"])} for c in cases]
     per_model: dict[str, list[dict]] = {}
@@ -106,6 +117,7 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
                           if a["decision_pass"] == 1.0 and z["decision_pass"] == 0.0]
     result["regressed_cases"] = {m: sum(r["model"] == m for r in regressed) for m in models if m in CHAIN}
     result["constrained"] = schemas is not None
+    result["action_playbook"] = actions
     with atomic_dir(out, tuple(case_files.values())) as tmp:
         write_jsonl(tmp / "records.jsonl", [r for rows in per_model.values() for r in rows])
         write_jsonl(tmp / "regressed.jsonl", regressed)

@@ -85,8 +85,10 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
     return get_last_checkpoint(str(folder))
 
 
-def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dict, started: float) -> dict:
-    """Write adapter (last good checkpoint when a guard tripped), metrics, log, model card, guard report."""
+def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dict, started: float,
+           start_adapter: Path | None = None) -> dict:
+    """Write adapter (last good checkpoint when a guard tripped; a chain step tripped before its first
+    checkpoint keeps `start_adapter`, the policy it started from), metrics, log, model card, guard report."""
     report = guard.report()
     history = [h for h in trainer.state.log_history if "train_loss" not in h]
     summary = next((h for h in trainer.state.log_history if "train_loss" in h), {})
@@ -100,11 +102,13 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
         return metrics  # under `accelerate launch`, rank 0 writes the run's outputs
     with atomic_dir(out) as tmp:
         adapter = tmp / "adapter"
-        if report.trip is not None and report.last_good_checkpoint and Path(report.last_good_checkpoint).exists():
+        good = report.last_good_checkpoint if report.last_good_checkpoint and \
+            Path(report.last_good_checkpoint).exists() else None
+        if report.trip is not None and (good or start_adapter):
             adapter.mkdir()
             for name in ("adapter_config.json", "adapter_model.safetensors"):
-                shutil.copy2(Path(report.last_good_checkpoint) / name, adapter / name)
-            metrics["adapter_source"] = report.last_good_checkpoint
+                shutil.copy2(Path(good or start_adapter) / name, adapter / name)
+            metrics["adapter_source"] = good or f"start ({start_adapter}): tripped before the first checkpoint"
         else:
             trainer.model.save_pretrained(adapter, safe_serialization=True, selected_adapters=["default"])
             metrics["adapter_source"] = "final" if report.trip is None else "final_after_trip_no_good_checkpoint"

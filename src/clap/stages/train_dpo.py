@@ -54,4 +54,4 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "dpo", base_identity,
                   {"pairs": len(rows), "batches_refused": refused, "resumed_from": resume,
-                   "start_adapter_sha256": start_sha}, started)
+                   "start_adapter_sha256": start_sha}, started, start_adapter)

@@ -76,4 +76,4 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "grpo", base_identity,
                   {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"],
-                   "start_adapter_sha256": start_sha}, started)
+                   "start_adapter_sha256": start_sha}, started, start_adapter)
