@@ -55,16 +55,23 @@ def extraction_reward(completion: str, gold: dict, source: str, weights: dict, v
     return sum(weights[k] * parts[k] for k in parts) / sum(weights.values())
 
 
+def decision_hits(answer: dict | None, reference: dict) -> dict[str, bool]:
+    """Which of the recommendation's fields match the reference: action and risk focus case- and
+    width-folded, cause exactly (a field name)."""
+    answer = answer or {}
+    return {"action": _folded(answer.get("action")) == _folded(reference["action"]),
+            "cause": answer.get("cause") == reference["cause"],
+            "risk_focus": _folded(answer.get("risk_focus")) == _folded(reference["risk_focus"])}
+
+
 def decision_parts(completion: str, reference: dict, max_chars: int = 400) -> dict[str, float]:
     """The decision reward's parts. outcome: the action; grounding: the cited cause (half) and the
     risk focus (half); format: JSON with every key (0.5 with some); efficiency: length."""
     obj = parse_answer(completion)
     fmt = 0.0 if obj is None else (1.0 if all(k in obj for k in DECISION_FIELDS) else 0.5)
-    obj = obj or {}
-    outcome = float(_folded(obj.get("action")) == _folded(reference["action"]))
-    grounding = 0.5 * float(obj.get("cause") == reference["cause"]) + \
-        0.5 * float(_folded(obj.get("risk_focus")) == _folded(reference["risk_focus"]))
-    return {"outcome": outcome, "format": fmt, "grounding": grounding,
+    hits = decision_hits(obj, reference)
+    return {"outcome": float(hits["action"]), "format": fmt,
+            "grounding": 0.5 * hits["cause"] + 0.5 * hits["risk_focus"],
             "efficiency": efficiency_reward(completion, max_chars)}
 
 

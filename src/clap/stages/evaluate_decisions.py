@@ -25,7 +25,7 @@ from clap import prompts
 from clap.decoding import decision_schema
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.metrics import parse_answer
-from clap.rewards import decision_parts, decision_reward
+from clap.rewards import decision_hits, decision_parts, decision_reward
 from clap.stats import paired_bootstrap
 
 METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
@@ -38,13 +38,11 @@ def score_case(text: str, case: dict, logprobs: dict[str, float], rewards: dict)
     """One model's answer and preferences on one case → every metric (pure)."""
     ref = json.loads(case["reference_json"])
     parts = decision_parts(text, ref, rewards["max_chars"])
-    obj = parse_answer(text) or {}
-    cause_ok = float(obj.get("cause") == ref["cause"])
-    risk_ok = float(str(obj.get("risk_focus", "")).strip().lower() == ref["risk_focus"])
+    hits = decision_hits(parse_answer(text), ref)
     c, n, r = logprobs["chosen"], logprobs["near_miss"], logprobs["rejected"]
     return {"decision_score": round(decision_reward(text, ref, rewards["weights"], rewards["max_chars"]), 6),
-            "decision_pass": float(parts["outcome"] == 1.0 and cause_ok == 1.0 and risk_ok == 1.0),
-            "action_accuracy": parts["outcome"], "cause_accuracy": cause_ok, "risk_focus_accuracy": risk_ok,
+            "decision_pass": float(all(hits.values())), "action_accuracy": float(hits["action"]),
+            "cause_accuracy": float(hits["cause"]), "risk_focus_accuracy": float(hits["risk_focus"]),
             "format_ok": float(parts["format"] == 1.0), "rank_accuracy": float(c > n > r),
             "margin_chosen_near_miss": round(c - n, 4), "margin_chosen_rejected": round(c - r, 4)}
 
