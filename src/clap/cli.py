@@ -264,6 +264,7 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
                        metrics: Path = typer.Option(paths.DECISION_METRICS)) -> None:
     """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
     from clap import model
+    from clap.gate import CHAIN
     from clap.generate import Engine
     from clap.serving import pinned_expectation
     from clap.stages import evaluate_decisions as stage
@@ -271,7 +272,7 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
 
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
-    steps = [s for s in stage.CHAIN if s == "sft" or cfg["train"][s]["enabled"]]
+    steps = [s for s in CHAIN if s == "sft" or cfg["train"][s]["enabled"]]
     others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
     prod_dir, prod_expected = _prod(prod)
     engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others)

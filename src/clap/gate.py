@@ -17,8 +17,8 @@ The chain (`decide_chain_step`, `choose`): SFT→DPO and SFT→GRPO are candidat
 decision evaluation against prod (base before the first release) with the guards of their own runs;
 they start from the SFT adapter and inherit its extraction verdict, which their training did not
 re-measure. `choose` ships the least severe promotable candidate (the higher decision score, then the
-later step, on a tie); when none
-is promotable the SFT verdict (hold, reject or rollback) stands. A held GRPO never holds a good SFT.
+later step, on a tie); when none is promotable the SFT verdict (hold, reject or rollback) stands. A held
+GRPO never holds a good SFT.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import statistics
 from clap.schemas import GateDecision, Reason
 
 SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
-CHAIN = ("sft", "dpo", "grpo")
+CHAIN = ("sft", "dpo", "grpo")  # the steps in order; DPO and GRPO both continue SFT
 
 
 def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> None:
@@ -40,8 +40,7 @@ def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> No
     if decisions is None or not decisions["n"]:
         fire("decision_eval_missing", None, "≥1 held-out case", "hold")
         return
-    ref = "prod" if "prod" in decisions["models"] else "base"
-    d = decisions["deltas"].get(f"{step}-{ref}", {}).get("decision_score")
+    ref, d = _vs_reference(decisions, step)
     if d is None or d["delta"] is None:
         fire(f"decision_eval_missing:{step}", None, "present", "hold")
     elif d["ci_high"] < policy["min_decision_delta"]:
@@ -52,12 +51,26 @@ def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> No
         fire(f"decision_score_{step}_minus_{ref}_ci_low", _with_ci(d), policy["decision_ci_lower_must_exceed"], "canary")
 
 
+def _vs_reference(decisions: dict, step: str) -> tuple[str, dict | None]:
+    """The reference (prod when it was evaluated, else base) and `step`'s decision_score delta against it."""
+    ref = "prod" if "prod" in decisions["models"] else "base"
+    return ref, decisions["deltas"].get(f"{step}-{ref}", {}).get("decision_score")
+
+
 def _decision_delta(decisions: dict | None, step: str) -> float | None:
     """`step`'s decision_score delta against prod (else base), or None without a decision evaluation."""
     if not decisions or not decisions.get("n"):
         return None
-    ref = "prod" if "prod" in decisions["models"] else "base"
-    return (decisions["deltas"].get(f"{step}-{ref}", {}).get("decision_score") or {}).get("delta")
+    return (_vs_reference(decisions, step)[1] or {}).get("delta")
+
+
+def _worst(reasons: list[Reason]) -> str:
+    """The most severe outcome among the rules that fired; promote when none did."""
+    return max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
+
+
+def _counted(reasons: list[Reason]) -> int:
+    return len([r for r in reasons if r.outcome in SEVERITY])
 
 
 def _with_ci(d: dict) -> str:
@@ -152,7 +165,7 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
         fire("replay_missing", None, "present", "hold")
     if decisions is not None and decisions["n"]:
         _decision_rules(fire, policy, decisions, candidate)
-    decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
+    decision = _worst(reasons)
     for b, ev in sorted(evaluation.items()):
         if "prod_vs_base" not in ev:
             continue
@@ -164,7 +177,7 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
             if not replaced:
                 decision = "rollback"
     summary = {"decision_code": SEVERITY.index(decision), "mean_overall_delta": mean_delta,
-               "regressed_batches": regressed, "reasons": len([r for r in reasons if r.outcome in SEVERITY]),
+               "regressed_batches": regressed, "reasons": _counted(reasons),
                "decision_score_delta": _decision_delta(decisions, candidate)}
     return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
                         policy=policy["name"], candidate=candidate, trainers=trainers, summary=summary)
@@ -195,9 +208,9 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
             fire(f"decision_eval_missing:{step}-sft", None, "present", "hold")
         elif d["ci_low"] <= 0:
             fire(f"decision_score_{step}_minus_sft", _with_ci(d), "CI above 0", "hold")
-    decision = max([r.outcome for r in reasons if r.outcome in SEVERITY] + ["promote"], key=SEVERITY.index)
+    decision = _worst(reasons)
     summary = {"decision_code": SEVERITY.index(decision), "decision_score_delta": _decision_delta(decisions, step),
-               "reasons": len([r for r in reasons if r.outcome in SEVERITY])}
+               "reasons": _counted(reasons)}
     return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=start.requires_rag,
                         policy=policy["name"], candidate=step, trainers={step: "ok" if guard and guard["status"] == "ok"
                                                                           else "hold"}, summary=summary)

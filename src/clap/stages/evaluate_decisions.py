@@ -23,6 +23,7 @@ from pathlib import Path
 
 from clap import prompts
 from clap.decoding import decision_schema
+from clap.gate import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.metrics import parse_answer
 from clap.rewards import decision_hits, decision_parts, decision_reward
@@ -30,7 +31,6 @@ from clap.stats import paired_bootstrap
 
 METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
            "format_ok", "rank_accuracy", "margin_chosen_near_miss", "margin_chosen_rejected")
-CHAIN = ("sft", "dpo", "grpo")  # the steps, in order; DPO and GRPO both continue SFT
 BATCH_DELTA_METRICS = ("decision_score", "rank_accuracy")
 
 
