@@ -57,6 +57,7 @@ ROLES = [  # (glob, role)
     ("data/eval_decisions/records.jsonl", "decision_records"),
     ("data/eval_decisions/regressed.jsonl", "decision_regressed"),
     ("metrics/decisions.json", "decision_metrics"),
+    ("metrics/human.json", "human_evaluation"),
     ("metrics/gate.json", "gate_decision"),
 ]
 

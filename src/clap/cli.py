@@ -415,6 +415,133 @@ def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
     console.print(f"simulated annotator: {len(rows)} corrected fact rows → {out} (from the generator's ground truth)")
 
 
+human_app = typer.Typer(no_args_is_help=True, help="Human evaluation round trip through Label Studio.")
+canary_app = typer.Typer(no_args_is_help=True, help="The canary: serve, replay traffic, analyse, conclude.")
+app.add_typer(human_app, name="human")
+app.add_typer(canary_app, name="canary")
+
+
+@human_app.command("export")
+def human_export(out: Path = typer.Option(paths.HUMAN_EXPORT), keys: Path = typer.Option(paths.HUMAN_KEYS)) -> None:
+    """Blind Label Studio tasks (and its labelling config) from the evaluation and replay answers."""
+    from clap.feedback import human
+
+    r = human.export(_params(), Path("."), out, keys)
+    console.print(f"{r['tasks']} tasks ({r['items']} questions × models {', '.join(r['models'])}) → {out}/tasks.json, "
+                  f"labelling config → {out}/config.xml; the model mapping → {keys}/{r['export_id']}.json (commit it, "
+                  "do not send it)")
+
+
+@human_app.command("import")
+def human_import(file: Path = typer.Argument(..., help="Label Studio's JSON export of the project"),
+                 keys: Path = typer.Option(paths.HUMAN_KEYS), out: Path = typer.Option(paths.HUMAN_METRICS),
+                 inbox: Path = typer.Option(paths.INBOX)) -> None:
+    """Check the export against its key; write metrics/human.json; queue low-rated answers for repair."""
+    from clap.feedback import human
+
+    r = human.import_(_params(), Path("."), file, keys, out, inbox)
+    console.print(f"{r['labels']} labels by {len(r['annotators'])} annotators on {r['tasks_labelled']} of "
+                  f"{r['tasks_exported']} tasks; cancelled {r['cancelled']}; → {out}")
+    for m, scales in r["models"].items():
+        console.print(f"  {m:10s} " + "  ".join(f"{s} {v['mean']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]"
+                                                  for s, v in scales.items() if v["mean"] is not None))
+    for name, d in r["deltas"].items():
+        console.print(f"  {name}: " + "  ".join(f"{s} {v['delta']:+.2f} [{v['ci_low']:+.2f}, {v['ci_high']:+.2f}]"
+                                               for s, v in d.items() if v["delta"] is not None))
+    console.print("  agreement: " + "  ".join(f"{s} α={a['krippendorff_alpha']}" for s, a in r["agreement"].items()))
+    for p in r["problems"]:
+        console.print(f"[bold yellow]left out:[/] {escape(p)}")
+    console.print(f"flagged to the flywheel inbox ({inbox}): {r['flagged_to_inbox']}")
+
+
+@canary_app.command("serve")
+def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
+                 logs: Path = typer.Option(paths.CANARY_LOGS)) -> None:
+    """Serve prod and the canary (OpenAI-compatible, 127.0.0.1) and log every request and outcome."""
+    from clap.feedback import canary
+
+    cfg = _params()
+    service = canary.from_registry(Path("."), cfg, logs)
+    srv = canary.server(service, port or cfg["canary"]["port"])
+    arms = ", ".join(f"{n}={a.version or 'base model'}" for n, a in service.arms.items())
+    console.print(f"serving {arms} "
+                  f"on http://127.0.0.1:{srv.server_address[1]} (canary share {service.share}); logs → {logs}")
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        srv.server_close()
+
+
+@canary_app.command("traffic")
+def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1:<canary.port>"),
+                   paired: bool = typer.Option(False, help="send every question to both arms"),
+                   limit: int = typer.Option(None, min=1, help="first N held-out replay questions")) -> None:
+    """The demo's traffic: held-out replay questions, each answer scored against gold, outcomes posted back."""
+    from clap.feedback import traffic
+
+    cfg = _params()
+    counts = traffic.send(cfg, Path("."), url or f"http://127.0.0.1:{cfg['canary']['port']}", paired, limit)
+    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg['canary']['outcome']}"
+                                          for a, c in counts.items()))
+
+
+@canary_app.command("analyze")
+def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = typer.Option(paths.CANARY_METRICS),
+                   inbox: Path = typer.Option(paths.INBOX)) -> None:
+    """Canary vs prod on the logged outcomes: SPRT, McNemar, bootstrap CI → successful / failed / inconclusive."""
+    from clap.feedback import canary_analysis
+    from clap.feedback.human import _append_inbox
+    from clap.io import write_json
+
+    requests, feedback = canary_analysis.load_logs(logs)
+    r = canary_analysis.analyze(requests, feedback, _params())
+    write_json(out, r)
+    failed = canary_analysis.failed_cases(requests, feedback)
+    _append_inbox(inbox, failed, f"canary:{r['versions']['canary']}")
+    s = r["sprt"]
+    console.print(f"canary {r['versions']['canary']} vs prod {r['versions']['prod']}: requests {r['requests']}, "
+                  f"without outcome {r['without_outcome']}, success {r['success_rate']}")
+    d = r["delta_canary_minus_prod"]
+    if d["delta"] is not None:
+        console.print(f"pairs {r['pairs']} ({r['pairing']}): canary − prod {d['delta']:+.3f} [{d['ci_low']:+.3f}, "
+                      f"{d['ci_high']:+.3f}], McNemar p={r['mcnemar']['p_value']}; SPRT {s['outcome']} after "
+                      f"{s['discordant_seen']} discordant (canary won {s['canary_wins']}), llr {s['llr']:+.3f} in "
+                      f"({s['lower']:+.3f}, {s['upper']:+.3f})")
+    for reason in r["reasons"]:
+        console.print(f"  {reason['rule']}: {reason['observed']} vs {reason['threshold']} → {reason['outcome']}")
+    console.print(f"[bold]{r['verdict'].upper()}[/] → {out}; failed canary requests to the inbox: {len(failed)}")
+
+
+@canary_app.command("conclude")
+def canary_conclude(analysis: Path = typer.Option(paths.CANARY_METRICS)) -> None:
+    """Act on the analysis: promote the canary to prod (`#prod#K`) or roll it back (`#canary!#K`)."""
+    from clap import release as rel
+    from clap.io import read_json
+
+    if not analysis.exists():
+        _fail(FileNotFoundError(f"{analysis}: no canary analysis (run `clap canary analyze`)"))
+    r = rel.conclude_canary(Path("."), read_json(analysis))
+    console.print(f"canary {r['version']}: {r['verdict']} → {r['action']} ({', '.join(r['tags'])})")
+
+
+@app.command("demo-label")
+def demo_label(tasks: Path = typer.Option(paths.HUMAN_EXPORT / "tasks.json"),
+               out: Path = typer.Option(..., help="where to write the Label Studio JSON export"),
+               raters: int = typer.Option(3, min=1), noise: float = typer.Option(0.15, min=0.0, max=1.0),
+               seed: int = 0) -> None:
+    """SIMULATED raters for the demo: label exported tasks against the generator's gold answers, in Label Studio's export format."""
+    import json
+
+    from clap.feedback import simulated_raters
+
+    if not tasks.exists():
+        _fail(FileNotFoundError(f"{tasks}: no exported tasks (run `clap human export`)"))
+    gold = simulated_raters.gold_answers(Path("."), _params()["data"]["batches"])
+    export = simulated_raters.label(json.loads(tasks.read_text(encoding="utf-8")), gold, raters, noise, seed)
+    out.write_text(json.dumps(export, ensure_ascii=False, indent=1), encoding="utf-8")
+    console.print(f"simulated raters: {raters} × {len(export)} tasks → {out} (Label Studio export format)")
+
+
 @app.command("repair-queue")
 def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
     """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
@@ -422,6 +549,8 @@ def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
 
     counts = repair.run(Path("."), out)
     console.print(f"repair queue → {out}: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "empty"))
+    from_production = sum(counts.get(s, 0) for s in repair.PRODUCTION_SOURCES)
+    console.print(f"from production (human-flagged answers, failed canary requests): {from_production}")
 
 
 @app.command()

@@ -199,6 +199,34 @@ class Replay(_Section):
     batch_size: PosInt
 
 
+class Human(_Section):
+    items_per_batch: PosInt
+    seed: str
+    flag_usefulness_at_most: Annotated[float, Field(ge=1.0, le=5.0)]
+    calibration_threshold: OpenFraction
+
+
+class Canary(_Section):
+    share: OpenFraction
+    outcome: Literal["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
+                     "evidence_doc_page_exact"]
+    p_worse: OpenFraction
+    p_better: OpenFraction
+    alpha: Annotated[float, Field(gt=0.0, lt=0.5)]
+    beta: Annotated[float, Field(gt=0.0, lt=0.5)]
+    min_requests: PosInt
+    max_latency_ratio: Annotated[float, Field(ge=1.0)]
+    max_new_tokens: PosInt
+    port: Annotated[StrictInt, Field(ge=1024, le=65535)]
+
+    @field_validator("p_better")
+    @classmethod
+    def _ordered(cls, v: float, info) -> float:
+        if "p_worse" in info.data and v <= info.data["p_worse"]:
+            raise ValueError(f"p_better ({v}) must exceed p_worse ({info.data['p_worse']})")
+        return v
+
+
 class Gate(_Section):
     name: Annotated[str, Field(min_length=1)]
     min_overall_delta: float
@@ -216,6 +244,10 @@ class Gate(_Section):
     min_decision_delta: float
     decision_ci_lower_must_exceed: float
     chain_step_must_beat_start: StrictBool
+    require_human: StrictBool
+    min_human_usefulness_delta: float
+    min_human_agreement: Annotated[float, Field(ge=-1.0, le=1.0)]
+    release_via_canary: StrictBool
 
 
 class Params(_Section):
@@ -234,6 +266,8 @@ class Params(_Section):
     evaluate_decisions: EvaluateDecisions
     retrieval: Retrieval
     replay: Replay
+    human: Human
+    canary: Canary
 
 
 def conf_dir() -> Path:

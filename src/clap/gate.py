@@ -77,11 +77,52 @@ def _with_ci(d: dict) -> str:
     return f"{d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]"
 
 
+def _human_rules(fire, policy: dict, human: dict | None, candidate_manifest: str | None) -> None:
+    """The human verdict (metrics/human.json) on the candidate it rated: its usefulness delta against
+    the reference (hold when the whole CI is below `min_human_usefulness_delta`, canary when the point
+    is), trusted only when the raters agree (Krippendorff's α ≥ `min_human_agreement`). A verdict on
+    another adapter is stale. With `require_human`, a missing, stale or untrusted verdict keeps the
+    candidate from promote; without it, those are recorded as info."""
+    required = policy["require_human"]
+    missing = "hold" if required else "info"
+    if not human or not human.get("imported"):
+        fire("human_eval_missing", None, "metrics/human.json imported", missing)
+        return
+    if human.get("candidate_manifest_sha256") != candidate_manifest:
+        fire("human_eval_stale", (human.get("candidate_manifest_sha256") or "none")[:12],
+             (candidate_manifest or "none")[:12], missing)
+        return
+    alpha = (human.get("agreement", {}).get("usefulness") or {}).get("krippendorff_alpha")
+    if alpha is None or alpha < policy["min_human_agreement"]:
+        fire("human_agreement_usefulness", alpha, policy["min_human_agreement"], "canary" if required else "info")
+        return
+    ref = human.get("reference", "base")
+    d = (human.get("deltas", {}).get(f"candidate-{ref}") or {}).get("usefulness")
+    if d is None or d["delta"] is None:
+        fire(f"human_usefulness_candidate_minus_{ref}", None, "rated", missing)
+    elif d["ci_high"] < policy["min_human_usefulness_delta"]:
+        fire(f"human_usefulness_candidate_minus_{ref}", _with_ci(d), policy["min_human_usefulness_delta"], "hold")
+    elif d["delta"] < policy["min_human_usefulness_delta"]:
+        fire(f"human_usefulness_candidate_minus_{ref}", _with_ci(d), policy["min_human_usefulness_delta"], "canary")
+
+
+def via_canary(policy: dict, decision: GateDecision) -> GateDecision:
+    """With `release_via_canary`, a promote ships to canary first; `clap canary analyze` / `conclude` decide
+    on prod from the logged traffic."""
+    if not policy["release_via_canary"] or decision.decision != "promote":
+        return decision
+    reason = Reason(rule="release_via_canary", observed=True, threshold="policy", batch=None, outcome="canary")
+    return decision.model_copy(update={"decision": "canary", "reasons": [*decision.reasons, reason],
+                                       "summary": {**decision.summary, "decision_code": SEVERITY.index("canary")}})
+
+
 def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], evaluation: dict[str, dict],
-           replay: dict | None, candidate: str = "sft", decisions: dict | None = None) -> GateDecision:
+           replay: dict | None, candidate: str = "sft", decisions: dict | None = None, human: dict | None = None,
+           candidate_manifest: str | None = None) -> GateDecision:
     """`evaluation[batch]` = {"baseline", "candidate", "deltas"} metrics per batch, plus "prod",
     "deltas_vs_prod" and "prod_vs_base" when an adapter is in prod: then prod is the reference M.
-    `decisions` (metrics/decisions.json, when the decision evaluation ran) adds the decision rules."""
+    `decisions` (metrics/decisions.json, when the decision evaluation ran) adds the decision rules;
+    `human` (metrics/human.json) the human rules, for the adapter whose manifest sha256 is `candidate_manifest`."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome, batch=None):
@@ -165,6 +206,7 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
         fire("replay_missing", None, "present", "hold")
     if decisions is not None and decisions["n"]:
         _decision_rules(fire, policy, decisions, candidate)
+    _human_rules(fire, policy, human, candidate_manifest)
     decision = _worst(reasons)
     for b, ev in sorted(evaluation.items()):
         if "prod_vs_base" not in ev:

@@ -62,6 +62,20 @@ def restore(root: Path, out: Path) -> dict:
     return ptr
 
 
+def restore_version_adapter(root: Path, version: str, dest: Path) -> tuple[Path, dict]:
+    """Restore a registered version's adapter into `dest` (replaced) and return it with the manifest its
+    release tag's bundle pins — what `serving.attach` checks before the canary server loads it."""
+    from clap.release import ARTIFACT
+    from clap.serving import pinned_expectation
+
+    tag = f"{ARTIFACT}@{version}"
+    bundle = EvidenceBundle.model_validate_json(_show(root, tag, str(paths.BUNDLE)))
+    if dest.exists():
+        shutil.rmtree(dest)
+    _restore_adapter(root, {"version": version, "version_tag": tag}, bundle, dest)
+    return dest, pinned_expectation(root, dest, tag)
+
+
 def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path) -> None:
     folder = str(paths.MODELS / bundle.candidate)
     out = next((o for o in lock_outs(_show(root, ptr["version_tag"], "dvc.lock")) if o["path"] == folder), None)

@@ -216,6 +216,38 @@ def rollback(root: Path, to: str | None = None, restore: bool = True) -> dict:
     return result
 
 
+def conclude_canary(root: Path, analysis: dict) -> dict:
+    """End the canary the analysis (metrics/canary.json) judged: successful → the canary version is assigned
+    prod (`#prod#K`) and its canary stage closed (`#canary!#K+1`); failed → the canary is rolled back
+    (`#canary!#K`), prod untouched; inconclusive → nothing is tagged."""
+    root = Path(root)
+    holder = current(root, "canary")
+    if holder is None:
+        raise ReleaseRefused("nothing is in canary: `clap release` with a gate decision of canary puts a version there")
+    logged = (analysis.get("versions") or {}).get("canary")
+    if logged != holder["version"]:
+        raise ReleaseRefused(f"the analysis is of canary {logged}, but the registry's canary is {holder['version']}: "
+                             "analyse this canary's logs first")
+    verdict = analysis["verdict"]
+    if verdict not in ("successful", "failed"):
+        raise ReleaseRefused(f"canary analysis is {verdict}: serve more traffic, then analyse again")
+    why = "; ".join(f"{r['rule']}: {r['observed']} → {r['outcome']}" for r in analysis["reasons"])
+    with _lock(root):
+        k = _next_counter(root)
+        tags = []
+        if verdict == "successful":
+            _tag(root, f"{ARTIFACT}#prod#{k}", f"Assigning stage prod to artifact {ARTIFACT} version {holder['version']}"
+                 f"\n\ncanary analysis successful: {why}", holder["commit"])
+            tags.append(f"{ARTIFACT}#prod#{k}")
+            k += 1
+        _tag(root, f"{ARTIFACT}#canary!#{k}", f"Unassigning stage canary from artifact {ARTIFACT} version "
+             f"{holder['version']}\n\ncanary analysis {verdict}: {why}", holder["commit"])
+        tags.append(f"{ARTIFACT}#canary!#{k}")
+    write_prod_pointer(root)
+    return {"version": holder["version"], "verdict": verdict, "tags": tags,
+            "action": "promoted to prod" if verdict == "successful" else "canary rolled back"}
+
+
 def restore_version(root: Path, commit: str) -> None:
     """Bring back a version's dvc.lock and bundle, check out its data through DVC, verify the bundle."""
     tracked = _git(root, "ls-tree", "-r", "--name-only", commit).splitlines()

@@ -3,7 +3,9 @@
     clap repair-queue          (DVC stage `repair_queue`, writes repair/queue.jsonl)
 
 Collects, each with its reason: rows quarantined by assetize, unverifiable facts held back by
-materialize, evaluation samples the candidate regressed on, and replay cases the adapter missed.
+materialize, evaluation samples the candidate regressed on, replay cases the adapter missed, and — from production —
+the flywheel inbox (`feedback/production.jsonl`): answers people rated low or incorrect (`clap human
+import`) and canary requests that failed (`clap canary analyze`).
 A person (or a fixing job) writes corrected fact rows, in the raw facts contract, to
 `repair/fixed/*.jsonl`; the next `assetize` takes them back in (a repaired row replaces the row
 with the same record_id) and counts them in its report as `repaired_rows_in`.
@@ -15,6 +17,8 @@ from pathlib import Path
 
 from clap import paths
 from clap.io import read_jsonl, write_jsonl
+
+PRODUCTION_SOURCES = ("human_flagged", "canary_failed")
 
 
 def run(root: Path, out: Path) -> dict[str, int]:
@@ -33,6 +37,9 @@ def run(root: Path, out: Path) -> dict[str, int]:
         add("regressed_sample", read_jsonl(p))
     if (f := root / paths.REPLAY / "failed_cases.jsonl").exists():
         add("failed_replay_case", read_jsonl(f))
+    if (inbox := root / paths.INBOX).exists():
+        for row in read_jsonl(inbox):
+            queue.append({"source": row["source"], "reason": row.get("reason"), "item": row})
     write_jsonl(out, queue)
     counts: dict[str, int] = {}
     for item in queue:

@@ -7,7 +7,8 @@ and deltas (candidate vs prod, candidate vs base, prod vs base), and the ABCD re
 `conf/gate/<name>.yaml`. SFT is judged on extraction (and the decision task, once evaluated); SFT→DPO
 and SFT→GRPO on the decision evaluation with their own guards; `metrics/gate.json` is the shipped
 candidate's decision, with every candidate's verdict under `candidates`. When the adapter in prod regressed against the base model on the evidence
-and the candidate cannot replace it, the decision is `rollback`.
+and the candidate cannot replace it, the decision is `rollback`. The human verdict (metrics/human.json,
+`clap human import`) counts for the adapter it rated; `release_via_canary` sends a promote to canary first.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.gate import choose, decide, decide_chain_step
-from clap.io import read_json, read_json_if_exists, write_json
+from clap.gate import choose, decide, decide_chain_step, via_canary
+from clap.io import read_json, read_json_if_exists, sha256_file, write_json
 from clap.schemas import GateDecision
 
 
@@ -34,10 +35,13 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
                                                   "prod_vs_base") if k in data}
     replay = read_json_if_exists(root / paths.REPLAY_METRICS)
     decisions = read_json_if_exists(root / paths.DECISION_METRICS)
+    human = read_json_if_exists(root / paths.HUMAN_METRICS)
+    manifest = root / paths.adapter(candidate) / "manifest.json"
     judged = {candidate: decide(cfg["gate"], admission, guards, evaluation, replay, candidate=candidate,
-                                decisions=decisions)}
+                                decisions=decisions, human=human,
+                                candidate_manifest=sha256_file(manifest) if manifest.exists() else None)}
     for step in trainers[1:]:
         judged[step] = decide_chain_step(cfg["gate"], step, guards[step], judged[candidate], decisions)
-    decision = choose(judged)
+    decision = via_canary(cfg["gate"], choose(judged))
     write_json(out, decision.model_dump())
     return decision

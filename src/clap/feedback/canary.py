@@ -1,0 +1,187 @@
+"""The canary: prod and the canary adapter served side by side, every request and outcome logged.
+
+    clap canary serve                     # 127.0.0.1:<canary.port>, OpenAI-compatible chat completions
+    clap canary traffic                   # the demo's traffic: held-out replay questions, scored against gold
+
+On CUDA the documented route is vLLM's OpenAI-compatible server with prod and canary as LoRA modules
+(`vllm serve BASE --enable-lora --lora-modules prod=… canary=…`); this is the CPU server for the demo
+and the tests. It holds one base model with both adapters, each attached only through the serving
+check against the bundle committed at its release tag (a tampered adapter is refused before the
+server listens). `POST /v1/chat/completions` routes a request to the canary when the hash of its
+request id falls below `canary.share` (`"model": "prod"` or `"canary"` pins an arm, as a LoRA module
+name does in vLLM); `POST /v1/feedback` records the outcome of a request. Both logs are append-only
+JSONL under feedback/canary/ (`dvc add feedback/canary` versions them):
+
+- requests.jsonl: request id, request hash (of the messages), arm, version, adapter sha256, latency, answer;
+- feedback.jsonl: request id, outcome (1 success, 0 failure), reason, optional record id for the flywheel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from clap import paths
+from clap.errors import UserError
+from clap.metrics import parse_answer
+
+REQUESTS, FEEDBACK = "requests.jsonl", "feedback.jsonl"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str                 # prod | canary
+    use_adapter: bool | str   # the Engine's switch: False (base), "prod" or "candidate"
+    version: str | None       # the registered version it serves (None: the base model)
+    adapter_sha256: str | None
+
+
+def request_hash(messages: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def route(request_id: str, share: float) -> str:
+    """canary for a stable `share` of request ids, prod for the rest."""
+    return "canary" if int(hashlib.sha256(request_id.encode()).hexdigest()[:8], 16) / 2 ** 32 < share else "prod"
+
+
+class _Log:
+    def __init__(self, folder: Path):
+        self.folder, self.lock = Path(folder), threading.Lock()
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def append(self, name: str, row: dict) -> None:
+        line = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+        with self.lock, open(self.folder / name, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+
+
+class CanaryService:
+    """Routing, generation (one request at a time on the shared model) and logging; no HTTP in here."""
+
+    def __init__(self, engine, arms: dict[str, Arm], share: float, log_dir: Path, max_new_tokens: int):
+        self.engine, self.arms, self.share, self.max_new_tokens = engine, arms, share, max_new_tokens
+        self.log, self._gen_lock = _Log(log_dir), threading.Lock()
+        served = Path(log_dir) / REQUESTS  # a restarted server still takes feedback on what it served before
+        self.known = {json.loads(line)["request_id"] for line in served.open(encoding="utf-8")} if served.exists() else set()
+
+    def complete(self, messages: list[dict], arm: str | None = None, schema: dict | None = None,
+                 request_id: str | None = None) -> dict:
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and "content" in m for m in messages):
+            raise ValueError("`messages` must be a list of {role, content}")
+        request_id = request_id or uuid.uuid4().hex
+        name = arm or route(request_id, self.share)
+        if name not in self.arms:
+            raise ValueError(f"unknown model {name!r} (serving: {', '.join(self.arms)})")
+        a = self.arms[name]
+        t0 = time.perf_counter()
+        with self._gen_lock:
+            gen = self.engine.generate([messages], use_adapter=a.use_adapter, max_new_tokens=self.max_new_tokens,
+                                       batch_size=1, progress=False, schemas=[schema] if schema else None)[0]
+        ms = (time.perf_counter() - t0) * 1000
+        self.known.add(request_id)
+        self.log.append(REQUESTS, {"ts": time.time(), "request_id": request_id, "request_hash": request_hash(messages),
+                                   "arm": name, "version": a.version, "adapter_sha256": a.adapter_sha256,
+                                   "latency_ms": round(ms, 2), "new_tokens": gen.new_tokens, "output": gen.text,
+                                   "answer": parse_answer(gen.text)})
+        return {"id": request_id, "object": "chat.completion", "model": name, "created": int(time.time()),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text},
+                             "finish_reason": "stop"}],
+                "usage": {"completion_tokens": gen.new_tokens}}
+
+    def feedback(self, request_id: str, outcome, reason: str | None = None, record_id: str | None = None) -> dict:
+        if request_id not in self.known:
+            raise ValueError(f"request {request_id!r} was not served here")
+        if outcome not in (0, 1, True, False):
+            raise ValueError(f"outcome must be 0 or 1 (got {outcome!r})")
+        row = {"ts": time.time(), "request_id": request_id, "outcome": int(outcome), "reason": reason,
+               "record_id": record_id}
+        self.log.append(FEEDBACK, row)
+        return {"ok": True}
+
+
+def _handler(service: CanaryService):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # the JSONL logs are the record; no stderr line per request
+            pass
+
+        def _send(self, code: int, body: dict) -> None:
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if "model" in body:
+                self.send_header("X-CLAP-Arm", body["model"])
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/health":
+                self._send(200, {"arms": {n: a.version for n, a in service.arms.items()}, "share": service.share})
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in ["clap", *service.arms]]})
+            else:
+                self._send(404, {"error": f"no route {self.path}"})
+
+        def do_POST(self):
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if self.path == "/v1/chat/completions":
+                    fmt = body.get("response_format") or {}
+                    schema = (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else None
+                    arm = body.get("model") if body.get("model") in service.arms else None
+                    self._send(200, service.complete(body.get("messages"), arm, schema, body.get("request_id")))
+                elif self.path == "/v1/feedback":
+                    self._send(200, service.feedback(body.get("request_id"), body.get("outcome"), body.get("reason"),
+                                                     body.get("record_id")))
+                else:
+                    self._send(404, {"error": f"no route {self.path}"})
+            except (ValueError, TypeError, json.JSONDecodeError) as exc:
+                self._send(400, {"error": str(exc)})
+
+    return Handler
+
+
+def server(service: CanaryService, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """The HTTP server (not started): `server(...).serve_forever()`, or in a thread for the demo and tests."""
+    return ThreadingHTTPServer((host, port), _handler(service))
+
+
+class NoCanary(UserError, RuntimeError):
+    pass
+
+
+def from_registry(root: Path, cfg: dict, log_dir: Path) -> CanaryService:
+    """The service for the registry's canary beside its prod (the base model when nothing is in prod):
+    both adapters restored from the DVC cache into models/serving/<version>/ and attached only after the
+    serving check against the bundle committed at their release tags."""
+    from clap import model
+    from clap.generate import Engine
+    from clap.prod import restore_version_adapter
+    from clap.release import current
+
+    root = Path(root)
+    canary, prod = current(root, "canary"), current(root, "prod")
+    if canary is None:
+        raise NoCanary("nothing is in canary: a gate decision of canary (or policy release_via_canary) and "
+                       "`clap release` put a version there")
+    folders = {}
+    for holder in (canary, prod):
+        if holder is not None and holder["version"] not in folders:
+            folders[holder["version"]] = restore_version_adapter(
+                root, holder["version"], root / paths.MODELS / "serving" / holder["version"] / "adapter")
+    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    c_dir, c_expected = folders[canary["version"]]
+    p_dir, p_expected = folders[prod["version"]] if prod else (None, None)
+    engine = Engine(base, c_dir, c_expected, p_dir, p_expected)
+    arms = {"prod": Arm("prod", "prod" if prod else False, prod["version"] if prod else None,
+                        p_expected["files"]["adapter_model.safetensors"] if prod else None),
+            "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}
+    return CanaryService(engine, arms, cfg["canary"]["share"], log_dir, cfg["canary"]["max_new_tokens"])

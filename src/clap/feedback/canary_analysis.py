@@ -1,0 +1,101 @@
+"""`clap canary analyze`: canary vs prod on the logged outcomes, ending like an Argo Rollouts analysis run —
+successful (promote the canary to prod), failed (roll the canary back) or inconclusive (keep collecting).
+
+Pairs: requests both arms answered (same messages) pair by request hash; otherwise the i-th outcome
+of each arm pairs in arrival order. On them: Wald's SPRT over the discordant pairs (it stops as soon
+as the evidence suffices), McNemar's exact test, and a bootstrap CI of the success-rate difference.
+A canary whose p95 latency exceeds prod's by more than `canary.max_latency_ratio` fails whatever its
+outcomes. Requests without an outcome are counted, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clap.errors import UserError
+from clap.feedback.canary import FEEDBACK, REQUESTS
+from clap.feedback.sequential import discordant, mcnemar, pairs_by_key, pairs_in_order, sprt
+from clap.stats import p95, paired_bootstrap
+
+ARMS = ("prod", "canary")
+
+
+class CanaryLogError(UserError, ValueError):
+    pass
+
+
+def load_logs(folder: Path) -> tuple[list[dict], list[dict]]:
+    folder = Path(folder)
+    if not (folder / REQUESTS).exists():
+        raise CanaryLogError(f"{folder / REQUESTS}: no request log (serve traffic with `clap canary serve` first)")
+    out = []
+    for name in (REQUESTS, FEEDBACK):
+        rows, path = [], folder / name
+        for n, line in enumerate(path.open(encoding="utf-8") if path.exists() else [], start=1):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise CanaryLogError(f"{path}: line {n} is not JSON") from None
+        out.append(rows)
+    return out[0], out[1]
+
+
+def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
+    c = cfg["canary"]
+    outcome = {f["request_id"]: int(f["outcome"]) for f in feedback}  # the last feedback on a request counts
+    served = {a: [r for r in requests if r["arm"] == a] for a in ARMS}
+    versions = {a: sorted({r.get("version") or "base" for r in rows}) for a, rows in served.items()}
+    for a, vs in versions.items():
+        if len(vs) > 1:
+            raise CanaryLogError(f"the {a} arm served {len(vs)} versions ({', '.join(vs)}): analyse one canary at a "
+                                 "time (move the old logs away)")
+    scored = {a: [r | {"outcome": outcome[r["request_id"]]} for r in rows if r["request_id"] in outcome]
+              for a, rows in served.items()}
+    by_hash = {a: {r["request_hash"]: r["outcome"] for r in rows} for a, rows in scored.items()}
+    if by_hash["prod"].keys() & by_hash["canary"].keys():
+        pairing, pairs = "by_request", pairs_by_key(by_hash["prod"], by_hash["canary"])
+    else:
+        pairing = "arrival_order"
+        pairs = pairs_in_order([r["outcome"] for r in scored["prod"]], [r["outcome"] for r in scored["canary"]])
+    test = sprt(discordant(pairs), c["p_worse"], c["p_better"], c["alpha"], c["beta"])
+    latency = {a: p95([r["latency_ms"] for r in rows]) for a, rows in served.items()}
+    delta = paired_bootstrap([p for p, _ in pairs], [q for _, q in pairs], n=cfg["evaluate"]["bootstrap"],
+                             ci=cfg["evaluate"]["ci"], seed=11)
+    reasons = []
+    ratio = latency["canary"] / latency["prod"] if latency["prod"] and latency["canary"] else None
+    if ratio is not None and ratio > c["max_latency_ratio"]:
+        reasons.append({"rule": "p95_latency_ratio", "observed": round(ratio, 3), "threshold": c["max_latency_ratio"],
+                        "outcome": "failed"})
+    if test.outcome == "accept_h0":
+        reasons.append({"rule": "sprt", "observed": f"canary won {test.canary_wins} of {test.discordant_seen} discordant",
+                        "threshold": f"H0 p={c['p_worse']}", "outcome": "failed"})
+    elif test.outcome == "accept_h1":
+        few = min(len(scored["prod"]), len(scored["canary"])) < c["min_requests"]
+        reasons.append({"rule": "sprt", "observed": f"canary won {test.canary_wins} of {test.discordant_seen} discordant",
+                        "threshold": f"H1 p={c['p_better']}", "outcome": "inconclusive" if few else "successful"})
+        if few:
+            reasons.append({"rule": "min_requests", "observed": min(len(scored['prod']), len(scored['canary'])),
+                            "threshold": c["min_requests"], "outcome": "inconclusive"})
+    else:
+        reasons.append({"rule": "sprt", "observed": f"llr {test.llr:.3f} within ({test.lower:.3f}, {test.upper:.3f})",
+                        "threshold": "a bound", "outcome": "inconclusive"})
+    order = ["failed", "inconclusive", "successful"]
+    verdict = min((r["outcome"] for r in reasons), key=order.index)
+    return {"verdict": verdict, "reasons": reasons, "versions": {a: v[0] if v else None for a, v in versions.items()},
+            "requests": {a: len(rows) for a, rows in served.items()},
+            "without_outcome": {a: len(served[a]) - len(scored[a]) for a in ARMS},
+            "success_rate": {a: round(sum(r["outcome"] for r in rows) / len(rows), 6) if rows else None
+                             for a, rows in scored.items()},
+            "pairing": pairing, "pairs": len(pairs), "delta_canary_minus_prod": delta, "mcnemar": mcnemar(pairs),
+            "sprt": test.as_dict() | {"p_worse": c["p_worse"], "p_better": c["p_better"], "alpha": c["alpha"],
+                                      "beta": c["beta"]},
+            "p95_latency_ms": latency}
+
+
+def failed_cases(requests: list[dict], feedback: list[dict]) -> list[dict]:
+    """Canary requests with a failed outcome: the flywheel inbox rows, each with its reason."""
+    arm = {r["request_id"]: r for r in requests}
+    return [{"source": "canary_failed", "request_id": f["request_id"], "reason": f.get("reason") or "outcome 0",
+             "record_id": f.get("record_id"), "version": arm[f["request_id"]].get("version")}
+            for f in feedback if not f["outcome"] and arm.get(f["request_id"], {}).get("arm") == "canary"]

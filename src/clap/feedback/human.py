@@ -1,0 +1,237 @@
+"""Human evaluation round trip through Label Studio.
+
+    clap human export                     # feedback/human/export/{tasks.json,config.xml} + feedback/human/keys/<id>.json
+    clap human import EXPORT.json         # Label Studio's JSON export → metrics/human.json + the flywheel inbox
+
+Export samples, per batch, evaluation questions (the extraction holdout) and replay cases (the
+application's prompt) and makes one task per answer of every model — blind: a task shows the source,
+the question and an answer, and an opaque uid (a salted hash) in place of the model. The mapping stays
+apart in `feedback/human/keys/<export_id>.json` (git-tracked, never sent to annotators), with the
+sha256 of every task's answer, so an import is checked against what was exported: an answer that
+changed on the way is refused, a task that was never exported is reported and left out.
+
+Import computes, per model, the mean of each 1–5 scale and the correct rate with bootstrap CIs; the
+candidate − reference deltas (reference: prod when it was rated, else base) paired by question;
+inter-annotator agreement per scale; and the calibration of the automatic metrics against the
+human labels. Answers the people rated low or incorrect go to the flywheel inbox
+(`feedback/production.jsonl`), which the repair queue reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clap import paths
+from clap.errors import UserError
+from clap.feedback import agreement as agr
+from clap.feedback.labelstudio import CORRECTNESS, SCALES, labeling_config, parse_export
+from clap.io import read_json_if_exists, read_jsonl, sha256_file, write_json, write_jsonl
+from clap.stats import paired_bootstrap
+
+EVAL_MODELS = {"baseline": "base", "candidate": "candidate", "prod": "prod"}  # evaluate's model names
+REPLAY_ARMS = {"A": "base", "B": "candidate", "P": "prod"}  # the replay's RAG arms: the application's answers
+AUTOMATIC = {"extraction": ("pass_rate", "overall_score"), "application": ("core_fields_exact", "value_exact")}
+
+
+class HumanEvalError(UserError, ValueError):
+    pass
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _items(root: Path, batches: list[str]) -> list[dict]:
+    """Every question with the answers of each model: {item_id, kind, batch, record_id, source, question, answers}."""
+    items = []
+    for b in batches:
+        rows = {r["sample_id"]: r for r in read_jsonl(root / paths.MATERIALIZED / b / "sft_eval.jsonl")}
+        answers: dict[str, dict] = {}
+        for rec in read_jsonl(root / paths.EVAL / b / "records.jsonl") if (root / paths.EVAL / b).exists() else []:
+            answers.setdefault(rec["sample_id"], {})[EVAL_MODELS[rec["model"]]] = rec
+        for sid, by_model in answers.items():
+            row = rows[sid]
+            items.append({"item_id": f"eval:{sid}", "kind": "extraction", "batch": b, "record_id": row.get("record_id"),
+                          "source": row["source"], "question": row["question"], "answers": by_model})
+    replay = root / paths.REPLAY / "records.jsonl"
+    if replay.exists():
+        cases = {c["case_id"]: c for b in batches for c in read_jsonl(root / paths.MATERIALIZED / b / "replay_cases.jsonl")}
+        chunks = pd.read_parquet(root / paths.ASSETS / "chunks.parquet", columns=["chunk_id", "text"])
+        text = dict(zip(chunks["chunk_id"], chunks["text"]))
+        answers = {}
+        for rec in read_jsonl(replay):
+            if rec["arm"] in REPLAY_ARMS:
+                answers.setdefault(rec["case_id"], {})[REPLAY_ARMS[rec["arm"]]] = rec
+        for cid, by_model in answers.items():
+            case, first = cases[cid], next(iter(by_model.values()))
+            items.append({"item_id": f"replay:{cid}", "kind": "application", "batch": case["batch"],
+                          "record_id": case.get("record_id"), "question": case["question"],
+                          "source": "\n\n".join(f"[{c}] {text.get(c, '')}" for c in first["retrieved"]),
+                          "answers": by_model})
+    return items
+
+
+def _rank(seed: str, key: str) -> str:
+    return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
+
+
+def export(cfg: dict, root: Path, out: Path, keys: Path) -> dict:
+    """Write the Label Studio import file and config to `out`, the blind mapping to `keys`/<export_id>.json."""
+    root, h = Path(root), cfg["human"]
+    items = _items(root, cfg["data"]["batches"])
+    if not items:
+        raise HumanEvalError(f"{root / paths.EVAL}: no evaluation or replay records to export (run `dvc repro` first)")
+    chosen = []
+    for group in sorted({(i["batch"], i["kind"]) for i in items}):
+        pool = sorted((i for i in items if (i["batch"], i["kind"]) == group), key=lambda i: _rank(h["seed"], i["item_id"]))
+        chosen += pool[:h["items_per_batch"]]
+    export_id, salt = os.urandom(6).hex(), os.urandom(16).hex()
+    tasks, mapping = [], {}
+    for item in chosen:
+        for model, rec in sorted(item["answers"].items()):
+            uid = _rank(salt, f"{item['item_id']}:{model}")[:20]
+            tasks.append({"data": {"uid": uid, "export_id": export_id, "source": item["source"],
+                                   "question": item["question"], "answer": rec["output"]}})
+            mapping[uid] = {"item_id": item["item_id"], "kind": item["kind"], "batch": item["batch"],
+                            "record_id": item["record_id"], "model": model, "answer_sha256": _sha(rec["output"]),
+                            "automatic": {m: rec[m] for m in AUTOMATIC[item["kind"]]}}
+    tasks.sort(key=lambda t: _rank(salt, t["data"]["uid"]))  # the order tells nothing about the model either
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tasks.json").write_text(json.dumps(tasks, ensure_ascii=False, indent=1), encoding="utf-8")
+    (out / "config.xml").write_text(labeling_config(), encoding="utf-8")
+    manifest = root / paths.adapter("sft") / "manifest.json"
+    key = {"export_id": export_id, "salt": salt, "tasks_sha256": sha256_file(out / "tasks.json"),
+           "candidate_manifest_sha256": sha256_file(manifest) if manifest.exists() else None,
+           "items": len(chosen), "tasks": mapping}
+    write_json(keys / f"{export_id}.json", key)
+    return {"export_id": export_id, "items": len(chosen), "tasks": len(tasks), "models": sorted({m["model"] for m in mapping.values()})}
+
+
+def _load_export(file: Path) -> list:
+    try:
+        return json.loads(Path(file).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise HumanEvalError(f"{file}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HumanEvalError(f"{file}: not JSON ({exc})") from None
+
+
+def _key_for(tasks: list, keys: Path, file: Path) -> tuple[dict, Path]:
+    ids = {(t.get("data") or {}).get("export_id") for t in tasks if isinstance(t, dict)} - {None}
+    if len(ids) != 1:
+        raise HumanEvalError(f"{file}: tasks come from {len(ids)} exports ({', '.join(sorted(ids)) or 'none'}); "
+                             "import one `clap human export` at a time")
+    path = keys / f"{ids.pop()}.json"
+    if not path.exists():
+        raise HumanEvalError(f"{file}: its export key {path} is missing (the mapping `clap human export` wrote)")
+    return json.loads(path.read_text(encoding="utf-8")), path
+
+
+def _ci(values: list[float], cfg: dict) -> dict:
+    """Mean with a percentile bootstrap CI (the paired bootstrap against zero)."""
+    r = paired_bootstrap([0.0] * len(values), values, n=cfg["evaluate"]["bootstrap"], ci=cfg["evaluate"]["ci"], seed=5)
+    return {"mean": r["delta"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
+
+
+def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Path) -> dict:
+    """Check a Label Studio export against its key, then write `out` (metrics/human.json) and append flagged answers to `inbox`."""
+    h = cfg["human"]
+    tasks = _load_export(file)
+    try:
+        parsed = parse_export(tasks, str(file))
+    except ValueError as exc:
+        raise HumanEvalError(str(exc)) from None
+    key, key_path = _key_for(tasks, keys, Path(file))
+    problems = list(parsed.problems)
+    for t in tasks:
+        uid, answer = t["data"].get("uid"), t["data"].get("answer")
+        if uid in key["tasks"] and _sha(str(answer)) != key["tasks"][uid]["answer_sha256"]:
+            raise HumanEvalError(f"{file}: task {t.get('id')} shows an answer that differs from the one exported "
+                                 f"(uid {uid}, key {key_path}); refusing the import")
+    unknown = sorted({lab.task_id for lab in parsed.labels if lab.task_uid not in key["tasks"]}, key=str)
+    problems += [f"task {t}: never exported in {key['export_id']}; its labels left out" for t in unknown]
+    labels = [lab for lab in parsed.labels if lab.task_uid in key["tasks"]]
+    if not labels:
+        raise HumanEvalError(f"{file}: no usable annotation (cancelled {len(parsed.cancelled)}, "
+                             f"problems {len(problems)})")
+    rows = [{"uid": lab.task_uid, "annotator": lab.annotator, **key["tasks"][lab.task_uid],
+             **{s: lab.ratings.get(s) for s in SCALES},
+             CORRECTNESS: None if lab.correct is None else float(lab.correct)} for lab in labels]
+    df = pd.DataFrame(rows)
+    per_task = df.groupby("uid").agg({**dict.fromkeys([*SCALES, CORRECTNESS], "mean"), "model": "first",
+                                      "item_id": "first", "kind": "first"})
+    models = sorted(per_task["model"].unique())
+    result = {"imported": True, "export_id": key["export_id"], "key_sha256": sha256_file(key_path),
+              "export_sha256": sha256_file(file), "candidate_manifest_sha256": key["candidate_manifest_sha256"],
+              "tasks_exported": len(key["tasks"]), "tasks_labelled": int(per_task.shape[0]), "labels": len(labels),
+              "annotators": sorted(df["annotator"].unique()), "cancelled": len(parsed.cancelled),
+              "missing_labels": {s: int(df[s].isna().sum()) for s in [*SCALES, CORRECTNESS]},
+              "problems": problems, "models": {}, "deltas": {}, "agreement": {}, "calibration": {}}
+    for m in models:
+        sub = per_task[per_task["model"] == m]
+        result["models"][m] = {s: _ci(sub[s].dropna().tolist(), cfg) for s in [*SCALES, CORRECTNESS]}
+    ref = "prod" if "prod" in models else "base"
+    if "candidate" in models and ref in models:
+        pivot = {s: per_task.pivot_table(index="item_id", columns="model", values=s) for s in [*SCALES, CORRECTNESS]}
+        result["reference"] = ref
+        result["deltas"][f"candidate-{ref}"] = {
+            s: paired_bootstrap(p[ref].tolist(), p["candidate"].tolist(), n=cfg["evaluate"]["bootstrap"],
+                                ci=cfg["evaluate"]["ci"], seed=7)
+            for s, p in ((s, p.dropna(subset=[ref, "candidate"])) for s, p in pivot.items()
+                         if {ref, "candidate"} <= set(p.columns))}
+    annotators = sorted(df["annotator"].unique())
+    for s, level in [*((s, "interval") for s in SCALES), (CORRECTNESS, "nominal")]:
+        wide = df.pivot_table(index="uid", columns="annotator", values=s, aggfunc="first").reindex(columns=annotators)
+        units = [[None if pd.isna(v) else v for v in row] for row in wide.to_numpy().tolist()]
+        result["agreement"][s] = agr.agreement(units, level) if len(annotators) > 1 \
+            else {"units": len(units), "raters_per_unit": [1], "krippendorff_alpha": None}
+    tasks_df = per_task.join(pd.DataFrame.from_dict(
+        {u: key["tasks"][u]["automatic"] for u in per_task.index}, orient="index"))
+    for kind, metrics in AUTOMATIC.items():
+        sub = tasks_df[tasks_df["kind"] == kind]
+        for metric in (m for m in metrics if m in sub and not sub.empty):
+            for label, target in ((CORRECTNESS, sub[CORRECTNESS]), ("usefulness", (sub["usefulness"] - 1) / 4)):
+                ok = target.notna() & sub[metric].notna()
+                if ok.any():
+                    result["calibration"].setdefault(kind, {})[f"{metric}~{label}"] = agr.calibration(
+                        sub.loc[ok, metric].tolist(), target[ok].tolist(), h["calibration_threshold"])
+    # flagged: rated low, or no majority of its raters called it correct
+    flagged = per_task[(per_task["usefulness"] <= h["flag_usefulness_at_most"]) | (per_task[CORRECTNESS] <= 0.5)]
+    flagged = flagged[flagged["model"].isin(["candidate", "prod"])]
+    inbox_rows = [{"source": "human_flagged", "export_id": key["export_id"], "uid": u,
+                   "reason": "rated incorrect" if r[CORRECTNESS] <= 0.5 else f"usefulness {r['usefulness']:.1f}",
+                   "record_id": key["tasks"][u]["record_id"], "item_id": r["item_id"], "model": r["model"]}
+                  for u, r in flagged.iterrows()]
+    _append_inbox(inbox, inbox_rows, f"human:{key['export_id']}")
+    result["flagged_to_inbox"] = len(inbox_rows)
+    write_json(out, _finite(result))
+    return result
+
+
+def _finite(obj):
+    """NaN (a scale nobody rated) → None, so metrics/human.json stays strict JSON."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
+def _append_inbox(inbox: Path, rows: list[dict], batch_key: str) -> None:
+    """Replace the inbox rows of this import (`batch_key`) and keep every other row: importing the
+    same export twice does not queue its cases twice."""
+    kept = [r for r in (read_jsonl(inbox) if inbox.exists() else []) if r.get("batch_key") != batch_key]
+    write_jsonl(inbox, kept + [r | {"batch_key": batch_key} for r in rows])
+
+
+def verdict_inputs(root: Path) -> dict:
+    """metrics/human.json as the gate reads it ({"imported": false} before any import)."""
+    return read_json_if_exists(Path(root) / paths.HUMAN_METRICS) or {"imported": False}
