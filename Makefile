@@ -6,7 +6,11 @@ PIP := $(PY) -m pip
 # CUDA index (see README, "GPU install").
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test lint bench clean
+# Label Studio (Apache-2.0) in its own environment: the human-evaluation round-trip test starts it on 127.0.0.1.
+LS_VENV ?= .venv-label-studio
+LS_SPEC ?= label-studio==1.23.2
+
+.PHONY: setup demo test lint bench clean label-studio
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -19,10 +23,18 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 setup: $(VENV)/.installed
 
+$(LS_VENV)/.installed: Makefile
+	python3 -m venv $(LS_VENV)
+	$(LS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LS_VENV)/bin/python -m pip install -q "$(LS_SPEC)"
+	touch $@
+
+label-studio: $(LS_VENV)/.installed
+
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/clap demo
 
-test: setup
+test: setup label-studio
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/clap params --check
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q
@@ -34,4 +46,4 @@ bench: setup
 	$(PY) benchmarks/bench_assetize.py
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LS_VENV)

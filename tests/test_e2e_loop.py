@@ -167,3 +167,72 @@ def test_loop_threshold_change_release_rollback(clone):
     run(root, "clap", "verify", "release/bundle.json", env=env)
     reg = run(root, "clap", "registry", env=env)
     assert "v0.0.1" in reg and "current=prod" in reg
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_canary_release_traffic_analysis_and_promotion(clone):
+    """Policy release_via_canary: the gate's promote ships as canary; the CPU server serves it beside prod,
+    logs traffic and outcomes; the analysis decides; `clap canary conclude` tags prod."""
+    import time
+    import urllib.request
+
+    from clap.feedback.traffic import post
+
+    root, env = clone
+    params = (root / "params.yaml").read_text()
+    for old, new in (("release_via_canary: false", "release_via_canary: true"), ("min_requests: 20", "min_requests: 2"),
+                     ("alpha: 0.05", "alpha: 0.2"), ("beta: 0.1", "beta: 0.2")):
+        assert old in params, old
+        params = params.replace(old, new)
+    (root / "params.yaml").write_text(params)
+    run(root, "dvc", "repro", env=env)
+    gate = json.loads((root / "metrics/gate.json").read_text())
+    assert gate["decision"] == "canary" and gate["reasons"][-1]["rule"] == "release_via_canary"
+    run(root, "git", "add", "-A", env=env)
+    run(root, "git", "commit", "-qm", "run 3: canary first", env=env)
+    run(root, "dvc", "push", "-q", env=env)
+    assert "released v0.0.3 to canary" in run(root, "clap", "release", env=env)
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(["clap", "canary", "serve", "--port", str(port)], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(240):
+            try:
+                health = json.loads(urllib.request.urlopen(f"{url}/health", timeout=2).read())
+                break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                time.sleep(0.5)
+        assert health["arms"] == {"prod": "v0.0.1", "canary": "v0.0.3"}
+        out = run(root, "clap", "canary", "traffic", "--paired", "--url", url, env=env)
+        assert "prod 0/4" in out and "canary 0/4" in out  # a random tiny model answers nothing right
+        out = run(root, "clap", "canary", "analyze", env=env)
+        assert "INCONCLUSIVE" in out
+        refused = subprocess.run(["clap", "canary", "conclude"], cwd=root, env=env, capture_output=True, text=True)
+        assert refused.returncode == 2 and "serve more traffic" in refused.stdout
+        # the application later reports the canary's answers worked and prod's did not (the last outcome counts)
+        for row in map(json.loads, (root / "feedback/canary/requests.jsonl").read_text().splitlines()):
+            post(f"{url}/v1/feedback", {"request_id": row["request_id"], "outcome": int(row["arm"] == "canary")})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    out = run(root, "clap", "canary", "analyze", env=env)
+    assert "SUCCESSFUL" in out
+    analysis = json.loads((root / "metrics/canary.json").read_text())
+    assert analysis["pairing"] == "by_request" and analysis["sprt"]["outcome"] == "accept_h1"
+    inbox = (root / "feedback/production.jsonl").read_text()
+    assert "canary_failed" not in inbox  # the failures the first analysis queued were replaced by this one's
+    out = run(root, "clap", "canary", "conclude", env=env)
+    assert "v0.0.3: successful → promoted to prod" in out
+    assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.3"
+    assert "canary" not in run(root, "clap", "registry", env=env).split("v0.0.3", 1)[1].split("\n", 1)[0].replace(
+        "#canary#", "").replace("#canary!#", "")

@@ -26,14 +26,14 @@ PROD_POINTER = Path("release/prod.json")
 REPAIR_QUEUE = Path("repair/queue.jsonl")
 REPAIR_FIXED = Path("repair/fixed")
 HUMAN_METRICS = Path("metrics/human.json")
-CANARY_METRICS = Path("metrics/canary.json")
 INBOX = Path("feedback/production.jsonl")  # the flywheel's inbox: human-flagged and canary-failed cases
 
 # Outside the pipeline (written by `clap human …` and `clap canary …`, which people run between rounds):
 HUMAN_EXPORT = Path("feedback/human/export")  # sent to annotators
 HUMAN_KEYS = Path("feedback/human/keys")  # the blind mapping, git-tracked, never sent
 CANARY_LOGS = Path("feedback/canary")  # request and outcome logs (`dvc add feedback/canary`)
-OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS)
+CANARY_METRICS = Path("metrics/canary.json")  # `clap canary analyze`; read by `clap canary conclude`
+OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS)
 
 
 def adapter(kind: str) -> Path:

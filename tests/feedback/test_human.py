@@ -1,39 +1,14 @@
 """Human evaluation round trip: export → (simulated) Label Studio export → import, checked the way a user meets it."""
 
-import copy
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from tests.feedback.conftest import N_ITEMS, annotation
 
 from clap.feedback import human
 from clap.feedback.labelstudio import labeling_config, parse_export
-from clap.io import write_jsonl
-
-N_ITEMS = 25
-
-
-@pytest.fixture()
-def project(tmp_path, params):
-    """A project tree with 25 evaluation questions answered by the base model and the candidate."""
-    root = tmp_path / "proj"
-    rows, records = [], []
-    for i in range(N_ITEMS):
-        sid = f"s{i:03d}"
-        rows.append({"sample_id": sid, "record_id": f"f{i:06d}", "batch": "b1", "source": f"Report, page 1. Sales were {i}.",
-                     "question": f"What were the sales in case {i}?", "target": json.dumps({"value": i})})
-        for model in ("baseline", "candidate"):
-            records.append({"sample_id": sid, "model": model, "output": f'{{"value": {i if model == "candidate" else -1}}}',
-                            "pass_rate": float(model == "candidate"), "overall_score": 0.9 if model == "candidate" else 0.1})
-    write_jsonl(root / "data/materialized/b1/sft_eval.jsonl", rows)
-    write_jsonl(root / "data/eval/b1/records.jsonl", records)
-    (root / "models/sft/adapter").mkdir(parents=True)
-    (root / "models/sft/adapter/manifest.json").write_text('{"files": {}}')
-    cfg = copy.deepcopy(dict(params))
-    cfg["data"] = {"batches": ["b1"]}
-    cfg["human"] = dict(params["human"]) | {"items_per_batch": N_ITEMS}
-    return root, cfg
 
 
 def _export(root, cfg):
@@ -41,14 +16,6 @@ def _export(root, cfg):
     tasks = json.loads((root / "feedback/human/export/tasks.json").read_text())
     key = json.loads((root / "feedback/human/keys" / f"{out['export_id']}.json").read_text())
     return tasks, key
-
-
-def _annotation(aid, rater, usefulness, correct, cancelled=False):
-    return {"id": aid, "completed_by": {"id": rater, "email": f"r{rater}@x"}, "was_cancelled": cancelled,
-            "result": [{"from_name": s, "to_name": "answer", "type": "rating", "value": {"rating": usefulness}}
-                       for s in ("usefulness", "safety", "fluency")]
-            + [{"from_name": "correctness", "to_name": "answer", "type": "choices",
-                "value": {"choices": ["correct" if correct else "incorrect"]}}]}
 
 
 def _ls_export(tasks, key, disagree_on=()):
@@ -59,8 +26,8 @@ def _ls_export(tasks, key, disagree_on=()):
         cand = key["tasks"][t["data"]["uid"]]["model"] == "candidate"
         use = 4 if cand else 2
         flip = t["data"]["uid"] in disagree_on
-        out.append({"id": n, "data": t["data"], "annotations": [_annotation(n * 10 + 1, 1, use, cand),
-                                                                 _annotation(n * 10 + 2, 2, use, cand != flip)]})
+        out.append({"id": n, "data": t["data"], "annotations": [annotation(n * 10 + 1, 1, use, cand),
+                                                                 annotation(n * 10 + 2, 2, use, cand != flip)]})
     return out
 
 
@@ -106,10 +73,10 @@ def test_cancelled_duplicate_and_unknown_labels_are_reported_not_dropped_silentl
     root, cfg = project
     tasks, key = _export(root, cfg)
     export = _ls_export(tasks, key)
-    export[0]["annotations"].append(_annotation(9001, 3, 5, True, cancelled=True))
-    export[1]["annotations"].append(_annotation(9002, 1, 1, False))  # rater 1 again: the later one counts
+    export[0]["annotations"].append(annotation(9001, 3, 5, True, cancelled=True))
+    export[1]["annotations"].append(annotation(9002, 1, 1, False))  # rater 1 again: the later one counts
     export.append({"id": 999, "data": {"uid": "never-exported", "export_id": key["export_id"], "answer": "{}"},
-                   "annotations": [_annotation(9003, 1, 3, True)]})
+                   "annotations": [annotation(9003, 1, 3, True)]})
     r = _import(root, cfg, export)
     assert r["cancelled"] == 1
     assert any("task 2: annotator r1@x annotated it twice; annotation 9002 counts, 21 left out" == p for p in r["problems"])

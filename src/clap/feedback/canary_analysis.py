@@ -94,8 +94,9 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
 
 
 def failed_cases(requests: list[dict], feedback: list[dict]) -> list[dict]:
-    """Canary requests with a failed outcome: the flywheel inbox rows, each with its reason."""
+    """Canary requests whose last outcome failed: the flywheel inbox rows, each with its reason."""
     arm = {r["request_id"]: r for r in requests}
+    last = {f["request_id"]: f for f in feedback}
     return [{"source": "canary_failed", "request_id": f["request_id"], "reason": f.get("reason") or "outcome 0",
              "record_id": f.get("record_id"), "version": arm[f["request_id"]].get("version")}
-            for f in feedback if not f["outcome"] and arm.get(f["request_id"], {}).get("arm") == "canary"]
+            for f in last.values() if not f["outcome"] and arm.get(f["request_id"], {}).get("arm") == "canary"]

@@ -1,0 +1,166 @@
+"""The canary: analysis on synthetic logs, the CPU server on a tiny model, and the tags that end it."""
+
+import json
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+from clap import release
+from clap.feedback import canary_analysis
+from clap.feedback.canary import CanaryService, route, server
+from clap.feedback.traffic import TrafficError, post
+
+
+def _logs(outcomes: dict[str, list[int]], paired: bool, latency: dict[str, float] | None = None):
+    """Request and feedback rows: arm → outcomes in arrival order (paired: request i asked of both arms)."""
+    requests, feedback = [], []
+    for arm, outs in outcomes.items():
+        for i, o in enumerate(outs):
+            rid = f"{arm}-{i}"
+            requests.append({"request_id": rid, "request_hash": f"q{i}" if paired else f"{arm}{i}", "arm": arm,
+                             "version": "v0.0.2" if arm == "canary" else "v0.0.1",
+                             "latency_ms": (latency or {}).get(arm, 100.0)})
+            feedback.append({"request_id": rid, "outcome": o, "reason": None if o else "missed", "record_id": f"f{i}"})
+    return requests, feedback
+
+
+def test_a_clearly_better_canary_succeeds_on_paired_requests(params):
+    requests, feedback = _logs({"prod": [0] * 30, "canary": [1] * 10 + [0] * 20}, paired=True)
+    r = canary_analysis.analyze(requests, feedback, params)
+    assert r["verdict"] == "successful" and r["pairing"] == "by_request"
+    assert r["sprt"]["outcome"] == "accept_h1" and r["sprt"]["discordant_seen"] < 10  # stopped early
+    assert r["mcnemar"]["canary_only"] == 10 and r["delta_canary_minus_prod"]["delta"] == pytest.approx(1 / 3)
+    assert r["versions"] == {"prod": "v0.0.1", "canary": "v0.0.2"}
+
+
+def test_a_worse_canary_fails_and_its_failures_go_to_the_inbox(params):
+    requests, feedback = _logs({"prod": [1] * 30, "canary": [0] * 12 + [1] * 18}, paired=False)
+    feedback.append(feedback[30] | {"outcome": 1})  # a later outcome replaces the first: 11 failures remain
+    r = canary_analysis.analyze(requests, feedback, params)
+    assert r["verdict"] == "failed" and r["pairing"] == "arrival_order"
+    failed = canary_analysis.failed_cases(requests, feedback)
+    assert len(failed) == 11 and {f["source"] for f in failed} == {"canary_failed"} and failed[0]["record_id"] == "f1"
+
+
+def test_equal_arms_are_inconclusive_and_slow_canaries_fail(params):
+    requests, feedback = _logs({"prod": [1, 0] * 3, "canary": [1, 0] * 3}, paired=True)
+    assert canary_analysis.analyze(requests, feedback, params)["verdict"] == "inconclusive"
+    requests, feedback = _logs({"prod": [0] * 30, "canary": [1] * 30}, paired=True, latency={"canary": 1000.0})
+    r = canary_analysis.analyze(requests, feedback, params)
+    assert r["verdict"] == "failed" and r["reasons"][0]["rule"] == "p95_latency_ratio"
+
+
+def test_requests_without_outcome_are_counted_and_too_few_requests_never_conclude(params):
+    requests, feedback = _logs({"prod": [0] * 10, "canary": [1] * 10}, paired=True)
+    r = canary_analysis.analyze(requests, feedback[:-1], params)
+    assert r["without_outcome"] == {"prod": 0, "canary": 1}
+    assert r["verdict"] == "inconclusive" and any(x["rule"] == "min_requests" for x in r["reasons"])
+
+
+def test_logs_of_two_canaries_are_refused(params):
+    requests, feedback = _logs({"prod": [0, 1], "canary": [1, 1]}, paired=True)
+    requests[-1]["version"] = "v0.0.3"
+    with pytest.raises(canary_analysis.CanaryLogError, match="served 2 versions"):
+        canary_analysis.analyze(requests, feedback, params)
+
+
+def test_routing_is_stable_and_follows_the_share():
+    ids = [f"r{i}" for i in range(4000)]
+    share = sum(route(i, 0.25) == "canary" for i in ids) / len(ids)
+    assert share == pytest.approx(0.25, abs=0.03) and [route(i, 0.25) for i in ids[:50]] == [route(i, 0.25) for i in ids[:50]]
+
+
+@pytest.fixture(scope="module")
+def served(sft_start, tiny_dir, tmp_path_factory):
+    from clap.feedback.canary import Arm
+    from clap.generate import Engine
+
+    adapter, manifest = sft_start
+    engine = Engine(tiny_dir, adapter, manifest)
+    arms = {"prod": Arm("prod", False, None, None), "canary": Arm("canary", True, "v0.0.1", "sha")}
+    logs = tmp_path_factory.mktemp("canary_logs")
+    srv = server(CanaryService(engine, arms, 0.5, logs, max_new_tokens=4), 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", logs
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_server_answers_routes_and_logs(served):
+    url, logs = served
+    msgs = [{"role": "user", "content": "What were the sales?"}]
+    pinned = post(f"{url}/v1/chat/completions", {"model": "canary", "messages": msgs})
+    assert pinned["model"] == "canary" and pinned["choices"][0]["message"]["role"] == "assistant"
+    routed = [post(f"{url}/v1/chat/completions", {"messages": msgs})["model"] for _ in range(8)]
+    assert set(routed) <= {"prod", "canary"}
+    post(f"{url}/v1/feedback", {"request_id": pinned["id"], "outcome": 1})
+    rows = [json.loads(x) for x in (logs / "requests.jsonl").read_text().splitlines()]
+    assert len(rows) == 9 and rows[0]["arm"] == "canary" and rows[0]["version"] == "v0.0.1"
+    assert {"request_id", "request_hash", "arm", "adapter_sha256", "latency_ms", "answer"} <= set(rows[0])
+    fb = [json.loads(x) for x in (logs / "feedback.jsonl").read_text().splitlines()]
+    assert fb == [fb[0]] and fb[0]["outcome"] == 1 and fb[0]["request_id"] == pinned["id"]
+    with pytest.raises(TrafficError, match="HTTP 400.*was not served here"):
+        post(f"{url}/v1/feedback", {"request_id": "nope", "outcome": 1})
+    with pytest.raises(TrafficError, match="HTTP 400.*outcome must be 0 or 1"):
+        post(f"{url}/v1/feedback", {"request_id": pinned["id"], "outcome": 7})
+
+
+def test_server_refuses_a_tampered_canary_before_it_listens(sft_start, tiny_dir, tmp_path):
+    from clap.generate import Engine
+    from clap.serving import AdapterRefused
+
+    adapter, manifest = sft_start
+    copy = shutil.copytree(adapter, tmp_path / "adapter")
+    data = bytearray((copy / "adapter_model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (copy / "adapter_model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(AdapterRefused, match="adapter_model.safetensors: sha256 does not match"):
+        Engine(tiny_dir, copy, manifest)
+
+
+def _git(root, *args):
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture()
+def registry(tmp_path):
+    """v0.0.1 in prod, v0.0.2 in canary, as GTO tags."""
+    root = tmp_path / "reg"
+    root.mkdir()
+    _git(root, "init", "-q")
+    _git(root, "config", "user.email", "ci@example.com")
+    _git(root, "config", "user.name", "CI")
+    for v, stage, k in (("v0.0.1", "prod", 1), ("v0.0.2", "canary", 2)):
+        _git(root, "commit", "-q", "--allow-empty", "-m", v)
+        _git(root, "tag", "-a", f"clap-adapter@{v}", "-m", v)
+        _git(root, "tag", "-a", f"clap-adapter#{stage}#{k}", "-m", stage)
+    return root
+
+
+def _analysis(verdict, version="v0.0.2"):
+    return {"verdict": verdict, "versions": {"canary": version, "prod": "v0.0.1"},
+            "reasons": [{"rule": "sprt", "observed": "x", "outcome": verdict}]}
+
+
+def test_a_successful_canary_is_promoted_and_its_canary_stage_closed(registry):
+    r = release.conclude_canary(registry, _analysis("successful"))
+    assert r["tags"] == ["clap-adapter#prod#3", "clap-adapter#canary!#4"]
+    assert release.current(registry, "prod")["version"] == "v0.0.2" and release.current(registry, "canary") is None
+    assert json.loads((registry / "release/prod.json").read_text())["version"] == "v0.0.2"
+
+
+def test_a_failed_canary_is_rolled_back_and_prod_untouched(registry):
+    r = release.conclude_canary(registry, _analysis("failed"))
+    assert r["tags"] == ["clap-adapter#canary!#3"] and r["action"] == "canary rolled back"
+    assert release.current(registry, "prod")["version"] == "v0.0.1" and release.current(registry, "canary") is None
+
+
+def test_conclude_refuses_inconclusive_and_analyses_of_another_canary(registry):
+    with pytest.raises(release.ReleaseRefused, match="inconclusive: serve more traffic"):
+        release.conclude_canary(registry, _analysis("inconclusive"))
+    with pytest.raises(release.ReleaseRefused, match="analysis is of canary v0.0.9"):
+        release.conclude_canary(registry, _analysis("successful", "v0.0.9"))
+    assert _git(registry, "tag", "--list").split() == sorted(
+        ["clap-adapter@v0.0.1", "clap-adapter#prod#1", "clap-adapter@v0.0.2", "clap-adapter#canary#2"])
