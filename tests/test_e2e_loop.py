@@ -193,8 +193,21 @@ def test_canary_release_traffic_analysis_and_promotion(clone):
         params = params.replace(old, new)
     (root / "params.yaml").write_text(params)
     run(root, "dvc", "repro", env=env)
+
+    # human evaluation of this candidate's answers: blind export, (simulated) Label Studio export, import
+    assert "tasks" in run(root, "clap", "human", "export", env=env)
+    run(root, "clap", "demo-label", "--out", "ls_export.json", "--raters", "2", "--noise", "0", env=env)
+    assert "labels by 2 annotators" in run(root, "clap", "human", "import", "ls_export.json", env=env)
+    out = run(root, "dvc", "repro", env=env)
+    # the verdict re-runs the gate and the bundle; the answers people flagged reach the repair queue
+    ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
+    assert ran == {"gate", "bundle", "repair_queue"}, ran
+    assert "human_flagged" in (root / "repair/queue.jsonl").read_text()
     gate = json.loads((root / "metrics/gate.json").read_text())
     assert gate["decision"] == "canary" and gate["reasons"][-1]["rule"] == "release_via_canary"
+    assert not any(r["rule"] == "human_eval_missing" for r in gate["reasons"])  # the verdict is on this candidate
+    bundled = {f["path"] for f in json.loads((root / "release/bundle.json").read_text())["files"]}
+    assert "metrics/human.json" in bundled
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "run 3: canary first", env=env)
     run(root, "dvc", "push", "-q", env=env)

@@ -201,3 +201,42 @@ def test_chain_step_without_decision_cases_is_held_and_sft_is_not():
     judged, final = judge([0.03] * 5, {"dpo": OK, "grpo": OK}, {"n": 0, "models": {}, "deltas": {}})
     assert judged["sft"].decision == "promote" and final.candidate == "sft"
     assert any(r.rule == "decision_eval_missing" for r in judged["dpo"].reasons) and judged["dpo"].decision == "hold"
+
+
+def _human(delta, ci, alpha=0.7, manifest="m1"):
+    return {"imported": True, "candidate_manifest_sha256": manifest, "reference": "base",
+            "agreement": {"usefulness": {"krippendorff_alpha": alpha}},
+            "deltas": {"candidate-base": {"usefulness": {"delta": delta, "ci_low": ci[0], "ci_high": ci[1], "n": 20}}}}
+
+
+@pytest.mark.parametrize("case, require, human, expected, rule", [
+    ("none imported, not required", False, None, "promote", "human_eval_missing"),
+    ("none imported, required", True, None, "hold", "human_eval_missing"),
+    ("verdict on another adapter, required", True, _human(1.0, (0.5, 1.5), manifest="old"), "hold", "human_eval_stale"),
+    ("verdict on another adapter, not required", False, _human(-2.0, (-3, -1), manifest="old"), "promote",
+     "human_eval_stale"),
+    ("people prefer the candidate", True, _human(1.0, (0.5, 1.5)), "promote", None),
+    ("people like it less, significantly", False, _human(-0.8, (-1.2, -0.4)), "hold", "human_usefulness_candidate_minus_base"),
+    ("people like it less, within noise", False, _human(-0.2, (-0.7, 0.3)), "canary",
+     "human_usefulness_candidate_minus_base"),
+    ("raters disagree, required", True, _human(1.0, (0.5, 1.5), alpha=0.05), "canary", "human_agreement_usefulness"),
+    ("raters disagree, not required", False, _human(-0.8, (-1.2, -0.4), alpha=0.05), "promote",
+     "human_agreement_usefulness"),
+])
+def test_human_verdict_table(case, require, human, expected, rule):
+    policy = POLICY | {"require_human": require}
+    d = decide(policy, ADMIT, {"sft": OK}, evaluation([0.03] * 5), REPLAY_GOOD, human=human, candidate_manifest="m1")
+    assert d.decision == expected, (case, d.reasons)
+    fired = [r.rule for r in d.reasons]
+    assert (rule in fired) if rule else not any(r.startswith("human") for r in fired), (case, fired)
+
+
+def test_release_via_canary_turns_promote_into_canary_only():
+    from clap.gate import via_canary
+
+    promote = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5), REPLAY_GOOD)
+    assert via_canary(POLICY, promote).decision == "promote"
+    shipped = via_canary(POLICY | {"release_via_canary": True}, promote)
+    assert shipped.decision == "canary" and shipped.reasons[-1].rule == "release_via_canary"
+    held = decide(POLICY, ADMIT, {"sft": OK}, evaluation([-0.05] * 5), REPLAY_GOOD)
+    assert via_canary(POLICY | {"release_via_canary": True}, held).decision == "hold"

@@ -427,6 +427,9 @@ def human_export(out: Path = typer.Option(paths.HUMAN_EXPORT), keys: Path = type
     from clap.feedback import human
 
     r = human.export(_params(), Path("."), out, keys)
+    if r["stale_left_out"]:
+        console.print(f"[bold yellow]left out:[/] answers of {', '.join(r['stale_left_out'])} (an older candidate gave "
+                      "them; `dvc repro` re-runs those stages)")
     console.print(f"{r['tasks']} tasks ({r['items']} questions × models {', '.join(r['models'])}) → {out}/tasks.json, "
                   f"labelling config → {out}/config.xml; the model mapping → {keys}/{r['export_id']}.json (commit it, "
                   "do not send it)")
@@ -456,12 +459,14 @@ def human_import(file: Path = typer.Argument(..., help="Label Studio's JSON expo
 
 @canary_app.command("serve")
 def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
-                 logs: Path = typer.Option(paths.CANARY_LOGS)) -> None:
+                 logs: Path = typer.Option(paths.CANARY_LOGS),
+                 candidate: Path = typer.Option(None, help="serve this unreleased adapter (pinned by dvc.lock) as "
+                                                          "the canary: a dark launch, analysable, not concludable")) -> None:
     """Serve prod and the canary (OpenAI-compatible, 127.0.0.1) and log every request and outcome."""
     from clap.feedback import canary
 
     cfg = _params()
-    service = canary.from_registry(Path("."), cfg, logs)
+    service = canary.from_registry(Path("."), cfg, logs, candidate)
     srv = canary.server(service, port or cfg["canary"]["port"])
     arms = ", ".join(f"{n}={a.version or 'base model'}" for n, a in service.arms.items())
     console.print(f"serving {arms} "
@@ -487,14 +492,18 @@ def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1
 
 @canary_app.command("analyze")
 def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = typer.Option(paths.CANARY_METRICS),
-                   inbox: Path = typer.Option(paths.INBOX)) -> None:
+                   inbox: Path = typer.Option(paths.INBOX),
+                   outcome: str = typer.Option(None, help="re-score the logged feedback by another logged score "
+                                                          "(e.g. value_exact) instead of its outcome")) -> None:
     """Canary vs prod on the logged outcomes: SPRT, McNemar, bootstrap CI → successful / failed / inconclusive."""
     from clap.feedback import canary_analysis
     from clap.feedback.human import _append_inbox
     from clap.io import write_json
 
     requests, feedback = canary_analysis.load_logs(logs)
-    r = canary_analysis.analyze(requests, feedback, _params())
+    if outcome is not None:
+        feedback = canary_analysis.rescore(feedback, outcome)
+    r = canary_analysis.analyze(requests, feedback, _params()) | {"outcome": outcome or "logged"}
     write_json(out, r)
     failed = canary_analysis.failed_cases(requests, feedback)
     _append_inbox(inbox, failed, f"canary:{r['versions']['canary']}")
@@ -510,6 +519,35 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
     for reason in r["reasons"]:
         console.print(f"  {reason['rule']}: {reason['observed']} vs {reason['threshold']} → {reason['outcome']}")
     console.print(f"[bold]{r['verdict'].upper()}[/] → {out}; failed canary requests to the inbox: {len(failed)}")
+
+
+@canary_app.command("demo")
+def canary_demo(limit: int = typer.Option(30, min=1, help="held-out replay questions, each sent to both arms"),
+                candidate: Path = typer.Option(None, help="serve this unreleased adapter as the canary (dark launch)"),
+                logs: Path = typer.Option(paths.CANARY_LOGS)) -> None:
+    """One canary end to end: serve (in this process), replay the held-out questions as paired traffic,
+    analyse, and — for a registered canary — conclude with the promote or rollback tag."""
+    import threading
+
+    from clap.feedback import canary, traffic
+
+    cfg = _params()
+    service = canary.from_registry(Path("."), cfg, logs, candidate)
+    srv = canary.server(service, 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        counts = traffic.send(cfg, Path("."), f"http://127.0.0.1:{srv.server_address[1]}", True, limit)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg['canary']['outcome']}"
+                                          for a, c in counts.items()))
+    canary_analyze(logs, paths.CANARY_METRICS, paths.INBOX, None)
+    if candidate is None:
+        from clap.io import read_json
+
+        if read_json(paths.CANARY_METRICS)["verdict"] in ("successful", "failed"):
+            canary_conclude(paths.CANARY_METRICS)
 
 
 @canary_app.command("conclude")

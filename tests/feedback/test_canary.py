@@ -164,3 +164,11 @@ def test_conclude_refuses_inconclusive_and_analyses_of_another_canary(registry):
         release.conclude_canary(registry, _analysis("successful", "v0.0.9"))
     assert _git(registry, "tag", "--list").split() == sorted(
         ["clap-adapter@v0.0.1", "clap-adapter#prod#1", "clap-adapter@v0.0.2", "clap-adapter#canary#2"])
+
+
+def test_rescoring_reads_another_logged_score_and_refuses_a_missing_one(params):
+    requests, feedback = _logs({"prod": [0] * 3, "canary": [0] * 3}, paired=True)
+    scored = [f | {"scores": {"value_exact": 1.0 if f["request_id"].startswith("canary") else 0.0}} for f in feedback]
+    assert [f["outcome"] for f in canary_analysis.rescore(scored, "value_exact")] == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(canary_analysis.CanaryLogError, match="logs no score 'value_exact'"):
+        canary_analysis.rescore(feedback, "value_exact")

@@ -114,3 +114,16 @@ def test_import_mistakes_are_one_line_errors(project, params):
     (root / "feedback/human/keys" / f"{key['export_id']}.json").unlink()
     r = _clap(root, "human", "import", "tampered.json")
     assert r.returncode == 2 and "its export key" in r.stdout
+
+
+def test_export_leaves_out_answers_of_an_older_candidate(project):
+    root, cfg = project
+    lock = {"stages": {"train_sft": {"outs": [{"path": "models/sft", "md5": "new.dir"}]},
+                       "evaluate@b1": {"deps": [{"path": "models/sft", "md5": "old.dir"}]},
+                       "replay": {"deps": [{"path": "models/sft", "md5": "new.dir"}]}}}
+    (root / "dvc.lock").write_text(json.dumps(lock))
+    with pytest.raises(human.HumanEvalError, match=r"no current evaluation or replay answers.*evaluate@b1 did not run"):
+        _export(root, cfg)
+    lock["stages"]["evaluate@b1"]["deps"][0]["md5"] = "new.dir"
+    (root / "dvc.lock").write_text(json.dumps(lock))
+    assert len(_export(root, cfg)[0]) == 2 * N_ITEMS

@@ -13,7 +13,8 @@ name does in vLLM); `POST /v1/feedback` records the outcome of a request. Both l
 JSONL under feedback/canary/ (`dvc add feedback/canary` versions them):
 
 - requests.jsonl: request id, request hash (of the messages), arm, version, adapter sha256, latency, answer;
-- feedback.jsonl: request id, outcome (1 success, 0 failure), reason, optional record id for the flywheel.
+- feedback.jsonl: request id, outcome (1 success, 0 failure), reason, optional record id for the flywheel
+  and the scores behind the outcome.
 """
 
 from __future__ import annotations
@@ -96,13 +97,14 @@ class CanaryService:
                              "finish_reason": "stop"}],
                 "usage": {"completion_tokens": gen.new_tokens}}
 
-    def feedback(self, request_id: str, outcome, reason: str | None = None, record_id: str | None = None) -> dict:
+    def feedback(self, request_id: str, outcome, reason: str | None = None, record_id: str | None = None,
+                 scores: dict | None = None) -> dict:
         if request_id not in self.known:
             raise ValueError(f"request {request_id!r} was not served here")
         if outcome not in (0, 1, True, False):
             raise ValueError(f"outcome must be 0 or 1 (got {outcome!r})")
         row = {"ts": time.time(), "request_id": request_id, "outcome": int(outcome), "reason": reason,
-               "record_id": record_id}
+               "record_id": record_id} | ({"scores": scores} if scores else {})
         self.log.append(FEEDBACK, row)
         return {"ok": True}
 
@@ -140,7 +142,7 @@ def _handler(service: CanaryService):
                     self._send(200, service.complete(body.get("messages"), arm, schema, body.get("request_id")))
                 elif self.path == "/v1/feedback":
                     self._send(200, service.feedback(body.get("request_id"), body.get("outcome"), body.get("reason"),
-                                                     body.get("record_id")))
+                                                     body.get("record_id"), body.get("scores")))
                 else:
                     self._send(404, {"error": f"no route {self.path}"})
             except (ValueError, TypeError, json.JSONDecodeError) as exc:
@@ -158,21 +160,28 @@ class NoCanary(UserError, RuntimeError):
     pass
 
 
-def from_registry(root: Path, cfg: dict, log_dir: Path) -> CanaryService:
+def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None = None) -> CanaryService:
     """The service for the registry's canary beside its prod (the base model when nothing is in prod):
     both adapters restored from the DVC cache into models/serving/<version>/ and attached only after the
-    serving check against the bundle committed at their release tags."""
+    serving check against the bundle committed at their release tags. `candidate` (an adapter folder
+    dvc.lock pins, e.g. models/sft/adapter) serves an unreleased candidate as the canary instead: a dark
+    launch whose analysis can be read but not concluded, as no version stands behind it."""
     from clap import model
     from clap.generate import Engine
     from clap.prod import restore_version_adapter
     from clap.release import current
+    from clap.serving import pinned_expectation
 
     root = Path(root)
     canary, prod = current(root, "canary"), current(root, "prod")
-    if canary is None:
+    if canary is None and candidate is None:
         raise NoCanary("nothing is in canary: a gate decision of canary (or policy release_via_canary) and "
-                       "`clap release` put a version there")
+                       "`clap release` put a version there (or serve an unreleased one with --candidate)")
     folders = {}
+    if candidate is not None:
+        expected = pinned_expectation(root, Path(candidate))
+        canary = {"version": f"unreleased:{expected['files']['adapter_model.safetensors'][:12]}"}
+        folders[canary["version"]] = (Path(candidate), expected)
     for holder in (canary, prod):
         if holder is not None and holder["version"] not in folders:
             folders[holder["version"]] = restore_version_adapter(

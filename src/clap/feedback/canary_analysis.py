@@ -41,6 +41,18 @@ def load_logs(folder: Path) -> tuple[list[dict], list[dict]]:
     return out[0], out[1]
 
 
+def rescore(feedback: list[dict], metric: str) -> list[dict]:
+    """The feedback with its outcome read from another of the logged scores (the demo traffic logs every
+    replay metric): the definition of success is a policy choice, the logs keep what it needs."""
+    out = []
+    for f in feedback:
+        if metric not in (f.get("scores") or {}):
+            raise CanaryLogError(f"feedback on request {f['request_id']} logs no score {metric!r} to re-score by")
+        ok = f["scores"][metric]
+        out.append(f | {"outcome": int(ok), "reason": None if ok else f"{metric} missed"})
+    return out
+
+
 def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
     c = cfg["canary"]
     outcome = {f["request_id"]: int(f["outcome"]) for f in feedback}  # the last feedback on a request counts

@@ -77,6 +77,22 @@ def _items(root: Path, batches: list[str]) -> list[dict]:
     return items
 
 
+def stale_sources(root: Path, batches: list[str]) -> list[str]:
+    """The stages (evaluate@bN, replay) whose answers an older candidate gave: in dvc.lock they did not run
+    on the models/sft that train_sft last wrote (the adapter the key names by its manifest). Outside a
+    DVC project nothing records which adapter answered, and nothing is called stale."""
+    import yaml
+
+    lock = Path(root) / "dvc.lock"
+    if not lock.exists():
+        return []
+    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    sft = next((o["md5"] for o in (stages.get("train_sft") or {}).get("outs", []) if o["path"] == "models/sft"), None)
+    return [name for name in [f"evaluate@{b}" for b in batches] + ["replay"]
+            if next((d.get("md5") for d in (stages.get(name) or {}).get("deps", []) if d["path"] == "models/sft"),
+                    None) != sft]
+
+
 def _rank(seed: str, key: str) -> str:
     return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
 
@@ -84,9 +100,12 @@ def _rank(seed: str, key: str) -> str:
 def export(cfg: dict, root: Path, out: Path, keys: Path) -> dict:
     """Write the Label Studio import file and config to `out`, the blind mapping to `keys`/<export_id>.json."""
     root, h = Path(root), cfg["human"]
-    items = _items(root, cfg["data"]["batches"])
+    stale = stale_sources(root, cfg["data"]["batches"])
+    items = [i for i in _items(root, cfg["data"]["batches"])
+             if (f"evaluate@{i['batch']}" if i["kind"] == "extraction" else "replay") not in stale]
     if not items:
-        raise HumanEvalError(f"{root / paths.EVAL}: no evaluation or replay records to export (run `dvc repro` first)")
+        raise HumanEvalError(f"{root / paths.EVAL}: no current evaluation or replay answers to export "
+                             f"({', '.join(stale) or 'none recorded'} did not run on the current models/sft: `dvc repro`)")
     chosen = []
     for group in sorted({(i["batch"], i["kind"]) for i in items}):
         pool = sorted((i for i in items if (i["batch"], i["kind"]) == group), key=lambda i: _rank(h["seed"], i["item_id"]))
@@ -110,7 +129,8 @@ def export(cfg: dict, root: Path, out: Path, keys: Path) -> dict:
            "candidate_manifest_sha256": sha256_file(manifest) if manifest.exists() else None,
            "items": len(chosen), "tasks": mapping}
     write_json(keys / f"{export_id}.json", key)
-    return {"export_id": export_id, "items": len(chosen), "tasks": len(tasks), "models": sorted({m["model"] for m in mapping.values()})}
+    return {"export_id": export_id, "items": len(chosen), "tasks": len(tasks), "stale_left_out": stale,
+            "models": sorted({m["model"] for m in mapping.values()})}
 
 
 def _load_export(file: Path) -> list:

@@ -47,7 +47,8 @@ def requests_from_replay(cfg: dict, root: Path, limit: int | None) -> list[dict]
     """The application's requests for the held-out replay cases: {case, messages, schema, context}."""
     root = Path(root)
     cases = [c for b in cfg["data"]["batches"] for c in read_jsonl(root / paths.MATERIALIZED / b / "replay_cases.jsonl")]
-    cases = cases[:limit] if limit else cases
+    if limit and limit < len(cases):  # spread over every batch, not the first batch's cases
+        cases = cases[::len(cases) // limit][:limit]
     chunks = pd.read_parquet(root / paths.ASSETS / "chunks.parquet")
     by_id = {c["chunk_id"]: c for c in chunks.to_dict("records")}
     hits = retrieve(cfg, BM25Index.load(root / paths.INDEX / "bm25"), chunks, [c["question"] for c in cases])
@@ -71,9 +72,10 @@ def send(cfg: dict, root: Path, url: str, paired: bool, limit: int | None) -> di
         for arm in (("prod", "canary") if paired else ("clap",)):
             resp = post(f"{url}/v1/chat/completions", body | {"model": arm})
             text = resp["choices"][0]["message"]["content"]
-            ok = score_case(parse_answer(text), json.loads(r["case"]["target"]), r["context"])[metric]
+            scores = score_case(parse_answer(text), json.loads(r["case"]["target"]), r["context"])
+            ok = scores[metric]
             post(f"{url}/v1/feedback", {"request_id": resp["id"], "outcome": int(ok),
                                         "reason": None if ok else f"{metric} missed",
-                                        "record_id": r["case"].get("record_id")})
+                                        "record_id": r["case"].get("record_id"), "scores": scores})
             counts[resp["model"]].append(int(ok))
     return {arm: {"requests": len(v), "success": sum(v)} for arm, v in counts.items()}
