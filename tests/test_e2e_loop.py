@@ -249,3 +249,8 @@ def test_canary_release_traffic_analysis_and_promotion(clone):
     assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.3"
     assert "canary" not in run(root, "clap", "registry", env=env).split("v0.0.3", 1)[1].split("\n", 1)[0].replace(
         "#canary#", "").replace("#canary!#", "")
+    # a dark launch of the (unreleased) pipeline candidate in one command: analysed, never concluded
+    out = run(root, "clap", "canary", "demo", "--candidate", "models/sft/adapter", "--limit", "2", "--logs",
+              "feedback/dark", env=env)
+    assert "traffic: prod 0/2" in out and "INCONCLUSIVE" in out and "canary unreleased:" in out
+    assert "v0.0.3" in run(root, "clap", "registry", env=env)  # the registry is untouched

@@ -514,7 +514,7 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
     if d["delta"] is not None:
         console.print(f"pairs {r['pairs']} ({r['pairing']}): canary − prod {d['delta']:+.3f} [{d['ci_low']:+.3f}, "
                       f"{d['ci_high']:+.3f}], McNemar p={r['mcnemar']['p_value']}; SPRT {s['outcome']} after "
-                      f"{s['discordant_seen']} discordant (canary won {s['canary_wins']}), llr {s['llr']:+.3f} in "
+                      f"{s['discordant_seen']} discordant in {s['pairs_read']} pairs (canary won {s['canary_wins']}), llr {s['llr']:+.3f} in "
                       f"({s['lower']:+.3f}, {s['upper']:+.3f})")
     for reason in r["reasons"]:
         console.print(f"  {reason['rule']}: {reason['observed']} vs {reason['threshold']} → {reason['outcome']}")

@@ -50,3 +50,10 @@ def test_mcnemar_on_a_lopsided_table():
     assert out["canary_only"] == 10 and out["prod_only"] == 0
     assert out["p_value"] == pytest.approx(2 * 0.5 ** 10, abs=1e-6)
     assert mcnemar([(1, 1), (0, 0)])["p_value"] is None
+
+
+def test_pairs_keep_arrival_order_and_count_pairs_until_a_decision():
+    from clap.feedback.sequential import pairs_until
+
+    assert pairs_by_key({"z": 0, "a": 0}, {"z": 1, "a": 0}) == [(0, 1), (0, 0)]
+    assert pairs_until([(0, 0), (0, 1), (1, 1), (1, 0)], 2) == 4 and pairs_until([(0, 0)], 1) == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clap.errors import UserError
 from clap.feedback.canary import FEEDBACK, REQUESTS
-from clap.feedback.sequential import discordant, mcnemar, pairs_by_key, pairs_in_order, sprt
+from clap.feedback.sequential import discordant, mcnemar, pairs_by_key, pairs_in_order, pairs_until, sprt
 from clap.stats import p95, paired_bootstrap
 
 ARMS = ("prod", "canary")
@@ -100,7 +100,8 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
             "success_rate": {a: round(sum(r["outcome"] for r in rows) / len(rows), 6) if rows else None
                              for a, rows in scored.items()},
             "pairing": pairing, "pairs": len(pairs), "delta_canary_minus_prod": delta, "mcnemar": mcnemar(pairs),
-            "sprt": test.as_dict() | {"p_worse": c["p_worse"], "p_better": c["p_better"], "alpha": c["alpha"],
+            "sprt": test.as_dict() | {"pairs_read": len(pairs) if test.outcome == "continue"
+                                      else pairs_until(pairs, test.discordant_seen), "p_worse": c["p_worse"], "p_better": c["p_better"], "alpha": c["alpha"],
                                       "beta": c["beta"]},
             "p95_latency_ms": latency}
 

@@ -57,13 +57,24 @@ def sprt(canary_won: Iterable[bool], p0: float, p1: float, alpha: float, beta: f
 
 
 def pairs_by_key(prod: dict[str, int], canary: dict[str, int]) -> list[tuple[int, int]]:
-    """(prod, canary) outcomes of the requests both arms answered, in key order (shadow traffic)."""
-    return [(prod[k], canary[k]) for k in sorted(prod.keys() & canary.keys())]
+    """(prod, canary) outcomes of the requests both arms answered, in the canary's arrival order (the
+    dicts keep insertion order): a sequential test reads its evidence in the order it came."""
+    return [(prod[k], canary[k]) for k in canary if k in prod]
 
 
 def pairs_in_order(prod: Sequence[int], canary: Sequence[int]) -> list[tuple[int, int]]:
     """(prod, canary) outcomes paired by arrival order (split traffic); the longer arm's tail waits."""
     return list(zip(prod, canary))
+
+
+def pairs_until(pairs: Sequence[tuple[int, int]], discordant_seen: int) -> int:
+    """How many pairs had arrived when the `discordant_seen`-th discordant pair did (all, if never)."""
+    seen = 0
+    for i, (p, c) in enumerate(pairs, start=1):
+        seen += bool(p) != bool(c)
+        if seen == discordant_seen:
+            return i
+    return len(pairs)
 
 
 def discordant(pairs: Sequence[tuple[int, int]]) -> list[bool]:
