@@ -37,6 +37,31 @@ def test_markdown_report(tmp_path):
     assert "| b1 | 12 | 0.800 | 0.790 | -0.010 | [-0.030, +0.010] |" in text
     assert "| A: base + RAG |" in text and "| sft | ok |" in text
     assert page.read_text().count("data:image/png;base64,") == 3
+    assert "## Human evaluation" not in text and "## Canary" not in text  # nothing imported, no canary yet
+
+
+def test_markdown_report_shows_the_human_verdict_and_the_canary(tmp_path):
+    fake_results(tmp_path)
+    ci = {"mean": 4.0, "ci_low": 3.5, "ci_high": 4.5, "n": 10}
+    (tmp_path / "metrics/human.json").write_text(json.dumps({
+        "imported": True, "export_id": "abc", "labels": 20, "annotators": ["a", "b"], "cancelled": 1,
+        "models": {"base": {"usefulness": ci | {"mean": 2.0}}, "candidate": {"usefulness": ci}},
+        "deltas": {"candidate-base": {"usefulness": {"delta": 2.0, "ci_low": 1.5, "ci_high": 2.5, "n": 10}}},
+        "agreement": {"usefulness": {"krippendorff_alpha": 0.8}},
+        "calibration": {"extraction": {"pass_rate~correctness": {"spearman": 0.7, "agreement_rate": 0.9}}},
+        "problems": ["task 3: never exported in abc; its labels left out"]}))
+    (tmp_path / "metrics/canary.json").write_text(json.dumps({
+        "verdict": "successful", "versions": {"canary": "v0.0.2", "prod": None}, "requests": {"prod": 30, "canary": 30},
+        "success_rate": {"prod": 0.1, "canary": 0.9}, "without_outcome": {"prod": 0, "canary": 0}, "pairs": 30,
+        "pairing": "by_request", "delta_canary_minus_prod": {"delta": 0.8, "ci_low": 0.6, "ci_high": 0.9},
+        "mcnemar": {"p_value": 0.0}, "sprt": {"outcome": "accept_h1", "discordant_seen": 6, "canary_wins": 6,
+                                              "llr": 3.2, "lower": -2.2, "upper": 2.9},
+        "reasons": [{"rule": "sprt", "observed": "canary won 6 of 6 discordant", "threshold": "H1 p=0.6",
+                     "outcome": "successful"}]}))
+    text = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)[0].read_text()
+    assert "| candidate-base | +2.00 [+1.50, +2.50] |" in text and "usefulness 0.8" in text
+    assert "- left out: task 3: never exported" in text
+    assert "## Canary v0.0.2 vs prod base: **successful**" in text and "SPRT accept_h1 after 6 discordant" in text
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (installed by .ci/run)")

@@ -3,8 +3,8 @@
     clap report [--base main] [--out reports/]
 
 The Markdown holds the metric diff against the base revision (`dvc metrics diff`), the per-batch
-table with confidence intervals, the ABCD table, the guard summary and the gate decision with its
-reasons. The HTML adds plots (per-batch deltas with CIs, training loss/KL/reward, ABCD bars)
+table with confidence intervals, the ABCD table, the human verdict and the last canary analysis when
+there are ones, the guard summary and the gate decision with its reasons. The HTML adds plots (per-batch deltas with CIs, training loss/KL/reward, ABCD bars)
 embedded as PNG, so the file is self-contained and renders anywhere.
 """
 
@@ -82,6 +82,7 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
                        f"[{d['decision_score']['ci_low']:+.3f}, {d['decision_score']['ci_high']:+.3f}], rank accuracy "
                        f"{d['rank_accuracy']['delta']:+.3f} [{d['rank_accuracy']['ci_low']:+.3f}, "
                        f"{d['rank_accuracy']['ci_high']:+.3f}]" for k, d in decisions["deltas"].items()]
+    out += _human_lines(_load(root / paths.HUMAN_METRICS)) + _canary_lines(_load(root / paths.CANARY_METRICS))
     out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
     for kind in ("sft", "dpo", "grpo"):
         g = _load(root / "models" / kind / "guard_report.json")
@@ -91,6 +92,45 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
             out.append(f"| {kind} | {g['status']} | {t.get('rule', '')} | {t.get('step', '')} | {peaks} |")
     out += ["", f"## Metric diff against `{base or 'HEAD'}`", "", metrics_diff(root, base), ""]
     return "\n".join(out)
+
+
+def _ci(v: dict, key: str = "mean", signed: bool = False) -> str:
+    f = "+.2f" if signed else ".2f"
+    return "—" if v.get(key) is None else f"{v[key]:{f}} [{v['ci_low']:{f}}, {v['ci_high']:{f}}]"
+
+
+def _human_lines(human: dict | None) -> list[str]:
+    """The human verdict (metrics/human.json) as the reviewer reads it: means, deltas, agreement, calibration."""
+    if not human or not human.get("imported"):
+        return []
+    scales = list(next(iter(human["models"].values())))
+    out = ["", f"## Human evaluation (export {human['export_id']}, {human['labels']} labels by "
+               f"{len(human['annotators'])} annotators, {human['cancelled']} cancelled)", "",
+           "| model | " + " | ".join(scales) + " |", "|---" * (len(scales) + 1) + "|"]
+    out += [f"| {m} | " + " | ".join(_ci(v[s]) for s in scales) + " |" for m, v in human["models"].items()]
+    for name, d in human["deltas"].items():
+        out.append(f"| {name} | " + " | ".join(_ci(d[s], "delta", True) if s in d else "—" for s in scales) + " |")
+    out += ["", "- agreement (Krippendorff's α): " + ", ".join(f"{s} {a['krippendorff_alpha']}"
+                                                             for s, a in human["agreement"].items())]
+    out += [f"- calibration ({kind}): " + ", ".join(f"{k} ρ {c['spearman']}, agreement {c['agreement_rate']}"
+                                                    for k, c in cal.items()) for kind, cal in human["calibration"].items()]
+    out += [f"- left out: {p}" for p in human["problems"]]
+    return out
+
+
+def _canary_lines(canary: dict | None) -> list[str]:
+    """The last canary analysis (metrics/canary.json): the verdict, the test and why."""
+    if not canary:
+        return []
+    s, d = canary["sprt"], canary["delta_canary_minus_prod"]
+    out = ["", f"## Canary {canary['versions']['canary']} vs prod {canary['versions']['prod'] or 'base'}: "
+               f"**{canary['verdict']}**", "",
+           f"- requests {canary['requests']}, success {canary['success_rate']}, without outcome {canary['without_outcome']}",
+           f"- {canary['pairs']} pairs ({canary['pairing']}): canary − prod {_ci(d, 'delta', True)}, "
+           f"McNemar p {canary['mcnemar']['p_value']}",
+           f"- SPRT {s['outcome']} after {s['discordant_seen']} discordant pairs (canary won {s['canary_wins']}), "
+           f"llr {s['llr']:+.3f} in ({s['lower']:+.3f}, {s['upper']:+.3f})"]
+    return out + [f"- {r['rule']}: {r['observed']} vs {r['threshold']} → {r['outcome']}" for r in canary["reasons"]]
 
 
 def _png(fig) -> str:
