@@ -63,3 +63,14 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
     assert second["repaired_rows_in"] == len(everything)
     assert second["repaired_rows_verifiable"] == len(everything)  # before: none of them was usable
     assert second["unverifiable_facts"] < first["unverifiable_facts"]
+
+
+def test_the_inbox_replaces_the_rows_of_one_origin_and_keeps_the_others(tmp_path):
+    from clap.io import read_jsonl
+    from clap.repair import replace_in_inbox
+
+    inbox = tmp_path / "production.jsonl"
+    replace_in_inbox(inbox, [{"source": "human_flagged", "record_id": "f1"}], "human:a")
+    replace_in_inbox(inbox, [{"source": "canary_failed", "record_id": "f2"}], "canary:v1")
+    replace_in_inbox(inbox, [{"source": "human_flagged", "record_id": "f3"}], "human:a")  # the same export again
+    assert [(r["origin"], r["record_id"]) for r in read_jsonl(inbox)] == [("canary:v1", "f2"), ("human:a", "f3")]

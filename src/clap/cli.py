@@ -497,8 +497,8 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
                                                           "(e.g. value_exact) instead of its outcome")) -> None:
     """Canary vs prod on the logged outcomes: SPRT, McNemar, bootstrap CI → successful / failed / inconclusive."""
     from clap.feedback import canary_analysis
-    from clap.feedback.human import _append_inbox
     from clap.io import write_json
+    from clap.repair import replace_in_inbox
 
     requests, feedback = canary_analysis.load_logs(logs)
     if outcome is not None:
@@ -506,7 +506,7 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
     r = canary_analysis.analyze(requests, feedback, _params()) | {"outcome": outcome or "logged"}
     write_json(out, r)
     failed = canary_analysis.failed_cases(requests, feedback)
-    _append_inbox(inbox, failed, f"canary:{r['versions']['canary']}")
+    replace_in_inbox(inbox, failed, f"canary:{r['versions']['canary']}")
     s = r["sprt"]
     console.print(f"canary {r['versions']['canary']} vs prod {r['versions']['prod']}: requests {r['requests']}, "
                   f"without outcome {r['without_outcome']}, success {r['success_rate']}")

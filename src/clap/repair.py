@@ -21,6 +21,14 @@ from clap.io import read_jsonl, write_jsonl
 PRODUCTION_SOURCES = ("human_flagged", "canary_failed")
 
 
+def replace_in_inbox(inbox: Path, rows: list[dict], origin: str) -> None:
+    """Put `rows` in the flywheel inbox in place of the earlier rows of the same `origin` (one human
+    export, one canary version), keeping every other row: importing an export twice, or re-analysing a
+    canary, does not queue its cases twice."""
+    kept = [r for r in (read_jsonl(inbox) if Path(inbox).exists() else []) if r.get("origin") != origin]
+    write_jsonl(inbox, kept + [r | {"origin": origin} for r in rows])
+
+
 def run(root: Path, out: Path) -> dict[str, int]:
     root = Path(root)
     queue: list[dict] = []

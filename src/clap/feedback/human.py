@@ -31,7 +31,8 @@ from clap import paths
 from clap.errors import UserError
 from clap.feedback import agreement as agr
 from clap.feedback.labelstudio import CORRECTNESS, SCALES, labeling_config, parse_export
-from clap.io import read_json_if_exists, read_jsonl, sha256_file, write_json, write_jsonl
+from clap.io import read_jsonl, sha256_file, write_json
+from clap.repair import replace_in_inbox
 from clap.stats import paired_bootstrap
 
 EVAL_MODELS = {"baseline": "base", "candidate": "candidate", "prod": "prod"}  # evaluate's model names
@@ -228,7 +229,7 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
                    "reason": "rated incorrect" if r[CORRECTNESS] <= 0.5 else f"usefulness {r['usefulness']:.1f}",
                    "record_id": key["tasks"][u]["record_id"], "item_id": r["item_id"], "model": r["model"]}
                   for u, r in flagged.iterrows()]
-    _append_inbox(inbox, inbox_rows, f"human:{key['export_id']}")
+    replace_in_inbox(inbox, inbox_rows, f"human:{key['export_id']}")
     result["flagged_to_inbox"] = len(inbox_rows)
     write_json(out, _finite(result))
     return result
@@ -243,15 +244,3 @@ def _finite(obj):
     if isinstance(obj, float) and not np.isfinite(obj):
         return None
     return obj
-
-
-def _append_inbox(inbox: Path, rows: list[dict], batch_key: str) -> None:
-    """Replace the inbox rows of this import (`batch_key`) and keep every other row: importing the
-    same export twice does not queue its cases twice."""
-    kept = [r for r in (read_jsonl(inbox) if inbox.exists() else []) if r.get("batch_key") != batch_key]
-    write_jsonl(inbox, kept + [r | {"batch_key": batch_key} for r in rows])
-
-
-def verdict_inputs(root: Path) -> dict:
-    """metrics/human.json as the gate reads it ({"imported": false} before any import)."""
-    return read_json_if_exists(Path(root) / paths.HUMAN_METRICS) or {"imported": False}
