@@ -477,6 +477,11 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
         srv.server_close()
 
 
+def _print_traffic(cfg: dict, counts: dict) -> None:
+    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg['canary']['outcome']}"
+                                          for a, c in counts.items()))
+
+
 @canary_app.command("traffic")
 def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1:<canary.port>"),
                    paired: bool = typer.Option(False, help="send every question to both arms"),
@@ -486,8 +491,7 @@ def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1
 
     cfg = _params()
     counts = traffic.send(cfg, Path("."), url or f"http://127.0.0.1:{cfg['canary']['port']}", paired, limit)
-    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg['canary']['outcome']}"
-                                          for a, c in counts.items()))
+    _print_traffic(cfg, counts)
 
 
 @canary_app.command("analyze")
@@ -540,8 +544,7 @@ def canary_demo(limit: int = typer.Option(30, min=1, help="held-out replay quest
     finally:
         srv.shutdown()
         srv.server_close()
-    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg['canary']['outcome']}"
-                                          for a, c in counts.items()))
+    _print_traffic(cfg, counts)
     canary_analyze(logs, paths.CANARY_METRICS, paths.INBOX, None)
     if candidate is None:
         from clap.io import read_json

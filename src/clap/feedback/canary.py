@@ -30,6 +30,7 @@ from pathlib import Path
 
 from clap import paths
 from clap.errors import UserError
+from clap.io import read_jsonl
 from clap.metrics import parse_answer
 
 REQUESTS, FEEDBACK = "requests.jsonl", "feedback.jsonl"
@@ -71,7 +72,7 @@ class CanaryService:
         self.engine, self.arms, self.share, self.max_new_tokens = engine, arms, share, max_new_tokens
         self.log, self._gen_lock = _Log(log_dir), threading.Lock()
         served = Path(log_dir) / REQUESTS  # a restarted server still takes feedback on what it served before
-        self.known = {json.loads(line)["request_id"] for line in served.open(encoding="utf-8")} if served.exists() else set()
+        self.known = {r["request_id"] for r in read_jsonl(served)} if served.exists() else set()
 
     def complete(self, messages: list[dict], arm: str | None = None, schema: dict | None = None,
                  request_id: str | None = None) -> dict:
