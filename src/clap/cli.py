@@ -162,16 +162,19 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
           start: Path = typer.Option(None, help="dpo/grpo: the adapter the step continues (default models/sft/adapter)")
           ) -> None:
     """Train a LoRA adapter on the admitted batches, under the runtime guards. sft starts from the base
-    model; dpo and grpo continue the SFT adapter (--start, checked against the hashes dvc.lock pins)."""
+    model; dpo and grpo continue the SFT adapter (--start, checked against the hashes dvc.lock pins);
+    agent-sft trains the tool-calling agent on the gold trajectories of data/agent (`clap agent-tasks`)."""
     from clap import model
     from clap.io import check_output_dir
     from clap.serving import pinned_expectation
     from clap.stages import train_dpo, train_grpo, train_sft
 
-    if kind not in ("sft", "dpo", "grpo"):
-        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo or grpo"))
+    if kind not in ("sft", "dpo", "grpo", "agent-sft"):
+        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo or agent-sft"))
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    if kind == "agent-sft":
+        return _train_agent(cfg, base, out or paths.MODELS / "agent_sft", checkpoints or paths.CHECKPOINTS / "agent_sft")
     out = out or paths.MODELS / kind
     check_output_dir(out, (materialized, admission, base))
     args = (cfg, materialized, admission, batches or cfg["data"]["batches"], base, out,
@@ -187,6 +190,51 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
     write_json(paths.METRICS / f"train_{kind}.json", m)
     console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, "
                   f"{m['tokens_per_s']} tokens/s")
+
+
+def _train_agent(cfg: dict, base: Path, out: Path, checkpoints: Path) -> None:
+    from clap.io import check_output_dir, write_json
+    from clap.stages import train_agent_sft
+
+    check_output_dir(out, (paths.AGENT_TASKS, base))
+    m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints)
+    write_json(paths.METRICS / "train_agent_sft.json", m)
+    console.print(f"agent-sft: {m['status']} after {m['steps']} steps on {m['trajectories']} trajectories, "
+                  f"loss {m['train_loss']}, {m['tokens_per_s']} tokens/s")
+
+
+@app.command("agent-tasks")
+def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Option(paths.AGENT_TASKS)) -> None:
+    """Agent tasks with gold trajectories from the verified facts, kept only if they pass the format,
+    execution and answer checks."""
+    from clap.stages import agent_tasks as stage
+
+    cfg = _params()
+    report = stage.run(cfg, assets, cfg["data"]["batches"], out)
+    console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
+    console.print(", ".join(f"{k}={v}" for k, v in report["by_split_kind"].items()))
+
+
+@app.command("evaluate-agent")
+def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
+                   adapter: Path = typer.Option(paths.adapter("agent_sft")),
+                   out: Path = typer.Option(paths.AGENT_EVAL), metrics: Path = typer.Option(paths.AGENT_METRICS)) -> None:
+    """The agent adapter against the base model on the held-out agent tasks: task success, tool-call
+    accuracy (when / how), pass^k, hallucination, abstention, with paired-bootstrap CIs."""
+    from clap import model
+    from clap.agent.chat import CHAT_TEMPLATE
+    from clap.generate import Engine
+    from clap.serving import pinned_expectation
+    from clap.stages import evaluate_agent as stage
+    from clap.agent.tools import ReportTools
+    from clap.summary import agent_table
+
+    cfg = _params()
+    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    engine = Engine(base, adapter, pinned_expectation(Path("."), adapter), chat_template=CHAT_TEMPLATE,
+                    tools=ReportTools.tool_schemas())
+    result = stage.run(cfg, tasks, assets, engine, [("base", False), ("agent_sft", True)], out, metrics)
+    console.print(agent_table(result))
 
 
 def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):

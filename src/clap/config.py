@@ -227,6 +227,65 @@ class Canary(_Section):
         return v
 
 
+class AgentTasks(_Section):
+    seed: Annotated[str, Field(min_length=1)]
+    eval_fraction: OpenFraction
+    max_tasks_per_batch: dict[Literal["train", "eval"], PosInt]
+
+    @field_validator("max_tasks_per_batch")
+    @classmethod
+    def _both_splits(cls, v: dict) -> dict:
+        if set(v) != {"train", "eval"}:
+            raise ValueError("needs both train and eval")
+        return v
+
+
+class AgentRewardWeights(_Section):
+    outcome: NonNegFloat
+    format: NonNegFloat
+    process: NonNegFloat
+    efficiency: NonNegFloat
+
+
+class AgentRewards(_Section):
+    weights: AgentRewardWeights
+    per_extra_call: Fraction
+
+
+class AgentSft(Lora):
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
+    epochs: PosInt
+    per_device_batch_size: PosInt
+    gradient_accumulation: PosInt
+    max_length: Annotated[StrictInt, Field(ge=64)]
+    logging_steps: PosInt
+    save_steps: PosInt
+
+
+class AgentEvaluate(_Section):
+    batch_size: PosInt
+    samples: PosInt
+    temperature: PosFloat
+    pass_k: Annotated[list[PosInt], Field(min_length=1)]
+
+
+class Agent(_Section):
+    tasks: AgentTasks
+    max_steps: Annotated[StrictInt, Field(ge=2, le=32)]
+    max_new_tokens: PosInt
+    turn_tokens: Annotated[StrictInt, Field(ge=16)]
+    rewards: AgentRewards
+    sft: AgentSft
+    evaluate: AgentEvaluate
+
+    @field_validator("evaluate")
+    @classmethod
+    def _k_within_samples(cls, v: AgentEvaluate) -> AgentEvaluate:
+        if max(v.pass_k) > v.samples:
+            raise ValueError(f"pass_k {max(v.pass_k)} exceeds samples {v.samples}")
+        return v
+
+
 class Gate(_Section):
     name: Annotated[str, Field(min_length=1)]
     min_overall_delta: float
@@ -268,6 +327,7 @@ class Params(_Section):
     replay: Replay
     human: Human
     canary: Canary
+    agent: Agent
 
 
 def conf_dir() -> Path:

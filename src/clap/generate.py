@@ -63,13 +63,16 @@ class Engine:
 
     def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
-                 others: list[tuple[str, Path, dict]] = ()):
+                 others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
+                 tools: list[dict] | None = None):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
-        evaluation serves every step of the chain from one base model."""
+        evaluation serves every step of the chain from one base model. `chat_template` and `tools`
+        render every conversation (the agent track's tool-calling template, `clap.agent.chat`)."""
         from clap.serving import attach
 
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"
+        self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
         self.model = base_model.load_model(base_dir)
         ident = base_model.identity(base_dir)
         self.adapters = []
@@ -110,7 +113,7 @@ class Engine:
             for conv, completion in zip(conversations, completions):
                 prompt = self.encode(conv)
                 full = self.tok.apply_chat_template(conv + [{"role": "assistant", "content": completion}],
-                                                    tokenize=True, return_dict=True)["input_ids"]
+                                                    tokenize=True, return_dict=True, **self.chat_kwargs)["input_ids"]
                 if full[:len(prompt)] != prompt:
                     raise ValueError("the chat template does not extend the prompt with the answer")
                 ids = torch.tensor([full], device=self.device)
@@ -121,13 +124,15 @@ class Engine:
 
     def encode(self, messages: list[dict]) -> list[int]:
         return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                            return_dict=True)["input_ids"]
+                                            return_dict=True, **self.chat_kwargs)["input_ids"]
 
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
-                 batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None) -> list[Generation]:
+                 batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
+                 temperature: float = 0.0) -> list[Generation]:
         """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
-        `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving."""
+        `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving.
+        `temperature` > 0 samples instead (the agent's pass^k runs; seed torch for repeatable draws)."""
         if schemas is not None and len(schemas) != len(conversations):
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         encoded = [self.encode(m) for m in conversations]
@@ -146,7 +151,8 @@ class Engine:
                 t0 = time.perf_counter()
                 constrain = [self.grammars.processor([schemas[i] for i in idx])] if schemas is not None else []
                 gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                          do_sample=False, use_cache=True, pad_token_id=pad,
+                                          **({"do_sample": True, "temperature": temperature} if temperature > 0
+                                             else {"do_sample": False}), use_cache=True, pad_token_id=pad,
                                           logits_processor=LogitsProcessorList(constrain),
                                           stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
                 ms = (time.perf_counter() - t0) * 1000

@@ -26,6 +26,9 @@ PROD_POINTER = Path("release/prod.json")
 REPAIR_QUEUE = Path("repair/queue.jsonl")
 REPAIR_FIXED = Path("repair/fixed")
 HUMAN_METRICS = Path("metrics/human.json")
+AGENT_TASKS = Path("data/agent")
+AGENT_EVAL = Path("data/eval_agent")
+AGENT_METRICS = Path("metrics/agent.json")
 INBOX = Path("feedback/production.jsonl")  # the flywheel's inbox: human-flagged and canary-failed cases
 
 # Outside the pipeline (written by `clap human …` and `clap canary …`, which people run between rounds):

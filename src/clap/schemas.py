@@ -243,6 +243,51 @@ class EvalRecord(pa.DataFrameModel):
         strict = False
 
 
+def _gold_trajectory(messages_json: str) -> bool:
+    """system, user, then (assistant tool call, tool return)*, ending in one assistant finish call."""
+    import json
+
+    m = json.loads(messages_json)
+    if len(m) < 3 or [x["role"] for x in m[:2]] != ["system", "user"] or len(m) % 2 == 0:
+        return False
+    calls, returns = m[2::2], m[3::2]
+    names = [c.get("tool_calls", [{}])[0].get("function", {}).get("name") for c in calls]
+    return (all(c["role"] == "assistant" for c in calls) and all(r["role"] == "tool" for r in returns)
+            and names[-1] == "finish" and "finish" not in names[:-1] and None not in names)
+
+
+class AgentTask(pa.DataFrameModel):
+    """An agent task with its checked gold trajectory (`clap agent-tasks`; list fields as JSON text)."""
+
+    task_id: Series[str] = pa.Field(unique=True)
+    batch: Series[str]
+    split: Series[str] = pa.Field(isin=["train", "eval"])
+    kind: Series[str] = pa.Field(isin=["lookup", "change", "convert", "compare", "unanswerable", "tool_error"])
+    lang: Series[str] = pa.Field(isin=LANGS)
+    question: Series[str] = pa.Field(str_length={"min_value": 1})
+    answer: Series[str] = pa.Field(str_length={"min_value": 1})
+    answer_type: Series[str] = pa.Field(isin=["number", "entity", "abstain"])
+    gold_calls: Series[int] = pa.Field(ge=0)
+    gold_steps: Series[int] = pa.Field(ge=1)
+    record_ids_json: Series[str]
+    entities_json: Series[str]
+    needed_chunks_json: Series[str]
+    needed_reads_json: Series[str]
+    needed_values_json: Series[str]
+    cited: Series[str] = pa.Field(nullable=True)
+    messages_json: Series[str]
+
+    @pa.check("messages_json", name="gold_trajectory")
+    def trajectory(cls, s: Series[str]) -> Series[bool]:
+        return s.map(_gold_trajectory)
+
+    class Config:
+        strict = True
+
+
+AGENT_LIST_FIELDS = [c.removesuffix("_json") for c in AgentTask.to_schema().columns if c.endswith("_json")]
+
+
 # ---------------------------------------------------------------- JSON documents
 class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -79,6 +79,26 @@ def decision_table(result: dict) -> Table:
     return t
 
 
+AGENT_COLS = ("success", "tool_selection_accuracy", "argument_accuracy", "tool_call_accuracy", "abstention_accuracy",
+              "hallucinated", "reward", "calls", "steps")
+
+
+def agent_table(result: dict) -> Table:
+    """metrics/agent.json as a table: one row per model, pass^k, and the Δ success vs base with its CI."""
+    t = Table(title=f"agent evaluation ({result['n_tasks']} held-out tasks; Δ task success vs base [95% CI])")
+    t.add_column("model")
+    for c in AGENT_COLS:
+        t.add_column(c.replace("_accuracy", " acc").replace("_", " "))
+    t.add_column("pass^k")
+    t.add_column("Δ success")
+    for name, m in result["models"].items():
+        d = result["deltas_vs_base"].get(name, {}).get("success")
+        passk = " ".join(f"{k}:{v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
+        t.add_row(name, *[f"{m[c]:.2f}" for c in AGENT_COLS], passk,
+                  f"{d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if d else "")
+    return t
+
+
 def batch_table(root: Path, batches: list[str]) -> Table | None:
     rows = [(b, _load(root / paths.eval_metrics(b))) for b in batches]
     rows = [(b, m) for b, m in rows if m]

@@ -137,15 +137,18 @@ def _log_csv(history: list[dict]) -> str:
     return buf.getvalue()
 
 
+_TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent"}
+
+
 def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
     """A Hugging Face model card: metadata the Hub and PEFT read, then CLAP's provenance. The release
     (version, gate decision, bundle hash) is in the git tag and the bundle that pin this file's hash."""
     front = {"library_name": "peft", "base_model": base["hub_id"], "pipeline_tag": "text-generation",
-             "tags": ["clap", "lora", kind, "structured-extraction" if kind == "sft" else "decision"]}
+             "tags": ["clap", "lora", kind, _TASK_TAG.get(kind, "decision")]}
     return ("---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n"
             f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {base['hub_id']} "
             f"(weights sha256 {json.dumps(base['weights_sha256'])}; local cache `{base['path']}`).\n\n"
-            f"Trained by `clap train {kind}`; status **{metrics['status']}**, {metrics['steps']} steps; training run "
+            f"Trained by `clap train {kind.replace('_', '-')}`; status **{metrics['status']}**, {metrics['steps']} steps; training run "
             f"key (sha256 of config, data rows and base) `{run_key}`.\n\n"
             "Release provenance — version, gate decision and reasons, dataset versions, bundle — lives in the git "
             "tag `clap-adapter@vX.Y.Z` and in `release/bundle.json` at that tag, which pin this folder by hash "

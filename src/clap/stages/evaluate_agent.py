@@ -1,0 +1,126 @@
+"""evaluate agent: the agent adapter against the base model on the held-out agent tasks.
+
+    clap evaluate-agent         (DVC stage `evaluate_agent`, writes data/eval_agent/ and metrics/agent.json)
+
+Three measurements per model (base, then each agent adapter), every turn under the action grammar
+when `generate.constrained` is on, as serving would decode:
+  1. free-running greedy episodes → task success, the reward parts, hallucination (a final answer no
+     tool return supports), abstention on unanswerable tasks, calls and steps per task;
+  2. `agent.evaluate.samples` sampled episodes per task → τ-bench's pass^k;
+  3. next-call accuracy on the gold prefix (BFCL's AST rules) → "when" (the right tool) apart from
+     "how" (its arguments).
+Per batch and overall, with the candidate − base paired-bootstrap CI on success and reward.
+Every episode is written with its full trajectory to data/eval_agent/episodes.jsonl.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from clap.agent import chat, scoring
+from clap.agent.episode import engine_policy, rollout
+from clap.agent.tools import ReportTools
+from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
+from clap.stages.agent_tasks import load
+from clap.stats import paired_bootstrap
+
+SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "calls", "steps")
+
+
+def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, bool | str]], out: Path,
+        metrics_file: Path) -> dict:
+    """`arms`: (name, use_adapter) per model, the base model first (`("base", False)`)."""
+    check_output_dir(out, (Path(tasks_dir),))
+    a, e = cfg["agent"], cfg["agent"]["evaluate"]
+    tasks = load(tasks_dir, "eval")
+    chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
+    tools = ReportTools(chunks[chunks["batch"].isin(cfg["data"]["batches"])])
+    schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
+    by_id = {t["task_id"]: t for t in tasks}
+    episodes, calls, per_arm = [], [], {}
+    for name, use_adapter in arms:
+        greedy = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema)
+        runs = [("greedy", rollout(greedy, tools, tasks, a["max_steps"], a["max_new_tokens"]))]
+        sampled = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema, e["temperature"])
+        for k in range(e["samples"]):
+            torch.manual_seed(1000 + k)
+            runs.append((f"sample{k}", rollout(sampled, tools, tasks, a["max_steps"], a["max_new_tokens"])))
+        for run_name, eps in runs:
+            for ep in eps:
+                task = by_id[ep["task_id"]]
+                episodes.append({"model": name, "run": run_name, "batch": task["batch"], "kind": task["kind"],
+                                 **ep, **scoring.episode_scores(ep, task, a["rewards"]["per_extra_call"],
+                                                                a["rewards"]["weights"])})
+        calls += [c | {"model": name} for c in next_calls(greedy, tools, tasks)]
+        per_arm[name] = _summary([x for x in episodes if x["model"] == name], [c for c in calls if c["model"] == name],
+                                 tasks, e)
+    base = arms[0][0]
+    deltas = {name: {m: paired_bootstrap(*_paired(episodes, base, name, m), n=cfg["evaluate"]["bootstrap"],
+                                         ci=cfg["evaluate"]["ci"], seed=17) for m in ("success", "reward")}
+              for name, _ in arms[1:]}
+    result = {"n_tasks": len(tasks), "models": per_arm, "deltas_vs_base": deltas,
+              "per_batch": {b: {name: _means([x for x in episodes if x["model"] == name and x["run"] == "greedy"
+                                              and x["batch"] == b]) for name, _ in arms}
+                            for b in sorted({t["batch"] for t in tasks})}}
+    with atomic_dir(out, (Path(tasks_dir),)) as tmp:
+        write_jsonl(tmp / "episodes.jsonl", episodes)
+        write_jsonl(tmp / "next_calls.jsonl", calls)
+    write_json(metrics_file, result)
+    return result
+
+
+def next_calls(policy, tools: ReportTools, tasks: list[dict]) -> list[dict]:
+    """For every gold step: the model's next action on the gold prefix, checked by BFCL's AST rules."""
+    prefixes, golds = [], []
+    for task in tasks:
+        messages = task["messages"]
+        for i, m in enumerate(messages):
+            if m["role"] == "assistant":
+                call = m["tool_calls"][0]["function"]
+                prefixes.append(messages[:i])
+                golds.append((task, chat.Action(m["content"], call["name"], call["arguments"])))
+    out = []
+    for (task, gold), gen in zip(golds, policy(prefixes)):
+        pred = chat.parse_action(gen.text)
+        checked = scoring.ast_check(pred, scoring.expected_call(gold, task), tools.schemas, task)
+        out.append({"task_id": task["task_id"], "batch": task["batch"], "gold_tool": gold.tool,
+                    "pred_tool": pred.tool if pred else None, "text": gen.text, **checked})
+    return out
+
+
+def _paired(episodes: list[dict], base: str, name: str, metric: str) -> tuple[list[float], list[float]]:
+    def scores(model):
+        return {x["task_id"]: x[metric] for x in episodes if x["model"] == model and x["run"] == "greedy"}
+    b, c = scores(base), scores(name)
+    return [b[t] for t in sorted(b)], [c[t] for t in sorted(b)]
+
+
+def _means(rows: list[dict]) -> dict:
+    n = len(rows) or 1
+    return {m: round(sum(x[m] for x in rows) / n, 4) for m in SCORES} | {"n": len(rows)}
+
+
+def _summary(episodes: list[dict], calls: list[dict], tasks: list[dict], e: dict) -> dict:
+    greedy = [x for x in episodes if x["run"] == "greedy"]
+    kind = {t["task_id"]: t["kind"] for t in tasks}
+    unanswerable = [x for x in greedy if kind[x["task_id"]] == "unanswerable"]
+    answerable = [x for x in greedy if kind[x["task_id"]] != "unanswerable"]
+    successes = {}
+    for x in episodes:
+        if x["run"] != "greedy":
+            successes[x["task_id"]] = successes.get(x["task_id"], 0) + int(x["success"])
+    n = len(calls) or 1
+    right_tool = [c for c in calls if c["tool_ok"]]
+    return _means(greedy) | {
+        "tool_selection_accuracy": round(len(right_tool) / n, 4),
+        "argument_accuracy": round(sum(c["args_ok"] for c in right_tool) / (len(right_tool) or 1), 4),
+        "tool_call_accuracy": round(sum(c["args_ok"] for c in calls) / n, 4),
+        "abstention_accuracy": round(sum(x["abstained"] for x in unanswerable) / (len(unanswerable) or 1), 4),
+        "false_abstention_rate": round(sum(x["abstained"] for x in answerable) / (len(answerable) or 1), 4),
+        "finished": round(sum(x["finished"] for x in greedy) / (len(greedy) or 1), 4),
+        "pass_hat_k": {str(k): scoring.pass_hat_k(list(successes.values()), e["samples"], k) for k in e["pass_k"]},
+        "by_kind": {k: _means([x for x in greedy if kind[x["task_id"]] == k])["success"]
+                    for k in sorted(set(kind.values()))}}

@@ -1,0 +1,89 @@
+"""Task generation: gold trajectories from a scripted planner, executed and checked in three layers."""
+
+import copy
+import json
+import random
+
+import pandas as pd
+import pytest
+
+from clap.agent import rewards, tasks
+from clap.agent.tools import ReportTools
+from clap.stages.agent_tasks import as_frame
+from clap.schemas import AgentTask
+
+CFG = {"seed": "agent-test", "eval_fraction": 0.3, "max_tasks_per_batch": {"train": 3, "eval": 2}}
+
+
+@pytest.fixture(scope="module")
+def built(small_loop):
+    chunks = pd.read_parquet(small_loop / "assets" / "chunks.parquet")
+    facts = pd.read_parquet(small_loop / "assets" / "facts.parquet")
+    tools = ReportTools(chunks)
+    rows, report = tasks.build(facts, tools, CFG)
+    return tools, facts, rows, report
+
+
+def test_every_kind_in_both_splits_and_the_contract_holds(built):
+    _, _, rows, report = built
+    assert {(t["split"], t["kind"]) for t in rows} == {(s, k) for s in ("train", "eval") for k in tasks.KINDS}
+    AgentTask.validate(as_frame(rows), lazy=True)
+    assert report["tasks"] == len(rows) == len({t["task_id"] for t in rows})
+
+
+def test_train_and_eval_never_share_a_company(built):
+    _, _, rows, _ = built
+    train = {e for t in rows if t["split"] == "train" for e in t["entities"]}
+    held_out = {e for t in rows if t["split"] == "eval" for e in t["entities"]}
+    assert train and held_out and not train & held_out
+
+
+def test_gold_trajectories_replay_to_the_answer_with_full_reward(built):
+    tools, _, rows, _ = built
+    for t in rows:
+        steps = [(m["content"], m["tool_calls"][0]["function"]["name"], m["tool_calls"][0]["function"]["arguments"])
+                 for m in t["messages"] if m["role"] == "assistant"]
+        messages, record = tasks.execute(tools, t["question"], steps)
+        assert messages == t["messages"]
+        parts = rewards.parts(record, t, per_extra_call=0.25)
+        assert parts == {"outcome": 1.0, "format": 1.0, "process": 1.0, "efficiency": 1.0}, t["kind"]
+        assert rewards.supported(record["answer"], record)
+
+
+def test_tool_error_tasks_cite_a_page_that_does_not_exist_and_recover(built):
+    tools, _, rows, _ = built
+    t = next(t for t in rows if t["kind"] == "tool_error")
+    first_return = t["messages"][3]
+    assert first_return["role"] == "tool" and json.loads(first_return["content"])["error"].startswith("unknown chunk_id")
+    assert t["cited"] in t["question"] and t["cited"] not in tools.chunks
+
+
+@pytest.mark.parametrize("tamper, layer", [
+    (lambda f: f | {"value": f["value"] + 1.0}, "execution"),          # the page does not hold the fact's value
+    (lambda f: f | {"chunk_id": "no-such-page-p1"}, "execution"),       # the read fails
+])
+def test_a_trajectory_that_fails_a_check_is_dropped_by_name(built, tamper, layer):
+    tools, facts, _, _ = built
+    fact = tamper(facts[facts["verifiable"]].iloc[0].to_dict())
+    question, steps, fields = tasks.plan("lookup", [fact], random.Random(0))
+    task = {"needed_chunks": [fact["chunk_id"]], "needed_reads": [fact["chunk_id"]], **fields}
+    _, record = tasks.execute(tools, question, steps)
+    assert tasks.check(tools, task, record, [fact]).startswith(layer)
+
+
+def test_a_wrong_gold_answer_fails_the_answer_check(built):
+    tools, facts, _, _ = built
+    fact = facts[facts["verifiable"]].iloc[0].to_dict()
+    question, steps, fields = tasks.plan("lookup", [fact], random.Random(0))
+    steps[-1] = ("Answer.", "finish", {"answer": "12345678 万元"})
+    task = {"needed_chunks": [fact["chunk_id"]], "needed_reads": [fact["chunk_id"]], **fields}
+    _, record = tasks.execute(tools, question, steps)
+    assert tasks.check(tools, task, record, [fact]).startswith("answer")
+
+
+def test_the_contract_refuses_a_trajectory_without_a_final_finish(built):
+    _, _, rows, _ = built
+    broken = copy.deepcopy(rows[0])
+    broken["messages"] = broken["messages"][:-1]
+    with pytest.raises(Exception, match="gold_trajectory"):
+        AgentTask.validate(as_frame([broken]), lazy=True)
