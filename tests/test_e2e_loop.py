@@ -27,6 +27,12 @@ TINY_OVERRIDES = [
     "gate.min_decision_delta=-1.0", "gate.decision_ci_lower_must_exceed=-1.0",
     # latency on a shared CI machine is noise at this size; the test must not depend on wall-clock time
     "gate.max_p95_latency_ratio=1000.0",
+    # the agent track at its smallest: one task per batch, split and kind; two SFT steps; short episodes
+    "agent.tasks.max_tasks_per_batch={train:1,eval:1}", "agent.sft.max_steps=2", "agent.sft.per_device_batch_size=2",
+    "agent.sft.gradient_accumulation=1", "agent.sft.save_steps=1", "agent.max_steps=3", "agent.turn_tokens=16",
+    "agent.max_new_tokens=40", "agent.evaluate.samples=2", "agent.evaluate.pass_k=[1,2]", "agent.dpo.max_steps=1",
+    "agent.dpo.mine_samples=0", "agent.dpo.gradient_accumulation=1", "agent.evaluate.max_tasks=4",
+    # the agent chain on a random tiny model is judged, never promotable: the extraction release does not wait for it
 ]
 
 
@@ -60,7 +66,7 @@ def clone(tmp_path_factory, tiny_dir):
 
 
 def stage_of(argv: list[str]) -> str:
-    return f"train_{argv[1]}" if argv[0] == "train" else argv[0].replace("-", "_")
+    return f"train_{argv[1]}".replace("-", "_") if argv[0] == "train" else argv[0].replace("-", "_")
 
 
 def declared_params(root: Path) -> dict[str, list[str]]:
@@ -87,7 +93,8 @@ def check_params_trace(root: Path, trace: Path) -> None:
     reads = [json.loads(line) for line in trace.read_text().splitlines()]
     assert {stage_of(r["argv"]) for r in reads} >= {"materialize", "admit", "train_sft", "train_dpo", "train_grpo",
                                                      "index", "evaluate", "evaluate_decisions", "replay", "gate",
-                                                     "bundle"}
+                                                     "bundle", "agent_tasks", "train_agent_sft", "agent_pairs",
+                                                     "train_agent_dpo", "evaluate_agent"}
     undeclared = sorted({(stage_of(r["argv"]), k) for r in reads for k in r["reads"]
                          if not covered(k, declared[stage_of(r["argv"])])})
     assert not undeclared, f"stages read params their dvc.yaml entry does not declare: {undeclared}"

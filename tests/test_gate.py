@@ -240,3 +240,48 @@ def test_release_via_canary_turns_promote_into_canary_only():
     assert shipped.decision == "canary" and shipped.reasons[-1].rule == "release_via_canary"
     held = decide(POLICY, ADMIT, {"sft": OK}, evaluation([-0.05] * 5), REPLAY_GOOD)
     assert via_canary(POLICY | {"release_via_canary": True}, held).decision == "hold"
+
+
+def agent_metrics(delta, ci_half=0.05, halluc=0.05, tool_calls=0.8):
+    return {"models": {"base": {"success": 0.0, "hallucinated": 0.0, "tool_call_accuracy": 0.1},
+                       "agent_sft": {"success": delta, "hallucinated": halluc, "tool_call_accuracy": tool_calls}},
+            "deltas_vs_base": {"agent_sft": {"success": {"delta": delta, "ci_low": delta - ci_half,
+                                                         "ci_high": delta + ci_half, "n": 28}}}}
+
+
+@pytest.mark.parametrize("case, metrics_, guard, expected, rule", [
+    ("clear gain", agent_metrics(0.4), OK, "promote", None),
+    ("gain, CI touches zero", agent_metrics(0.04), OK, "canary", "agent_success_minus_base_ci_low"),
+    ("point below, CI crosses", agent_metrics(-0.02), OK, "canary", "agent_success_minus_base_not_significant"),
+    ("significantly worse", agent_metrics(-0.3), OK, "hold", "agent_success_minus_base"),
+    ("answers without support", agent_metrics(0.4, halluc=0.3), OK, "hold", "agent_hallucination_rate"),
+    ("calls tools badly", agent_metrics(0.4, tool_calls=0.3), OK, "hold", "agent_tool_call_accuracy"),
+    ("guard tripped", agent_metrics(0.4), {"status": "stopped", "trip": {"rule": "non_finite:loss", "value": None,
+                                                                       "threshold": None}}, "hold",
+     "guard:agent_sft:non_finite:loss"),
+    ("never evaluated", None, OK, "hold", "agent_eval_missing"),
+    ("never trained", agent_metrics(0.4), None, "hold", "guard_report_missing:agent_sft"),
+])
+def test_agent_verdict_table(case, metrics_, guard, expected, rule):
+    from clap.gate import decide_agent
+
+    d = decide_agent(POLICY, metrics_, guard)
+    assert d.decision == expected, case
+    assert (rule is None and not d.reasons) or any(r.rule == rule for r in d.reasons), d.reasons
+
+
+def test_agent_chain_ships_dpo_only_when_it_beats_sft():
+    from clap.gate import choose_agent, decide_agent
+
+    def judged(dpo_vs_sft):
+        m = agent_metrics(0.4)
+        m["models"]["agent_dpo"] = m["models"]["agent_sft"] | {"success": 0.5}
+        m["deltas_vs_base"]["agent_dpo"] = {"success": {"delta": 0.5, "ci_low": 0.3, "ci_high": 0.7, "n": 28}}
+        m["deltas_chain"] = {"agent_dpo-agent_sft": {"success": dpo_vs_sft}}
+        return choose_agent({s: decide_agent(POLICY, m, OK, s) for s in ("agent_sft", "agent_dpo")})
+
+    better = judged({"delta": 0.1, "ci_low": 0.02, "ci_high": 0.2, "n": 28})
+    assert better["candidate"] == "agent_dpo" and better["decision"] == "promote"
+    unclear = judged({"delta": 0.1, "ci_low": -0.05, "ci_high": 0.2, "n": 28})
+    assert unclear["candidate"] == "agent_sft" and unclear["candidates"]["agent_dpo"]["decision"] == "hold"
+    assert any(r["rule"] == "agent_success_agent_dpo_minus_agent_sft" for r in unclear["candidates"]["agent_dpo"]["reasons"])

@@ -74,3 +74,17 @@ def test_the_inbox_replaces_the_rows_of_one_origin_and_keeps_the_others(tmp_path
     replace_in_inbox(inbox, [{"source": "canary_failed", "record_id": "f2"}], "canary:v1")
     replace_in_inbox(inbox, [{"source": "human_flagged", "record_id": "f3"}], "human:a")  # the same export again
     assert [(r["origin"], r["record_id"]) for r in read_jsonl(inbox)] == [("canary:v1", "f2"), ("human:a", "f3")]
+
+
+def test_failed_agent_episodes_reach_the_queue_with_their_reason(tmp_path):
+    from clap import paths
+    from clap.io import write_jsonl
+
+    failed = [{"task_id": "t1", "kind": "lookup", "reason": "wrong_answer_unsupported", "answer": "7 万元"},
+              {"task_id": "t2", "kind": "change", "reason": "no_finish:max_steps", "answer": None}]
+    write_jsonl(tmp_path / paths.AGENT_EVAL / "failed_episodes.jsonl", failed)
+    counts = repair.run(tmp_path, tmp_path / "queue.jsonl")
+    queue = [json.loads(line) for line in (tmp_path / "queue.jsonl").read_text().splitlines()]
+    assert counts == {"failed_agent_episode": 2}
+    assert [(q["reason"], q["item"]["task_id"]) for q in queue] == [("wrong_answer_unsupported", "t1"),
+                                                                     ("no_finish:max_steps", "t2")]

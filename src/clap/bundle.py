@@ -58,6 +58,15 @@ ROLES = [  # (glob, role)
     ("data/eval_decisions/regressed.jsonl", "decision_regressed"),
     ("metrics/decisions.json", "decision_metrics"),
     ("metrics/human.json", "human_evaluation"),
+    ("models/{a}/adapter/adapter_config.json", "agent_adapter"),  # the agent adapter the gate chose (`agent`)
+    ("models/{a}/adapter/adapter_model.safetensors", "agent_adapter"),
+    ("models/{a}/adapter/manifest.json", "agent_adapter"),
+    ("models/{a}/adapter/README.md", "agent_adapter"),
+    ("data/agent/tasks.jsonl", "agent_tasks"),
+    ("data/agent_pairs/pairs.jsonl", "agent_pairs"),
+    ("data/eval_agent/episodes.jsonl", "agent_episodes"),
+    ("data/eval_agent/next_calls.jsonl", "agent_next_calls"),
+    ("metrics/agent.json", "agent_metrics"),
     ("metrics/gate.json", "gate_decision"),
 ]
 
@@ -83,10 +92,10 @@ def build(root: Path, params: dict, candidate: str = "sft") -> EvidenceBundle:
     from clap import model
 
     root = Path(root)
-    files = _pinned_files(root, candidate)
+    decision = read_json(root / GATE_PATH)
+    files = _pinned_files(root, candidate, (decision.get("agent") or {}).get("candidate", "agent_sft"))
     base = model.identity(_base_dir(root, params))
     base["path"] = str(Path(base["path"]).relative_to(root)) if Path(base["path"]).is_relative_to(root) else base["path"]
-    decision = read_json(root / GATE_PATH)
     bundle = EvidenceBundle(candidate=candidate, code_commit=git_commit(root), base_model=base,
                             config_sha256=_config_sha256(params), config=params, files=files, decision=decision,
                             dataset_versions=_dataset_versions(files, params["data"]["batches"], _dvc_dir_hashes(root)))
@@ -94,9 +103,9 @@ def build(root: Path, params: dict, candidate: str = "sft") -> EvidenceBundle:
     return bundle.model_copy(update={"signature": sign(bundle, key)}) if key else bundle
 
 
-def _pinned_files(root: Path, candidate: str) -> list[BundleFile]:
+def _pinned_files(root: Path, candidate: str, agent_candidate: str) -> list[BundleFile]:
     return [BundleFile(path=str(p.relative_to(root)), sha256=sha256_file(p), role=role)
-            for pattern, role in ROLES for p in sorted(root.glob(pattern.format(c=candidate)))]
+            for pattern, role in ROLES for p in sorted(root.glob(pattern.format(c=candidate, a=agent_candidate)))]
 
 
 def _base_dir(root: Path, params: dict) -> Path:
@@ -272,9 +281,11 @@ def _check_base_model(b: EvidenceBundle, root: Path, where: str) -> None:
         raise BundleMismatch(f"{base_path}: base model is {ident['name']!r}, the bundle names {b.base_model.get('name')!r}")
 
 
-def adapter_expectation(b: EvidenceBundle) -> dict:
-    """The adapter manifest the bundle pins, for the serving check."""
-    files = {Path(f.path).name: f.sha256 for f in b.files if f.role == "adapter"
+def adapter_expectation(b: EvidenceBundle, role: str = "adapter") -> dict:
+    """The adapter manifest the bundle pins, for the serving check (`role="agent_adapter"`: the agent's)."""
+    files = {Path(f.path).name: f.sha256 for f in b.files if f.role == role
              and Path(f.path).name != "manifest.json"}
+    if not files:
+        raise BundleMismatch(f"the bundle pins no {role.replace('_', ' ')}")
     return {"files": files, "base_model": {"name": b.base_model["name"],
                                            "weights_sha256": b.base_model["weights_sha256"]}}

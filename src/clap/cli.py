@@ -163,18 +163,20 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
           ) -> None:
     """Train a LoRA adapter on the admitted batches, under the runtime guards. sft starts from the base
     model; dpo and grpo continue the SFT adapter (--start, checked against the hashes dvc.lock pins);
-    agent-sft trains the tool-calling agent on the gold trajectories of data/agent (`clap agent-tasks`)."""
+    agent-sft trains the tool-calling agent on the gold trajectories of data/agent (`clap agent-tasks`);
+    agent-dpo continues it on its own mistakes (`clap agent-pairs`)."""
     from clap import model
     from clap.io import check_output_dir
     from clap.serving import pinned_expectation
     from clap.stages import train_dpo, train_grpo, train_sft
 
-    if kind not in ("sft", "dpo", "grpo", "agent-sft"):
-        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo or agent-sft"))
+    if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo"):
+        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft or agent-dpo"))
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
-    if kind == "agent-sft":
-        return _train_agent(cfg, base, out or paths.MODELS / "agent_sft", checkpoints or paths.CHECKPOINTS / "agent_sft")
+    if kind.startswith("agent-"):
+        name = kind.replace("-", "_")
+        return _train_agent(cfg, kind, base, out or paths.MODELS / name, checkpoints or paths.CHECKPOINTS / name)
     out = out or paths.MODELS / kind
     check_output_dir(out, (materialized, admission, base))
     args = (cfg, materialized, admission, batches or cfg["data"]["batches"], base, out,
@@ -192,15 +194,52 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
                   f"{m['tokens_per_s']} tokens/s")
 
 
-def _train_agent(cfg: dict, base: Path, out: Path, checkpoints: Path) -> None:
+def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
     from clap.io import check_output_dir, write_json
-    from clap.stages import train_agent_sft
+    from clap.serving import pinned_expectation
+    from clap.stages import train_agent_dpo, train_agent_sft
 
-    check_output_dir(out, (paths.AGENT_TASKS, base))
-    m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints)
-    write_json(paths.METRICS / "train_agent_sft.json", m)
-    console.print(f"agent-sft: {m['status']} after {m['steps']} steps on {m['trajectories']} trajectories, "
-                  f"loss {m['train_loss']}, {m['tokens_per_s']} tokens/s")
+    if kind == "agent-sft":
+        check_output_dir(out, (paths.AGENT_TASKS, base))
+        m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints)
+    else:
+        check_output_dir(out, (paths.AGENT_PAIRS, base))
+        start = paths.adapter("agent_sft")
+        m = train_agent_dpo.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, start, pinned_expectation(Path("."), start))
+    write_json(paths.METRICS / f"train_{kind.replace('-', '_')}.json", m)
+    console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, {m['tokens_per_s']} tokens/s")
+
+
+def _agent_engine(cfg: dict, adapters: list[str]):
+    """One base model serving the named agent adapters (each through the serving check), with the
+    tool-calling template and the tools' schemas."""
+    from clap import model
+    from clap.agent.chat import CHAT_TEMPLATE
+    from clap.agent.tools import ReportTools
+    from clap.generate import Engine
+    from clap.serving import pinned_expectation
+
+    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    others = [(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]
+    return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
+
+
+@app.command("agent-pairs")
+def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
+                out: Path = typer.Option(paths.AGENT_PAIRS)) -> None:
+    """On-policy hard negatives: the agent SFT adapter's own wrong next actions on the train
+    trajectories, each paired with the gold action (the agent DPO step's data)."""
+    import pandas as pd
+
+    from clap.agent.tools import ReportTools
+    from clap.stages import agent_pairs as stage
+
+    cfg = _params()
+    chunks = pd.read_parquet(assets / "chunks.parquet")
+    tools = ReportTools(chunks[chunks["batch"].isin(cfg["data"]["batches"])])
+    report = stage.run(cfg, tasks, _agent_engine(cfg, ["agent_sft"]), tools, out)
+    console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
+                  f"by reason {report['by_reason']}")
 
 
 @app.command("agent-tasks")
@@ -217,23 +256,17 @@ def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Opt
 
 @app.command("evaluate-agent")
 def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
-                   adapter: Path = typer.Option(paths.adapter("agent_sft")),
                    out: Path = typer.Option(paths.AGENT_EVAL), metrics: Path = typer.Option(paths.AGENT_METRICS)) -> None:
-    """The agent adapter against the base model on the held-out agent tasks: task success, tool-call
-    accuracy (when / how), pass^k, hallucination, abstention, with paired-bootstrap CIs."""
-    from clap import model
-    from clap.agent.chat import CHAT_TEMPLATE
-    from clap.generate import Engine
-    from clap.serving import pinned_expectation
+    """The agent chain (agent SFT, then SFT→DPO when enabled) against the base model on the held-out
+    agent tasks: task success, tool-call accuracy (when / how), pass^k, hallucination, abstention,
+    with paired-bootstrap CIs."""
     from clap.stages import evaluate_agent as stage
-    from clap.agent.tools import ReportTools
     from clap.summary import agent_table
 
     cfg = _params()
-    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
-    engine = Engine(base, adapter, pinned_expectation(Path("."), adapter), chat_template=CHAT_TEMPLATE,
-                    tools=ReportTools.tool_schemas())
-    result = stage.run(cfg, tasks, assets, engine, [("base", False), ("agent_sft", True)], out, metrics)
+    adapters = ["agent_sft"] + (["agent_dpo"] if cfg["agent"]["dpo"]["enabled"] else [])
+    result = stage.run(cfg, tasks, assets, _agent_engine(cfg, adapters),
+                       [("base", False), *[(a, a) for a in adapters]], out, metrics)
     console.print(agent_table(result))
 
 

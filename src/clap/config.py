@@ -260,9 +260,20 @@ class AgentSft(Lora):
     max_length: Annotated[StrictInt, Field(ge=64)]
     logging_steps: PosInt
     save_steps: PosInt
+    max_steps: Annotated[StrictInt, Field(ge=-1)]
+
+
+class AgentDpo(_Section):
+    enabled: StrictBool
+    mine_samples: Annotated[StrictInt, Field(ge=0)]
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
+    beta: PosFloat
+    max_steps: PosInt
+    gradient_accumulation: PosInt
 
 
 class AgentEvaluate(_Section):
+    max_tasks: PosInt | None
     batch_size: PosInt
     samples: PosInt
     temperature: PosFloat
@@ -276,6 +287,7 @@ class Agent(_Section):
     turn_tokens: Annotated[StrictInt, Field(ge=16)]
     rewards: AgentRewards
     sft: AgentSft
+    dpo: AgentDpo
     evaluate: AgentEvaluate
 
     @field_validator("evaluate")
@@ -307,6 +319,10 @@ class Gate(_Section):
     min_human_usefulness_delta: float
     min_human_agreement: Annotated[float, Field(ge=-1.0, le=1.0)]
     release_via_canary: StrictBool
+    agent_min_success_delta: float
+    agent_ci_lower_must_exceed: float
+    agent_max_hallucination_rate: Fraction
+    agent_min_tool_call_accuracy: Fraction
 
 
 class Params(_Section):

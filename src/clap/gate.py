@@ -258,6 +258,75 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
                                                                           else "hold"}, summary=summary)
 
 
+AGENT_CHAIN = ("agent_sft", "agent_dpo")
+
+
+def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:
+    """A tool-calling agent adapter (its own track: `evaluate_agent` → metrics/agent.json) against the
+    base model on the held-out agent tasks: its guards; task success — hold when the whole CI is below
+    `agent_min_success_delta`, canary when the point estimate is or the CI lower bound is not above
+    `agent_ci_lower_must_exceed`; its hallucination rate (a final answer no tool return supports) and
+    its tool-call accuracy (BFCL's AST rules on the gold prefix) against their thresholds. A later step
+    of the agent chain (agent_dpo), with `chain_step_must_beat_start`, must also beat agent SFT (CI above 0)."""
+    reasons: list[Reason] = []
+
+    def fire(rule, observed, threshold, outcome):
+        reasons.append(Reason(rule=rule, observed=observed, threshold=threshold, batch=None, outcome=outcome))
+
+    if guard is None:
+        fire(f"guard_report_missing:{candidate}", None, "present", "hold")
+    elif guard["status"] != "ok":
+        trip = guard.get("trip") or {}
+        fire(f"guard:{candidate}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), "hold")
+    model = (agent or {}).get("models", {}).get(candidate)
+    d = (agent or {}).get("deltas_vs_base", {}).get(candidate, {}).get("success")
+    if model is None or d is None or d["delta"] is None:
+        fire("agent_eval_missing", None, "metrics/agent.json with the candidate", "hold")
+    else:
+        if d["ci_high"] < policy["agent_min_success_delta"]:
+            fire("agent_success_minus_base", _with_ci(d), policy["agent_min_success_delta"], "hold")
+        elif d["delta"] < policy["agent_min_success_delta"]:
+            fire("agent_success_minus_base_not_significant", _with_ci(d), policy["agent_min_success_delta"], "canary")
+        elif d["ci_low"] <= policy["agent_ci_lower_must_exceed"]:
+            fire("agent_success_minus_base_ci_low", _with_ci(d), policy["agent_ci_lower_must_exceed"], "canary")
+        if model["hallucinated"] > policy["agent_max_hallucination_rate"]:
+            fire("agent_hallucination_rate", model["hallucinated"], policy["agent_max_hallucination_rate"], "hold")
+        if model["tool_call_accuracy"] < policy["agent_min_tool_call_accuracy"]:
+            fire("agent_tool_call_accuracy", model["tool_call_accuracy"], policy["agent_min_tool_call_accuracy"], "hold")
+        if candidate != AGENT_CHAIN[0] and policy["chain_step_must_beat_start"]:
+            vs = (agent.get("deltas_chain", {}).get(f"{candidate}-{AGENT_CHAIN[0]}") or {}).get("success")
+            if vs is None or vs["delta"] is None:
+                fire(f"agent_eval_missing:{candidate}-{AGENT_CHAIN[0]}", None, "present", "hold")
+            elif vs["ci_low"] <= 0:
+                fire(f"agent_success_{candidate}_minus_{AGENT_CHAIN[0]}", _with_ci(vs), "CI above 0", "hold")
+    decision = _worst(reasons)
+    summary = {"decision_code": SEVERITY.index(decision), "reasons": _counted(reasons),
+               "success_delta": None if d is None else d["delta"],
+               "success": None if model is None else model["success"],
+               "tool_call_accuracy": None if model is None else model["tool_call_accuracy"]}
+    return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=False, policy=policy["name"],
+                        candidate=candidate, trainers={candidate: "ok" if guard and guard["status"] == "ok" else "hold"},
+                        summary=summary)
+
+
+def choose_agent(judged: dict[str, GateDecision]) -> dict:
+    """The agent adapter to ship with the release (`judged`: name → its verdict, agent_sft first): the
+    least severe promote/canary, then the higher success delta, then the later step; none → agent_sft's
+    verdict stands. Every verdict is kept under `candidates`."""
+    order = [c for c in AGENT_CHAIN if c in judged]
+    shippable = [c for c in order if judged[c].decision in ("promote", "canary")]
+
+    def rank(c: str):
+        delta = judged[c].summary.get("success_delta")
+        return SEVERITY.index(judged[c].decision), -(delta if delta is not None else float("-inf")), -order.index(c)
+    ship = min(shippable, key=rank) if shippable else order[0]
+    chosen = judged[ship]
+    return {"candidate": ship, "decision": chosen.decision, "reasons": [r.model_dump() for r in chosen.reasons],
+            "summary": chosen.summary, "candidates": {c: {"decision": judged[c].decision,
+                                                          "reasons": [r.model_dump() for r in judged[c].reasons],
+                                                          "summary": judged[c].summary} for c in order}}
+
+
 def choose(judged: dict[str, GateDecision]) -> GateDecision:
     """The release decision over the chain's candidates (`judged`: name → its own decision, "sft"
     required): the least severe promote/canary, on a tie the higher decision score against prod/base,

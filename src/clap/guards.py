@@ -20,6 +20,8 @@ from clap.schemas import GuardReport, GuardTrip
 # which logged keys each trainer must provide; a missing one trips `signal_missing:<key>`
 SIGNALS = {
     "sft": {"loss": "loss"},
+    "agent_sft": {"loss": "loss"},
+    "agent_dpo": {"loss": "loss", "margin": "rewards/margins"},
     "dpo": {"loss": "loss", "margin": "rewards/margins"},
     "grpo": {"loss": "loss", "kl": "kl", "reward": "reward", "reward_std": "reward_std",
              "clipped": "completions/clipped_ratio"},

@@ -27,6 +27,7 @@ REPAIR_QUEUE = Path("repair/queue.jsonl")
 REPAIR_FIXED = Path("repair/fixed")
 HUMAN_METRICS = Path("metrics/human.json")
 AGENT_TASKS = Path("data/agent")
+AGENT_PAIRS = Path("data/agent_pairs")
 AGENT_EVAL = Path("data/eval_agent")
 AGENT_METRICS = Path("metrics/agent.json")
 INBOX = Path("feedback/production.jsonl")  # the flywheel's inbox: human-flagged and canary-failed cases

@@ -3,7 +3,8 @@
     clap repair-queue          (DVC stage `repair_queue`, writes repair/queue.jsonl)
 
 Collects, each with its reason: rows quarantined by assetize, unverifiable facts held back by
-materialize, evaluation samples the candidate regressed on, replay cases the adapter missed, and — from production —
+materialize, evaluation samples the candidate regressed on, replay cases the adapter missed, agent episodes the agent
+adapter failed (with why: wrong answer, unsupported answer, no finish, invalid turns), and — from production —
 the flywheel inbox (`feedback/production.jsonl`): answers people rated low or incorrect (`clap human
 import`) and canary requests that failed (`clap canary analyze`).
 A person (or a fixing job) writes corrected fact rows, in the raw facts contract, to
@@ -45,6 +46,8 @@ def run(root: Path, out: Path) -> dict[str, int]:
         add("regressed_sample", read_jsonl(p))
     if (f := root / paths.REPLAY / "failed_cases.jsonl").exists():
         add("failed_replay_case", read_jsonl(f))
+    if (f := root / paths.AGENT_EVAL / "failed_episodes.jsonl").exists():
+        add("failed_agent_episode", read_jsonl(f))
     if (inbox := root / paths.INBOX).exists():
         for row in read_jsonl(inbox):
             queue.append({"source": row["source"], "reason": row.get("reason"), "item": row})

@@ -344,6 +344,7 @@ class GateDecision(_Doc):
     trainers: dict[str, str]
     summary: dict[str, float | int | None]  # numeric, so `dvc metrics diff` shows decision changes
     candidates: dict[str, dict] = {}  # every step of the chain the gate judged: its decision, reasons, summary
+    agent: dict = {}  # the tool-calling agent adapter's own verdict (decision, reasons, summary), when that track ran
 
 
 class BundleFile(_Doc):

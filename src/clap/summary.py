@@ -80,7 +80,7 @@ def decision_table(result: dict) -> Table:
 
 
 AGENT_COLS = ("success", "tool_selection_accuracy", "argument_accuracy", "tool_call_accuracy", "abstention_accuracy",
-              "hallucinated", "reward", "calls", "steps")
+              "hallucinated", "reward", "n_calls", "n_steps")
 
 
 def agent_table(result: dict) -> Table:
@@ -123,7 +123,7 @@ def batch_table(root: Path, batches: list[str]) -> Table | None:
 
 def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None:
     """Everything after training: guards, per-batch deltas, ABCD, and the gate's decision with reasons."""
-    for kind in ("sft", "dpo", "grpo"):
+    for kind in ("sft", "dpo", "grpo", "agent_sft", "agent_dpo"):
         g = _load(root / "models" / kind / "guard_report.json")
         if g:
             trip = g["trip"]
@@ -142,6 +142,9 @@ def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None
     decisions = _load(root / paths.DECISION_METRICS)
     if decisions:
         console.print(decision_table(decisions))
+    agent = _load(root / paths.AGENT_METRICS)
+    if agent:
+        console.print(agent_table(agent))
     gate = _load(root / paths.GATE)
     if gate:
         console.print(f"\n[bold]gate decision: {gate['decision'].upper()}[/] (policy {gate['policy']}, "
@@ -149,3 +152,9 @@ def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None
         for r in gate["reasons"]:
             console.print(escape(f"  - {r['rule']}: observed {r['observed']} vs threshold {r['threshold']} → "
                                  f"{r['outcome']}" + (f" [{r['batch']}]" if r.get("batch") else "")))
+        if gate.get("agent"):
+            a = gate["agent"]
+            console.print(f"[bold]agent adapter: {a['decision'].upper()}[/] (candidate {a['candidate']})")
+            for r in a["reasons"]:
+                console.print(escape(f"  - {r['rule']}: observed {r['observed']} vs threshold {r['threshold']} → "
+                                     f"{r['outcome']}"))

@@ -58,8 +58,8 @@ def test_pass_hat_k_by_hand():
 
 
 def test_episode_scores_flag_an_unsupported_answer(tools, lookup_task):
-    from tests.agent.test_rewards import RIGHT, play
+    from tests.agent.test_agent_rewards import RIGHT, play
 
     guess = scoring.episode_scores(play(tools, [RIGHT]), lookup_task, 0.25,
                                    {"outcome": 0.5, "format": 0.1, "process": 0.3, "efficiency": 0.1})
-    assert guess["success"] == 1.0 and guess["hallucinated"] == 1.0 and guess["calls"] == 0 and guess["steps"] == 1
+    assert guess["success"] == 1.0 and guess["hallucinated"] == 1.0 and guess["n_calls"] == 0 and guess["n_steps"] == 1

@@ -20,7 +20,7 @@ from clap.metrics import parse_answer
 SYSTEM = ("You answer questions about company reports by calling tools. Each turn, reply with one JSON "
           'object {"thought": ..., "tool": ..., "arguments": {...}}. Search, read the page, compute when '
           'asked, then call finish. If the reports do not hold the answer, finish with "not found".')
-MAX_THOUGHT_CHARS = 120
+MAX_THOUGHT_CHARS = 48  # a thought is a short note ("Search.", "No report covers 2018."); a long one is a loop
 MAX_ARGUMENT_CHARS = 160
 
 CHAT_TEMPLATE = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clap.agent import chat
+from clap.agent import chat, scoring
 from clap.agent.tools import ReportTools, observation
 
 Policy = Callable[[list[list[dict]]], list]  # conversations → generations with .text and .new_tokens
@@ -76,3 +76,23 @@ def engine_policy(engine, use_adapter, max_new_tokens: int, batch_size: int, sch
                                schemas=None if schema is None else [schema] * len(conversations),
                                temperature=temperature)
     return policy
+
+
+def next_calls(policy, tools: ReportTools, tasks: list[dict]) -> list[dict]:
+    """For every gold step: the model's next action on the gold prefix (`task["messages"][:turn]`),
+    checked by BFCL's AST rules against the gold action."""
+    prefixes, golds = [], []
+    for task in tasks:
+        messages = task["messages"]
+        for i, m in enumerate(messages):
+            if m["role"] == "assistant":
+                call = m["tool_calls"][0]["function"]
+                prefixes.append(messages[:i])
+                golds.append((task, i, chat.Action(m["content"], call["name"], call["arguments"])))
+    out = []
+    for (task, turn, gold), gen in zip(golds, policy(prefixes)):
+        pred = chat.parse_action(gen.text)
+        checked = scoring.ast_check(pred, scoring.expected_call(gold, task), tools.schemas, task)
+        out.append({"task_id": task["task_id"], "batch": task["batch"], "turn": turn, "gold_tool": gold.tool,
+                    "gold_text": gold.text(), "pred_tool": pred.tool if pred else None, "text": gen.text, **checked})
+    return out

@@ -75,11 +75,11 @@ def pass_hat_k(successes: list[int], n: int, k: int) -> float | None:
 
 def episode_scores(episode: dict, task: dict, per_extra_call: float, weights: dict[str, float]) -> dict:
     """One free-running episode's record scores: success, the reward parts and their sum,
-    hallucination, abstention, calls and steps."""
+    hallucination, abstention, number of calls and steps."""
     parts = rewards.parts(episode, task, per_extra_call)
     answered = episode["answer"] is not None and not rewards.is_abstention(episode["answer"])
     return {"success": float(parts["outcome"] == 1.0), **parts, "reward": rewards.composite(parts, weights),
             "hallucinated": float(answered and not rewards.supported(episode["answer"], episode)),
             "abstained": float(rewards.is_abstention(episode["answer"])),
             "finished": float(episode["stop"] == "finish"),
-            "calls": sum(1 for s in episode["steps"] if s["tool"] != "finish"), "steps": len(episode["steps"])}
+            "n_calls": sum(1 for s in episode["steps"] if s["tool"] != "finish"), "n_steps": len(episode["steps"])}

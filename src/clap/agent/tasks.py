@@ -49,8 +49,8 @@ def _lookup_query(f: dict) -> str:
 
 def _find(f: dict) -> list[tuple[str, str, dict]]:
     """Search for a fact, then read its page."""
-    return [(f"Find {f['entity']} {f['metric']} {f['period']}.", "search_reports", {"query": _lookup_query(f), "k": 3}),
-            (f"Read page {f['chunk_id']}.", "read_chunk", {"chunk_id": f["chunk_id"]})]
+    return [("Search.", "search_reports", {"query": _lookup_query(f)}),
+            ("Read the page.", "read_chunk", {"chunk_id": f["chunk_id"]})]
 
 
 def _answer(value: float, unit: str) -> str:
@@ -74,7 +74,7 @@ def plan(kind: str, facts: list[dict], rng: random.Random) -> tuple[str, list[tu
         answer = _answer(diff, a["unit"])
         q = (f"{a['entity']}{b['period']}年的{metric}比{a['period']}年变化了多少?" if zh else
              f"By how much did {a['entity']}'s {metric} change from FY{a['period']} to FY{b['period']}?")
-        steps = _find(a) + _find(b) + [("Subtract the earlier year.", "calculate",
+        steps = _find(a) + _find(b) + [("Subtract.", "calculate",
                                         {"op": "sub", "a": json_number(b["value"]), "b": json_number(a["value"])}),
                                        ("Answer.", "finish", {"answer": answer})]
         return q, steps, {"answer": answer, "answer_type": "number", "needed_values": [diff]}
@@ -86,7 +86,7 @@ def plan(kind: str, facts: list[dict], rng: random.Random) -> tuple[str, list[tu
         answer = _answer(converted, to_unit)
         q = (f"{f['entity']}{f['period']}年的{metric}是多少{to_unit}?" if zh else
              f"What was {f['entity']}'s {metric} for FY{f['period']} in {_UNIT_WORD[to_unit]}?")
-        steps = _find(f) + [(f"Convert {f['unit']} to {to_unit}.", "convert_unit",
+        steps = _find(f) + [("Convert.", "convert_unit",
                              {"value": json_number(f["value"]), "from_unit": f["unit"], "to_unit": to_unit}),
                             ("Answer.", "finish", {"answer": answer})]
         return q, steps, {"answer": answer, "answer_type": "number", "needed_values": [converted]}
@@ -97,14 +97,13 @@ def plan(kind: str, facts: list[dict], rng: random.Random) -> tuple[str, list[tu
         winner = a if a["value"] > b["value"] else b
         q = (f"{a['period']}年{a['entity']}和{b['entity']}哪家的{metric}更高?" if zh else
              f"Which company had the higher {metric} in FY{a['period']}: {a['entity']} or {b['entity']}?")
-        steps = _find(a) + _find(b) + [(f"{winner['entity']} is higher.", "finish", {"answer": winner["entity"]})]
+        steps = _find(a) + _find(b) + [("Compare.", "finish", {"answer": winner["entity"]})]
         return q, steps, {"answer": winner["entity"], "answer_type": "entity", "needed_values": []}
     if kind == "unanswerable":
         gone = f | {"period": ABSENT_PERIOD}
         q = (f"{f['entity']}{ABSENT_PERIOD}年的{metric}是多少?" if zh else
              f"What was {f['entity']}'s {metric} for FY{ABSENT_PERIOD}?")
-        steps = [(f"Find {f['entity']} {f['metric']} {ABSENT_PERIOD}.", "search_reports",
-                  {"query": _lookup_query(gone), "k": 3}),
+        steps = [("Search.", "search_reports", {"query": _lookup_query(gone)}),
                  (f"No report covers {ABSENT_PERIOD}.", "finish", {"answer": ABSTAIN})]
         return q, steps, {"answer": ABSTAIN, "answer_type": "abstain", "needed_values": []}
     if kind == "tool_error":
@@ -113,7 +112,7 @@ def plan(kind: str, facts: list[dict], rng: random.Random) -> tuple[str, list[tu
         q = (f"报告页面{cited}载有{f['entity']}{f['period']}年的{metric}，是多少?" if zh else
              f"Report page {cited} gives {f['entity']}'s {metric} for FY{f['period']}; what was it?")
         answer = _answer(f["value"], f["unit"])
-        steps = [(f"Read the cited page {cited}.", "read_chunk", {"chunk_id": cited}),
+        steps = [("Read the cited page.", "read_chunk", {"chunk_id": cited}),
                  *_find(f), ("Answer.", "finish", {"answer": answer})]
         return q, steps, {"answer": answer, "answer_type": "number", "needed_values": [], "cited": cited}
     raise ValueError(f"unknown task kind {kind}")

@@ -10,7 +10,8 @@ when `generate.constrained` is on, as serving would decode:
   3. next-call accuracy on the gold prefix (BFCL's AST rules) → "when" (the right tool) apart from
      "how" (its arguments).
 Per batch and overall, with the candidate − base paired-bootstrap CI on success and reward.
-Every episode is written with its full trajectory to data/eval_agent/episodes.jsonl.
+Every episode is written with its full trajectory to data/eval_agent/episodes.jsonl; the last model's
+failed greedy episodes, with why, to failed_episodes.jsonl (the repair queue takes them).
 """
 
 from __future__ import annotations
@@ -21,21 +22,22 @@ import pandas as pd
 import torch
 
 from clap.agent import chat, scoring
-from clap.agent.episode import engine_policy, rollout
+from clap.agent.episode import engine_policy, next_calls, rollout
 from clap.agent.tools import ReportTools
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
 from clap.stages.agent_tasks import load
 from clap.stats import paired_bootstrap
 
-SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "calls", "steps")
+SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "n_calls", "n_steps")
 
 
 def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, bool | str]], out: Path,
         metrics_file: Path) -> dict:
-    """`arms`: (name, use_adapter) per model, the base model first (`("base", False)`)."""
+    """`arms`: (name, use_adapter) per model: the base model first (`("base", False)`), then the chain
+    in order (agent SFT, then the steps that continue it, each also compared with agent SFT)."""
     check_output_dir(out, (Path(tasks_dir),))
     a, e = cfg["agent"], cfg["agent"]["evaluate"]
-    tasks = load(tasks_dir, "eval")
+    tasks = by_kind_round_robin(load(tasks_dir, "eval"), e["max_tasks"])
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     tools = ReportTools(chunks[chunks["batch"].isin(cfg["data"]["batches"])])
     schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
@@ -58,37 +60,52 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
         per_arm[name] = _summary([x for x in episodes if x["model"] == name], [c for c in calls if c["model"] == name],
                                  tasks, e)
     base = arms[0][0]
-    deltas = {name: {m: paired_bootstrap(*_paired(episodes, base, name, m), n=cfg["evaluate"]["bootstrap"],
-                                         ci=cfg["evaluate"]["ci"], seed=17) for m in ("success", "reward")}
-              for name, _ in arms[1:]}
-    result = {"n_tasks": len(tasks), "models": per_arm, "deltas_vs_base": deltas,
+    def delta(ref, name):
+        return {m: paired_bootstrap(*_paired(episodes, ref, name, m), n=cfg["evaluate"]["bootstrap"],
+                                    ci=cfg["evaluate"]["ci"], seed=17) for m in ("success", "reward")}
+    chain = {f"{name}-{arms[1][0]}": delta(arms[1][0], name) for name, _ in arms[2:]}
+    result = {"n_tasks": len(tasks), "models": per_arm, "deltas_vs_base": {n: delta(base, n) for n, _ in arms[1:]},
+              "deltas_chain": chain,
               "per_batch": {b: {name: _means([x for x in episodes if x["model"] == name and x["run"] == "greedy"
                                               and x["batch"] == b]) for name, _ in arms}
                             for b in sorted({t["batch"] for t in tasks})}}
+    failed = [{"task_id": x["task_id"], "batch": x["batch"], "kind": x["kind"], "model": x["model"],
+               "reason": failure_reason(x), "question": by_id[x["task_id"]]["question"],
+               "gold_answer": by_id[x["task_id"]]["answer"], "answer": x["answer"], "messages": x["messages"]}
+              for x in episodes if x["model"] == arms[-1][0] and x["run"] == "greedy" and not x["success"]]
     with atomic_dir(out, (Path(tasks_dir),)) as tmp:
         write_jsonl(tmp / "episodes.jsonl", episodes)
         write_jsonl(tmp / "next_calls.jsonl", calls)
+        write_jsonl(tmp / "failed_episodes.jsonl", failed)
     write_json(metrics_file, result)
     return result
 
 
-def next_calls(policy, tools: ReportTools, tasks: list[dict]) -> list[dict]:
-    """For every gold step: the model's next action on the gold prefix, checked by BFCL's AST rules."""
-    prefixes, golds = [], []
-    for task in tasks:
-        messages = task["messages"]
-        for i, m in enumerate(messages):
-            if m["role"] == "assistant":
-                call = m["tool_calls"][0]["function"]
-                prefixes.append(messages[:i])
-                golds.append((task, chat.Action(m["content"], call["name"], call["arguments"])))
-    out = []
-    for (task, gold), gen in zip(golds, policy(prefixes)):
-        pred = chat.parse_action(gen.text)
-        checked = scoring.ast_check(pred, scoring.expected_call(gold, task), tools.schemas, task)
-        out.append({"task_id": task["task_id"], "batch": task["batch"], "gold_tool": gold.tool,
-                    "pred_tool": pred.tool if pred else None, "text": gen.text, **checked})
+def by_kind_round_robin(tasks: list[dict], limit: int | None) -> list[dict]:
+    """At most `limit` tasks, one kind after another, so a small evaluation still covers every kind."""
+    if limit is None or limit >= len(tasks):
+        return tasks
+    queues: dict[str, list[dict]] = {}
+    for t in tasks:
+        queues.setdefault(t["kind"], []).append(t)
+    out: list[dict] = []
+    while len(out) < limit:
+        for kind in sorted(queues):
+            if queues[kind] and len(out) < limit:
+                out.append(queues[kind].pop(0))
     return out
+
+
+def failure_reason(episode: dict) -> str:
+    """Why a failed episode failed, for the repair queue: it never finished, or finished with the wrong
+    answer (and whether that answer was unsupported by any tool return or came after invalid turns)."""
+    if episode["stop"] != "finish":
+        return f"no_finish:{episode['stop']}"
+    if episode["abstained"]:
+        return "wrong_abstention"
+    if episode["hallucinated"]:
+        return "wrong_answer_unsupported"
+    return "wrong_answer_after_invalid_turns" if episode["format"] < 1 else "wrong_answer"
 
 
 def _paired(episodes: list[dict], base: str, name: str, metric: str) -> tuple[list[float], list[float]]:

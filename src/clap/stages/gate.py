@@ -9,6 +9,9 @@ and SFT→GRPO on the decision evaluation with their own guards; `metrics/gate.j
 candidate's decision, with every candidate's verdict under `candidates`. When the adapter in prod regressed against the base model on the evidence
 and the candidate cannot replace it, the decision is `rollback`. The human verdict (metrics/human.json,
 `clap human import`) counts for the adapter it rated; `release_via_canary` sends a promote to canary first.
+The tool-calling agent adapter (metrics/agent.json) is judged on its own track (`decide_agent`) and
+recorded under `agent`; the bundle pins it with its evidence, so its tag, verification and rollback
+are the release's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.gate import choose, decide, decide_chain_step, via_canary
+from clap.gate import choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 from clap.io import read_json, read_json_if_exists, sha256_file, write_json
 from clap.schemas import GateDecision
 
@@ -43,5 +46,13 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
     for step in trainers[1:]:
         judged[step] = decide_chain_step(cfg["gate"], step, guards[step], judged[candidate], decisions)
     decision = via_canary(cfg["gate"], choose(judged))
+    agent_metrics = read_json_if_exists(root / paths.AGENT_METRICS)
+    steps = ["agent_sft"] + (["agent_dpo"] if cfg["agent"]["dpo"]["enabled"] else [])
+    agent = choose_agent({s: decide_agent(cfg["gate"], agent_metrics,
+                                          read_json_if_exists(root / paths.MODELS / s / "guard_report.json"), s)
+                          for s in steps})
+    decision = decision.model_copy(update={"agent": agent, "summary": {
+        **decision.summary, "agent_decision_code": agent["summary"]["decision_code"],
+        "agent_success_delta": agent["summary"]["success_delta"]}})
     write_json(out, decision.model_dump())
     return decision

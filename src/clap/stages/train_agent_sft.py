@@ -56,7 +56,7 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     cuda = torch.cuda.is_available()
     model = base_model.load_model(base_dir)
     args = SFTConfig(
-        output_dir=str(checkpoints), num_train_epochs=s["epochs"], learning_rate=s["learning_rate"],
+        output_dir=str(checkpoints), num_train_epochs=s["epochs"], max_steps=s["max_steps"], learning_rate=s["learning_rate"],
         per_device_train_batch_size=s["per_device_batch_size"], gradient_accumulation_steps=s["gradient_accumulation"],
         logging_steps=s["logging_steps"], save_steps=s["save_steps"], save_total_limit=2, max_length=None,
         train_sampling_strategy="group_by_length", report_to=[], seed=t["seed"],

@@ -1,0 +1,84 @@
+"""train agent-dpo: the agent chain's preference step — DPO on on-policy hard negatives, from agent SFT.
+
+    clap train agent-dpo        (DVC stage `train_agent_dpo`, writes models/agent_dpo/)
+
+Pairs come from `agent_pairs`: at a state of a gold trajectory, the gold action is chosen and the
+agent SFT adapter's own wrong action rejected. The prompt is the conversation so far rendered by the
+tool-calling template (tools in the system turn); chosen and rejected are the action text plus the
+end-of-turn token. The policy starts from the agent SFT adapter, loaded trainable through the serving
+check; TRL's frozen reference is that same SFT policy. The guard watches loss and the reward margin.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from clap import model as base_model
+from clap.agent import chat
+from clap.agent.tools import ReportTools
+from clap.guards import GuardCallback
+from clap.io import atomic_dir, read_jsonl, write_json
+from clap.stages.train_common import finish, resume_point, start_from
+
+
+def build_dataset(rows: list[dict], tok):
+    from datasets import Dataset
+
+    schemas = ReportTools.tool_schemas()
+    return Dataset.from_list([{
+        "prompt": tok.apply_chat_template(r["prompt_messages"], tools=schemas, chat_template=chat.CHAT_TEMPLATE,
+                                          tokenize=False, add_generation_prompt=True),
+        "chosen": r["chosen"] + tok.eos_token, "rejected": r["rejected"] + tok.eos_token} for r in rows])
+
+
+def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
+        start_expected: dict, callbacks: list | None = None) -> dict:
+    import torch
+    from trl import DPOConfig, DPOTrainer
+
+    started = time.time()
+    d, t = cfg["agent"]["dpo"], cfg["train"]
+    rows = read_jsonl(Path(pairs_dir) / "pairs.jsonl")
+    tok = base_model.load_tokenizer(base_dir)
+    base_identity = base_model.identity(base_dir)
+    if not rows:
+        return _unchanged(out, start_adapter, start_expected, base_identity, started)
+    model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
+    cuda = torch.cuda.is_available()
+    args = DPOConfig(output_dir=str(checkpoints), max_steps=d["max_steps"], learning_rate=d["learning_rate"],
+                     beta=d["beta"], per_device_train_batch_size=1, gradient_accumulation_steps=d["gradient_accumulation"],
+                     logging_steps=1, save_steps=max(1, d["max_steps"] // 2), save_total_limit=2, report_to=[],
+                     seed=t["seed"], bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
+                     max_length=cfg["agent"]["sft"]["max_length"], dataloader_num_workers=0)
+    guard = GuardCallback("agent_dpo", t["guards"], Path(out) / "guard_report.json")
+    trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows, tok), processing_class=tok,
+                         callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,
+                                        "base": base_identity})
+    trainer.train(resume_from_checkpoint=resume)
+    return finish(trainer, guard, out, "agent_dpo", base_identity,
+                  {"pairs": len(rows), "resumed_from": resume, "start_adapter_sha256": start_sha}, started, start_adapter)
+
+
+def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identity: dict, started: float) -> dict:
+    """No pair to learn from (the SFT adapter made no mistake the AST rules catch on the train states):
+    the step's adapter is its start, verified and copied, and says so; the gate then holds it (it
+    cannot beat the adapter it is)."""
+    import shutil
+
+    from clap.schemas import GuardReport
+    from clap.serving import adapter_manifest, verify_adapter
+
+    verify_adapter(Path(start_adapter), start_expected, base_identity)
+    metrics = {"trainer": "agent_dpo", "status": "ok", "steps": 0, "train_loss": None, "pairs": 0,
+               "train_runtime_s": round(time.time() - started, 2), "tokens_seen": 0, "tokens_per_s": 0.0,
+               "adapter_source": f"start ({start_adapter}): no pair to learn from"}
+    with atomic_dir(out) as tmp:
+        shutil.copytree(start_adapter, tmp / "adapter")
+        write_json(tmp / "adapter" / "manifest.json", adapter_manifest(tmp / "adapter", base_identity))
+        write_json(tmp / "train_metrics.json", metrics)
+        write_json(tmp / "guard_report.json", GuardReport(trainer="agent_dpo", status="ok", trip=None, peaks={},
+                                                          last_good_checkpoint=None, steps=0).model_dump())
+        (tmp / "train_log.csv").write_text("step\n")
+    return metrics

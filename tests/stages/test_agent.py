@@ -1,0 +1,159 @@
+"""The agent track's stages on a tiny random model: tasks, SFT on trajectories, evaluation."""
+
+import copy
+import json
+
+import pytest
+from tests.stages.test_train import assert_lora_trained, base_weights
+
+from clap.agent.chat import CHAT_TEMPLATE
+from clap.agent.tools import ReportTools
+from clap.generate import Engine
+from clap.io import OUTPUT_MARKER, read_jsonl
+from clap.stages import agent_pairs, agent_tasks, evaluate_agent, train_agent_dpo, train_agent_sft
+
+
+@pytest.fixture(scope="module")
+def agent_cfg(params):
+    cfg = copy.deepcopy(params)
+    cfg["data"]["batches"] = ["b1", "b2"]
+    cfg["agent"]["tasks"].update(max_tasks_per_batch={"train": 1, "eval": 1})
+    cfg["agent"]["sft"].update(max_steps=3, logging_steps=1, save_steps=2, per_device_batch_size=2, gradient_accumulation=1)
+    cfg["agent"].update(max_steps=3, turn_tokens=24, max_new_tokens=60)
+    cfg["agent"]["evaluate"].update(samples=2, pass_k=[1, 2], batch_size=8, max_tasks=None)
+    cfg["agent"]["dpo"].update(mine_samples=1, max_steps=2, gradient_accumulation=1)
+    cfg["evaluate"]["bootstrap"] = 50
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def tasks_dir(agent_cfg, small_loop, tmp_path_factory):
+    out = tmp_path_factory.mktemp("agent") / "agent"
+    agent_tasks.run(agent_cfg, small_loop / "assets", agent_cfg["data"]["batches"], out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def agent_adapter(agent_cfg, tasks_dir, tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("agent_sft")
+    before = base_weights(tiny_dir)
+    metrics = train_agent_sft.run(agent_cfg, tasks_dir, tiny_dir, root / "agent_sft", root / "ckpt")
+    return root / "agent_sft", metrics, before
+
+
+def test_agent_tasks_stage_writes_checked_tasks_and_a_report(tasks_dir):
+    rows = read_jsonl(tasks_dir / "tasks.jsonl")
+    report = json.loads((tasks_dir / "report.json").read_text())
+    assert report["tasks"] == len(rows) and {"train", "eval"} == {t["split"] for t in rows}
+    assert report["tools"] == list(ReportTools.NAMES) and report["batches"] == ["b1", "b2"]
+    assert (tasks_dir / OUTPUT_MARKER).exists()  # a folder clap created, so the next run may replace it
+
+
+def test_agent_sft_trains_lora_on_the_agents_turns_and_leaves_the_base(agent_adapter, tiny_dir):
+    out, metrics, before = agent_adapter
+    assert metrics["status"] == "ok" and metrics["steps"] == 3 and metrics["trajectories"] > 0
+    assert 0 < metrics["assistant_tokens"] < metrics["tokens_seen"]
+    assert_lora_trained(out, tiny_dir, before)
+    assert "tool-calling-agent" in (out / "adapter" / "README.md").read_text()
+
+
+def test_a_trajectory_over_max_length_is_set_aside_by_name(agent_cfg, tasks_dir, tiny_dir, tmp_path):
+    cfg = copy.deepcopy(agent_cfg)
+    cfg["agent"]["sft"].update(max_length=600, max_steps=1)
+    metrics = train_agent_sft.run(cfg, tasks_dir, tiny_dir, tmp_path / "out", tmp_path / "ckpt")
+    train = {t["task_id"]: t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train"}
+    assert metrics["set_aside_too_long"] and set(metrics["set_aside_too_long"]) <= set(train)
+    assert metrics["trajectories"] + len(metrics["set_aside_too_long"]) == len(train)
+
+
+@pytest.fixture(scope="module")
+def mined(agent_cfg, tasks_dir, agent_adapter, small_loop, tiny_dir, tmp_path_factory):
+    import pandas as pd
+
+    out, _, _ = agent_adapter
+    adapter = out / "adapter"
+    engine = Engine(tiny_dir, others=[("agent_sft", adapter, json.loads((adapter / "manifest.json").read_text()))],
+                    chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
+    tools = ReportTools(pd.read_parquet(small_loop / "assets" / "chunks.parquet"))
+    pairs_dir = tmp_path_factory.mktemp("pairs") / "agent_pairs"
+    return agent_pairs.run(agent_cfg, tasks_dir, engine, tools, pairs_dir), pairs_dir
+
+
+def test_agent_pairs_are_the_adapters_own_wrong_actions_against_gold(mined, tasks_dir):
+    report, pairs_dir = mined
+    pairs = read_jsonl(pairs_dir / "pairs.jsonl")
+    train = {t["task_id"]: t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train"}
+    assert report["pairs"] == len(pairs) > 0 and report["draws"] == 2
+    assert report["states"] == sum(t["gold_steps"] for t in train.values())
+    for p in pairs:
+        task = train[p["task_id"]]
+        gold = task["messages"][p["turn"]]
+        assert p["prompt_messages"] == task["messages"][:p["turn"]] and gold["role"] == "assistant"
+        assert p["chosen"] != p["rejected"] and p["reason"] in ("format", "tool", "arguments")
+    assert len({(p["task_id"], p["turn"], p["rejected"]) for p in pairs}) == len(pairs)
+
+
+def test_agent_dpo_continues_the_sft_adapter_on_the_pairs(agent_cfg, mined, agent_adapter, tiny_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    _, pairs_dir = mined
+    out, _, before = agent_adapter
+    start = out / "adapter"
+    metrics = train_agent_dpo.run(agent_cfg, pairs_dir, tiny_dir, tmp_path / "agent_dpo", tmp_path / "ckpt", start,
+                                  json.loads((start / "manifest.json").read_text()))
+    assert metrics["status"] == "ok" and metrics["steps"] == 2 and metrics["pairs"] > 0
+    started = load_file(str(start / "adapter_model.safetensors"))
+    trained = load_file(str(tmp_path / "agent_dpo" / "adapter" / "adapter_model.safetensors"))
+    assert started.keys() == trained.keys() and any(not (started[k] == trained[k]).all() for k in started)
+    assert all((before[k] == base_weights(tiny_dir)[k]).all() for k in before)
+    assert json.loads((tmp_path / "agent_dpo" / "guard_report.json").read_text())["trainer"] == "agent_dpo"
+
+
+def test_evaluate_agent_scores_base_and_adapter_with_full_trajectories(agent_cfg, tasks_dir, agent_adapter, small_loop,
+                                                                      tiny_dir, tmp_path):
+    out, _, _ = agent_adapter
+    adapter = out / "adapter"
+    manifest = json.loads((adapter / "manifest.json").read_text())
+    engine = Engine(tiny_dir, others=[("agent_sft", adapter, manifest), ("agent_dpo", adapter, manifest)],
+                    chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
+    arms = [("base", False), ("agent_sft", "agent_sft"), ("agent_dpo", "agent_dpo")]
+    result = evaluate_agent.run(agent_cfg, tasks_dir, small_loop / "assets", engine, arms, tmp_path / "eval",
+                                tmp_path / "agent.json")
+    n = result["n_tasks"]
+    assert n == len([t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval"])
+    for m in result["models"].values():
+        assert set(m["pass_hat_k"]) == {"1", "2"} and 0 <= m["tool_call_accuracy"] <= m["tool_selection_accuracy"] <= 1
+        assert m["n_steps"] <= agent_cfg["agent"]["max_steps"]
+    assert result["deltas_vs_base"]["agent_sft"]["success"]["n"] == n
+    same = result["deltas_chain"]["agent_dpo-agent_sft"]["success"]  # one adapter under two names: identical runs
+    assert same["delta"] == same["ci_low"] == same["ci_high"] == 0.0
+    episodes = read_jsonl(tmp_path / "eval" / "episodes.jsonl")
+    assert len(episodes) == 3 * n * (1 + agent_cfg["agent"]["evaluate"]["samples"])
+    assert all(e["messages"][1]["role"] == "user" and len(e["steps"]) >= 1 for e in episodes)
+    calls = read_jsonl(tmp_path / "eval" / "next_calls.jsonl")
+    gold_turns = sum(t["gold_steps"] for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval")
+    assert len(calls) == 3 * gold_turns
+    failed = read_jsonl(tmp_path / "eval" / "failed_episodes.jsonl")
+    assert len(failed) == sum(1 for e in episodes if e["model"] == "agent_dpo" and e["run"] == "greedy" and not e["success"])
+    assert all(f["reason"].startswith(("no_finish", "wrong_")) for f in failed)
+    assert json.loads((tmp_path / "agent.json").read_text())["models"].keys() == {"base", "agent_sft", "agent_dpo"}
+
+
+def test_agent_dpo_without_pairs_keeps_its_start_and_says_so(agent_cfg, agent_adapter, tiny_dir, tmp_path):
+    out, _, _ = agent_adapter
+    start = out / "adapter"
+    (tmp_path / "pairs").mkdir()
+    (tmp_path / "pairs" / "pairs.jsonl").write_text("")
+    metrics = train_agent_dpo.run(agent_cfg, tmp_path / "pairs", tiny_dir, tmp_path / "agent_dpo", tmp_path / "ckpt",
+                                  start, json.loads((start / "manifest.json").read_text()))
+    assert metrics["pairs"] == 0 and metrics["steps"] == 0 and "no pair" in metrics["adapter_source"]
+    copied = tmp_path / "agent_dpo" / "adapter" / "adapter_model.safetensors"
+    assert copied.read_bytes() == (start / "adapter_model.safetensors").read_bytes()
+    assert json.loads((tmp_path / "agent_dpo" / "guard_report.json").read_text())["status"] == "ok"
+
+
+def test_a_capped_evaluation_still_covers_every_kind():
+    tasks = [{"task_id": f"{k}{i}", "kind": k} for k in ("lookup", "change", "compare") for i in range(3)]
+    picked = evaluate_agent.by_kind_round_robin(tasks, 4)
+    assert [t["task_id"] for t in picked] == ["change0", "compare0", "lookup0", "change1"]
+    assert evaluate_agent.by_kind_round_robin(tasks, None) == tasks == evaluate_agent.by_kind_round_robin(tasks, 50)
