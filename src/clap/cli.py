@@ -229,14 +229,11 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
                 out: Path = typer.Option(paths.AGENT_PAIRS)) -> None:
     """On-policy hard negatives: the agent SFT adapter's own wrong next actions on the train
     trajectories, each paired with the gold action (the agent DPO step's data)."""
-    import pandas as pd
-
     from clap.agent.tools import ReportTools
     from clap.stages import agent_pairs as stage
 
     cfg = _params()
-    chunks = pd.read_parquet(assets / "chunks.parquet")
-    tools = ReportTools(chunks[chunks["batch"].isin(cfg["data"]["batches"])])
+    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
     report = stage.run(cfg, tasks, _agent_engine(cfg, ["agent_sft"]), tools, out)
     console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
                   f"by reason {report['by_reason']}")

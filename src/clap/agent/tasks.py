@@ -135,8 +135,8 @@ def execute(tools: ReportTools, question: str, steps: list[tuple[str, str, dict]
 def check(tools: ReportTools, task: dict, record: dict, facts: list[dict]) -> str | None:
     """APIGen's three layers on an executed gold trajectory: the first failed layer and why, or None."""
     for s in record["steps"]:
-        if not s["valid"] or chat.parse_action(s["text"]) != chat.Action(**{
-                "thought": json.loads(s["text"])["thought"], "tool": s["tool"], "arguments": s["arguments"]}):
+        written = chat.parse_action(s["text"])
+        if not s["valid"] or written is None or (written.tool, written.arguments) != (s["tool"], s["arguments"]):
             return f"format: {s['tool']} {s['arguments']}"
     for s in record["steps"]:
         expected_fail = s["tool"] == "read_chunk" and s["arguments"]["chunk_id"] == task.get("cited")

@@ -48,6 +48,14 @@ class ReportTools:
         return BM25Index(list(self.chunks), [r.text for r in self.chunks.values()])
 
     @classmethod
+    def over_batches(cls, assets, batches: list[str]) -> ReportTools:
+        """The environment an episode of these batches sees: the chunk asset of `assets`, those batches only."""
+        from pathlib import Path
+
+        chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
+        return cls(chunks[chunks["batch"].isin(batches)])
+
+    @classmethod
     def tool_schemas(cls) -> list[dict]:
         """The tools' schemas as the model sees them; they depend on no data."""
         return cls(pd.DataFrame({"chunk_id": [], "text": []})).schemas

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from clap.agent import chat, scoring
@@ -38,8 +37,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
     check_output_dir(out, (Path(tasks_dir),))
     a, e = cfg["agent"], cfg["agent"]["evaluate"]
     tasks = by_kind_round_robin(load(tasks_dir, "eval"), e["max_tasks"])
-    chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
-    tools = ReportTools(chunks[chunks["batch"].isin(cfg["data"]["batches"])])
+    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
     schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
     by_id = {t["task_id"]: t for t in tasks}
     episodes, calls, per_arm = [], [], {}
