@@ -26,7 +26,8 @@ if mode == "clap":
     from clap.stages import assetize
 t = time.perf_counter()  # imports excluded for both: the work on the files is what is compared
 if mode == "clap":
-    assetize.run(raw, out)
+    from clap.config import load
+    assetize.run(load(), raw, out)
 else:
     pd.read_json(raw / "facts.jsonl", lines=True, dtype=False)
     pd.read_json(raw / "chunks.jsonl", lines=True)

@@ -48,7 +48,7 @@ def small_loop(tmp_path_factory, params):
 
     root = tmp_path_factory.mktemp("loop")
     demo_data.write(root / "raw", seed=5, scale=0.3)
-    assetize.run(root / "raw", root / "assets")
+    assetize.run(params, root / "raw", root / "assets")
     for b in ("b1", "b2"):
         materialize.run(params, root / "assets", b, root / "materialized" / b)
         admit.run(params, root / "materialized" / b, root / "admission" / f"{b}.json")

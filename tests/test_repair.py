@@ -6,10 +6,10 @@ from clap import demo_data, repair
 from clap.stages import assetize
 
 
-def test_repaired_rows_reenter_assetize(tmp_path):
+def test_repaired_rows_reenter_assetize(params, tmp_path):
     raw = tmp_path / "raw"
     demo_data.write(raw, seed=11, scale=0.3)
-    first = assetize.run(raw, tmp_path / "data/assets")
+    first = assetize.run(params, raw, tmp_path / "data/assets")
     assert first["unverifiable_facts"] > 0
     import pandas as pd
 
@@ -31,7 +31,7 @@ def test_repaired_rows_reenter_assetize(tmp_path):
     fixed.mkdir(parents=True)
     (fixed / "batch.jsonl").write_text(json.dumps(raw_row | {"value": str(value), "unit": raw_row["unit"]},
                                                   ensure_ascii=False) + "\n")
-    second = assetize.run(raw, tmp_path / "assets2", fixed)
+    second = assetize.run(params, raw, tmp_path / "assets2", fixed)
     assert second["repaired_rows_in"] == 1
     e = second["inputs"]["facts"]
     assert e["rows_in"] == first["inputs"]["facts"]["rows_in"] + 1 and e["kept"] + e["quarantined"] == e["rows_in"]
@@ -46,7 +46,7 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
 
     raw = tmp_path / "raw"
     demo_data.write(raw, seed=11, scale=0.3)
-    first = assetize.run(raw, tmp_path / "data/assets")
+    first = assetize.run(params, raw, tmp_path / "data/assets")
     for b in ("b1", "b2"):
         materialize.run(params, tmp_path / "data/assets", b, tmp_path / "data/materialized" / b)
     repair.run(tmp_path, tmp_path / "repair/queue.jsonl")
@@ -59,7 +59,7 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
     fixed = tmp_path / "repair/fixed"
     fixed.mkdir(parents=True)
     (fixed / "simulated_annotator.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in everything))
-    second = assetize.run(raw, tmp_path / "assets2", fixed)
+    second = assetize.run(params, raw, tmp_path / "assets2", fixed)
     assert second["repaired_rows_in"] == len(everything)
     assert second["repaired_rows_verifiable"] == len(everything)  # before: none of them was usable
     assert second["unverifiable_facts"] < first["unverifiable_facts"]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from tests.conftest import ROOT
@@ -111,7 +112,7 @@ def test_full_or_read_only_disk_is_one_line_and_keeps_the_previous_output(corpus
     def disk_full(*a, **k):
         raise error
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
     code, text = clap("assetize", "--raw", str(corpus), "--out", str(out))
     one_line_error(code, text, str(out), "cannot write")
     assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["assets"]

@@ -58,11 +58,15 @@ def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float =
 
 @app.command()
 def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths.ASSETS),
-             repaired: Path = typer.Option(None, help="folder (or file) of repaired fact rows from the repair queue")) -> None:
-    """Validate and normalise raw inputs into assets; quarantine what cannot be used."""
+             repaired: Path = typer.Option(None, help="folder (or file) of repaired fact rows from the repair queue"),
+             engine: str = typer.Option(None, help="local | ray (default: assetize.engine in params.yaml)")) -> None:
+    """Validate and normalise raw inputs into assets, streaming; quarantine what cannot be used."""
+    from clap.data.engine import ENGINES
     from clap.stages import assetize as stage
 
-    report = stage.run(raw, out, repaired)
+    if engine is not None and engine not in ENGINES:
+        raise typer.BadParameter(f"{engine!r}: choose from {', '.join(ENGINES)}", param_hint="--engine")
+    report = stage.run(_params(), raw, out, repaired, engine)
     for name, e in report["inputs"].items():
         console.print(f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}")
     console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}")

@@ -325,12 +325,21 @@ class Gate(_Section):
     agent_min_tool_call_accuracy: Fraction
 
 
+class Assetize(_Section):
+    engine: Literal["local", "ray"]
+    memory_budget_mb: Annotated[StrictInt, Field(ge=64, le=1 << 20)]
+    read_rows: Annotated[StrictInt, Field(ge=1, le=10_000_000)]
+    row_group_rows: Annotated[StrictInt, Field(ge=1, le=10_000_000)]
+    ray_workers: Annotated[StrictInt, Field(ge=1, le=1024)]
+
+
 class Params(_Section):
     """Every key of params.yaml, with its type and range."""
 
     gate: Gate
     demo: Demo
     data: Data
+    assetize: Assetize
     materialize: Materialize
     rewards: Rewards
     admit: Admit

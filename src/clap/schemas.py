@@ -92,7 +92,18 @@ class RawDecision(pa.DataFrameModel):
 
 RAW_SCHEMAS = {"chunks": RawChunk, "facts": RawFact, "decisions": RawDecision}
 ID_COLUMN = {"chunks": "chunk_id", "facts": "record_id", "decisions": "record_id"}
-INT_COLUMNS = {"chunks": ["page"], "facts": ["page"], "decisions": []}
+
+
+def _raw_types(model: type[pa.DataFrameModel]) -> dict[str, str]:
+    """Column -> "str" | "int" | "object" (any JSON type, e.g. a fact's `value`), in contract order."""
+    kinds = {}
+    for name, column in model.to_schema().columns.items():
+        dtype = str(column.dtype)
+        kinds[name] = "int" if dtype.startswith("int") else "str" if dtype.startswith(("str", "string")) else "object"
+    return kinds
+
+
+RAW_TYPES = {name: _raw_types(model) for name, model in RAW_SCHEMAS.items()}  # what the columnar reader parses
 
 
 # ---------------------------------------------------------------- assets (written by assetize)
@@ -376,13 +387,15 @@ def typed_empty(df: pd.DataFrame, model: type[pa.DataFrameModel]) -> pd.DataFram
 
 
 def split_valid(df: pd.DataFrame, model: type[pa.DataFrameModel], stage: str, file: str,
-                id_column: str | None = None) -> tuple[pd.DataFrame, list[dict]]:
+                id_column: str | None = None, duplicates: bool = True) -> tuple[pd.DataFrame, list[dict]]:
     """Validate lazily; return (valid rows, quarantine records). Rows in = valid + quarantined.
 
-    Duplicate IDs keep the first occurrence and quarantine the rest (`duplicate_id`).
+    Duplicate IDs keep the first occurrence and quarantine the rest (`duplicate_id`); with
+    `duplicates=False` the id column is not checked for repeats (a caller reading in blocks finds
+    them over the whole input, e.g. `clap.data.duck.drops`).
     """
     failed: dict = {}  # index -> (rule, column), first failure of each row
-    if id_column and id_column in df:
+    if duplicates and id_column and id_column in df:
         dup = df[id_column].notna() & df.duplicated(subset=[id_column], keep="first")
         failed = dict.fromkeys(df.index[dup].tolist(), ("duplicate_id", id_column))
     try:  # the whole frame at once: uniqueness failures are the duplicates already found above

@@ -78,7 +78,7 @@ def test_a_poisoned_export_is_sent_to_repair_naming_the_rule(params, tmp_path):
     """Currency units shifted by 10⁴ on one batch: every number is still in its source, so only the
     unit check can tell; the clean batches are admitted."""
     demo_data.write(tmp_path / "raw", seed=5, scale=0.3, poisoned_batch="b2")
-    assetize.run(tmp_path / "raw", tmp_path / "assets")
+    assetize.run(params, tmp_path / "raw", tmp_path / "assets")
     decisions = {}
     for b in ("b1", "b2"):
         materialize.run(params, tmp_path / "assets", b, tmp_path / "mat" / b)

@@ -5,6 +5,7 @@ import pytest
 
 from clap import demo_data
 from clap.io import InputFileError
+from clap.normalize import normalize_period
 from clap.stages import assetize
 
 
@@ -32,8 +33,8 @@ def _copy(corpus, dst):
         (dst / f"{name}.jsonl").write_bytes((corpus / f"{name}.jsonl").read_bytes())
 
 
-def test_demo_corpus_assetizes_and_conserves_rows(corpus, tmp_path):
-    report = assetize.run(corpus, tmp_path / "assets")
+def test_demo_corpus_assetizes_and_conserves_rows(params, corpus, tmp_path):
+    report = assetize.run(params, corpus, tmp_path / "assets")
     for name, e in report["inputs"].items():
         assert e["rows_in"] == e["kept"] + e["quarantined"], name
     manifest = json.loads((corpus / "manifest.json").read_text())["injected"]
@@ -48,7 +49,7 @@ def test_demo_corpus_assetizes_and_conserves_rows(corpus, tmp_path):
     assert all({"stage", "file", "row", "rule", "column", "original"} <= set(x) for x in q)
 
 
-def test_every_kind_of_bad_row_is_kept_or_quarantined(corpus, tmp_path):
+def test_every_kind_of_bad_row_is_kept_or_quarantined(params, corpus, tmp_path):
     raw = tmp_path / "raw"
     _copy(corpus, raw)
     good = _facts(corpus)[:5]
@@ -59,7 +60,7 @@ def test_every_kind_of_bad_row_is_kept_or_quarantined(corpus, tmp_path):
     lines = [good[0], good[0], missing_col, wrong_type, empty_text, extra,
              b'{"record_id": "broken", \n', b'{"record_id": "\xff\xfe"}\n']
     _write(raw, "facts", lines)
-    report = assetize.run(raw, tmp_path / "out")
+    report = assetize.run(params, raw, tmp_path / "out")
     e = report["inputs"]["facts"]
     assert e["rows_in"] == 8 and e["kept"] + e["quarantined"] == 8
     q = {(x["rule"], x["row"]) for x in map(json.loads, (tmp_path / "out/quarantine.jsonl").read_text().splitlines())
@@ -71,25 +72,25 @@ def test_every_kind_of_bad_row_is_kept_or_quarantined(corpus, tmp_path):
     assert e["kept"] == 2 and e["extra_columns"] == ["surprise"]
 
 
-def test_unreadable_file_fails_with_name_and_writes_nothing(corpus, tmp_path):
+def test_unreadable_file_fails_with_name_and_writes_nothing(params, corpus, tmp_path):
     raw = tmp_path / "raw"
     _copy(corpus, raw)
     (raw / "facts.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputFileError, match="facts.parquet"):
-        assetize.run(raw, tmp_path / "out")
+        assetize.run(params, raw, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_column_missing_everywhere_names_file_and_column(corpus, tmp_path):
+def test_column_missing_everywhere_names_file_and_column(params, corpus, tmp_path):
     raw = tmp_path / "raw"
     _copy(corpus, raw)
     _write(raw, "facts", [{k: v for k, v in f.items() if k != "period"} for f in _facts(corpus)[:3]])
     with pytest.raises(InputFileError, match=r"facts.jsonl.*period"):
-        assetize.run(raw, tmp_path / "out")
+        assetize.run(params, raw, tmp_path / "out")
 
 
-def test_csv_and_parquet_inputs_give_the_same_assets(corpus, tmp_path):
-    a = assetize.run(corpus, tmp_path / "a")
+def test_csv_and_parquet_inputs_give_the_same_assets(params, corpus, tmp_path):
+    a = assetize.run(params, corpus, tmp_path / "a")
     raw = tmp_path / "raw"
     _copy(corpus, raw)
     facts = pd.DataFrame(_facts(corpus))
@@ -97,23 +98,23 @@ def test_csv_and_parquet_inputs_give_the_same_assets(corpus, tmp_path):
     facts.to_csv(raw / "facts.csv", index=False)
     (raw / "chunks.jsonl").unlink()
     pd.read_json(corpus / "chunks.jsonl", lines=True).to_parquet(raw / "chunks.parquet")
-    b = assetize.run(raw, tmp_path / "b")
+    b = assetize.run(params, raw, tmp_path / "b")
     assert a["inputs"]["facts"]["rows_in"] == b["inputs"]["facts"]["rows_in"]
     assert abs(a["verifiable_facts"] - b["verifiable_facts"]) <= a["noise"]["numeric_value"]
 
 
 def test_period_normalisation():
-    assert assetize.normalize_period("FY2023") == "2023"
-    assert assetize.normalize_period("２０２３年") == "2023"
-    assert assetize.normalize_period("2023年第一季度") == "2023Q1"
-    assert assetize.normalize_period("Q3 2024") == "2024Q3"
+    assert normalize_period("FY2023") == "2023"
+    assert normalize_period("２０２３年") == "2023"
+    assert normalize_period("2023年第一季度") == "2023Q1"
+    assert normalize_period("Q3 2024") == "2024Q3"
 
 
-def test_inlined_row_hashes_are_io_content_hash(corpus, tmp_path):
+def test_inlined_row_hashes_are_io_content_hash(params, corpus, tmp_path):
     from clap import normalize as nz
     from clap.io import content_hash
 
-    assetize.run(corpus, tmp_path / "assets")
+    assetize.run(params, corpus, tmp_path / "assets")
     facts = pd.read_parquet(tmp_path / "assets" / "facts.parquet")
     chunks = pd.read_parquet(tmp_path / "assets" / "chunks.parquet")
     for r in facts.head(50).to_dict("records"):

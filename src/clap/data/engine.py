@@ -1,0 +1,50 @@
+"""Where units of work run: here, one after another, or as Ray Data tasks (`--engine ray`).
+
+    summaries = map_units("ray", units, functools.partial(stage_unit, work, ...), workers=2)
+
+Both engines call the same function on the same unit numbers and return its summaries in unit
+order, so outputs do not depend on the engine. Ray runs on the cluster named by `RAY_ADDRESS`, else
+on a local cluster of `workers` CPUs started for the call (and stopped after it); the units' files
+must then be on storage every node sees (on one machine: the stage's own output folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+ENGINES = ("local", "ray")
+
+
+def map_units(engine: str, units: int, work: Callable[[int], dict], workers: int) -> list[dict]:
+    if engine == "local":
+        return [work(u) for u in range(units)]
+    if engine == "ray":
+        return _ray_map(units, work, workers)
+    raise ValueError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+
+
+def _ray_map(units: int, work: Callable[[int], dict], workers: int) -> list[dict]:
+    import ray
+    import ray.data
+
+    started = not ray.is_initialized()
+    if started:
+        address = os.environ.get("RAY_ADDRESS") or None
+        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                 log_to_driver=False, logging_level="ERROR")
+    try:
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.execution_options.preserve_order = True
+
+        def one_unit(batch: dict) -> dict:
+            return {"unit": batch["unit"], "summary": [json.dumps(work(int(u))) for u in batch["unit"]]}
+
+        items = ray.data.from_items([{"unit": u} for u in range(units)], override_num_blocks=units)
+        rows = items.map_batches(one_unit, batch_size=1, num_cpus=1).take_all()
+    finally:
+        if started:
+            ray.shutdown()
+    return [json.loads(r["summary"]) for r in sorted(rows, key=lambda r: int(r["unit"]))]
