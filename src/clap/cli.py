@@ -69,7 +69,8 @@ def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths
     report = stage.run(_params(), raw, out, repaired, engine)
     for name, e in report["inputs"].items():
         console.print(f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}")
-    console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}")
+    console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}; "
+                  f"{report['units']} unit(s) of work")
     if "repaired_rows_in" in report:
         console.print(f"repaired rows in {report['repaired_rows_in']}, now verifiable {report['repaired_rows_verifiable']}")
     console.print("noise found/fixed: " + ", ".join(f"{k}={v}" for k, v in report["noise"].items() if v))
@@ -290,6 +291,14 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
                              torch.cuda.is_available())
     gpu_share = cfg["generate"]["gpu_memory_utilization"]
     console.print(f"generation backend: {backend}")
+    if cfg["generate"]["ray_workers"]:  # the same engine on each of N Ray actors (clap.data.ray_generate)
+        from clap.data.ray_generate import RayEngine
+
+        args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
+                "prod_expected": prod_expected}
+        if backend == "vllm":
+            args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share}
+        return RayEngine(args, cfg["generate"]["ray_workers"], backend)
     if backend == "vllm":
         return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
                           prod_dir=prod_dir, prod_expected=prod_expected)

@@ -162,6 +162,7 @@ class Generate(_Section):
     backend: Literal["auto", "hf", "vllm"]
     constrained: StrictBool
     gpu_memory_utilization: OpenFraction
+    ray_workers: Annotated[StrictInt, Field(ge=0, le=4096)]
 
 
 class EvalWeights(_Section):

@@ -25,7 +25,8 @@ def map_units(engine: str, units: int, work: Callable[[int], dict], workers: int
     raise ValueError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
 
 
-def _ray_map(units: int, work: Callable[[int], dict], workers: int) -> list[dict]:
+def ensure_ray(workers: int) -> bool:
+    """Connect to `RAY_ADDRESS`, else start a local cluster of `workers` CPUs; True when this call started it."""
     import ray
     import ray.data
 
@@ -34,11 +35,18 @@ def _ray_map(units: int, work: Callable[[int], dict], workers: int) -> list[dict
         address = os.environ.get("RAY_ADDRESS") or None
         ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
                  log_to_driver=False, logging_level="ERROR")
-    try:
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
-        context.execution_options.preserve_order = True
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.execution_options.preserve_order = True
+    return started
 
+
+def _ray_map(units: int, work: Callable[[int], dict], workers: int) -> list[dict]:
+    import ray
+    import ray.data
+
+    started = ensure_ray(workers)
+    try:
         def one_unit(batch: dict) -> dict:
             return {"unit": batch["unit"], "summary": [json.dumps(work(int(u))) for u in batch["unit"]]}
 
