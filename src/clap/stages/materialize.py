@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from pathlib import Path
 
 import pandas as pd
-from datasketch import MinHash, MinHashLSH
 
 from clap import normalize as nz
 from clap import prompts
+from clap.data.near_dup import near_duplicates
 from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.retrieval import BM25Index
 from clap.rewards import decision_reward
@@ -36,27 +35,11 @@ def _in_eval(key: str, fraction: float, seed: int) -> bool:
     return int(content_hash(seed, key)[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def _shingles(text: str) -> set[str]:
-    s = nz.fold(text).lower()
-    toks = re.findall(r"[a-z0-9]+|[\u4e00-\u9fff]", s)
-    return {" ".join(toks[i:i + 3]) for i in range(max(1, len(toks) - 2))}
-
-
-def _minhash(text: str, num_perm: int) -> MinHash:
-    m = MinHash(num_perm=num_perm, seed=1)
-    for sh in _shingles(text):
-        m.update(sh.encode())
-    return m
-
-
 def overlap_counts(train: pd.DataFrame, holdout: pd.DataFrame, threshold: float, num_perm: int) -> dict:
     """Train rows overlapping the holdout: by ID, by exact normalised input, by near-duplicate input."""
     ids = set(holdout["record_id"])
     exact = set(holdout["input_norm"])
-    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
-    for i, text in enumerate(holdout["input_norm"]):
-        lsh.insert(str(i), _minhash(text, num_perm))
-    near = [bool(lsh.query(_minhash(t, num_perm))) for t in train["input_norm"]]
+    near = near_duplicates(train["input_norm"], holdout["input_norm"], threshold, num_perm)
     return {"id_overlap": int(train["record_id"].isin(ids).sum()),
             "exact_input_overlap": int(train["input_norm"].isin(exact).sum()),
             "near_duplicate_overlap": int(sum(near)), "_near_mask": near}
@@ -68,11 +51,11 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     m = cfg["materialize"]
     if not (Path(assets) / "facts.parquet").exists():
         raise InputFileError(f"{assets}/facts.parquet: no such file (run `clap assetize` first)")
-    facts = pd.read_parquet(Path(assets) / "facts.parquet")
+    present = sorted(pd.read_parquet(Path(assets) / "facts.parquet", columns=["batch"])["batch"].unique())
+    # assets are one Parquet file per batch: the filter reads this batch's rows only
+    facts = pd.read_parquet(Path(assets) / "facts.parquet", filters=[("batch", "==", batch)]).reset_index(drop=True)
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     decisions = pd.read_parquet(Path(assets) / "decisions.parquet")
-    present = sorted(facts["batch"].unique())
-    facts = facts[facts["batch"] == batch].copy()
     if facts.empty:
         raise InputFileError(f"{assets}/facts.parquet: batch {batch!r} has no facts (batches present: "
                              f"{', '.join(present) or 'none'}); check data.batches")
