@@ -21,9 +21,8 @@ TABLES = ("chunks", "facts", "decisions")
 
 
 def connect(work: Path, memory_mb: int, threads: int) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(config={"memory_limit": f"{memory_mb}MB", "threads": threads,
-                                 "temp_directory": str(Path(work) / "duckdb"), "preserve_insertion_order": True})
-    return con
+    return duckdb.connect(config={"memory_limit": f"{memory_mb}MB", "threads": threads,
+                                  "temp_directory": str(Path(work) / "duckdb"), "preserve_insertion_order": True})
 
 
 def _lit(path: Path | str) -> str:

@@ -111,21 +111,21 @@ def _run(settings: dict, raw: Path, out: Path, repaired: Path | None) -> dict:
         with _timed("read and spill"):
             report = _read(sources, files, spill.Spill(work, units), settings["read_rows"])
         rows_in_by_file = report.pop("_rows_in_by_file")
-        if repaired is not None:
-            report["repaired_rows_in"] = sum(rows_in_by_file[files.index(str(f))] for f in fixes)
-        con = duck.connect(work, max(256, settings["memory_budget_mb"] // 2), os.cpu_count() or 1)
-        with _timed("global steps"):
-            for name in TABLES:
-                duck.drops(con, work, name)
-            if units > 1:
-                duck.borrowed_chunks(con, work)
         repaired_files = [files.index(str(f)) for f in fixes]
-        with _timed(f"{units} unit(s) on {settings['engine']}"):
-            summaries = map_units(settings["engine"], units, functools.partial(assetize_unit, work, files, repaired_files),
-                                  settings["ray_workers"])
-        with _timed("ordered write and quarantine"):
-            _finish(con, work, tmp, summaries, report, settings["row_group_rows"], repaired is not None)
-        con.close()
+        if repaired is not None:
+            report["repaired_rows_in"] = sum(rows_in_by_file[i] for i in repaired_files)
+        with duck.connect(work, max(256, settings["memory_budget_mb"] // 2), os.cpu_count() or 1) as con:
+            with _timed("global steps"):
+                for name in TABLES:
+                    duck.drops(con, work, name)
+                if units > 1:
+                    duck.borrowed_chunks(con, work)
+            with _timed(f"{units} unit(s) on {settings['engine']}"):
+                summaries = map_units(settings["engine"], units,
+                                      functools.partial(assetize_unit, work, files, repaired_files),
+                                      settings["ray_workers"])
+            with _timed("ordered write and quarantine"):
+                _finish(con, work, tmp, summaries, report, settings["row_group_rows"], repaired is not None)
         shutil.rmtree(work)
         write_json(tmp / "report.json", report)
     return report
