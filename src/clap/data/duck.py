@@ -15,9 +15,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clap.data.spill import TABLES
 from clap.schemas import ID_COLUMN
-
-TABLES = ("chunks", "facts", "decisions")
 
 
 def connect(work: Path, memory_mb: int, threads: int) -> duckdb.DuckDBPyConnection:
