@@ -42,9 +42,9 @@ def run(cwd, *cmd, env=None):
     return r.stdout + r.stderr
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory, tiny_dir):
-    root = tmp_path_factory.mktemp("clone") / "clap"
+def make_clone(root: Path, overrides: list[str]) -> dict:
+    """A git repository at `root` with the project's tracked files, params.yaml composed from `overrides`, a DVC
+    remote of its own; the environment to run git, dvc and clap in it."""
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
     for f in files:
@@ -57,12 +57,17 @@ def clone(tmp_path_factory, tiny_dir):
     sys.path.insert(0, str(ROOT / "src"))
     from clap.config import compose, dump
 
-    params = compose(TINY_OVERRIDES + [f"model.base={tiny_dir}"], conf=root / "conf")
-    (root / "params.yaml").write_text(dump(params))
+    (root / "params.yaml").write_text(dump(compose(overrides, conf=root / "conf")))
     run(root, "dvc", "remote", "modify", "local", "url", str(root.parent / "remote"), env=env)
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "clone", env=env)
-    return root, env
+    return env
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory, tiny_dir):
+    root = tmp_path_factory.mktemp("clone") / "clap"
+    return root, make_clone(root, TINY_OVERRIDES + [f"model.base={tiny_dir}"])
 
 
 def stage_of(argv: list[str]) -> str:

@@ -63,3 +63,28 @@ def test_rounds_read_back_decision_refusals_baseline_and_tags(tmp_path):
     assert second["candidate"] == "dpo" and second["chain"] == {"sft": "canary", "dpo": "canary", "grpo": "hold"}
     assert second["refused"] == {"b3": "repair (unit_mismatch_share)"}
     assert second["delta"] == 0.01 and (second["ci_low_min"], second["ci_high_max"]) == (-0.05, 0.09)
+
+
+def test_a_rollback_is_a_row_of_its_own_and_the_restore_it_commits_is_not_a_new_decision(tmp_path):
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@t")
+    _git(tmp_path, "config", "user.name", "t")
+    for k, batches in ((1, "[b1]"), (2, "[b1, b2]")):
+        _write(tmp_path, "params.yaml", f"data:\n  batches: {batches}\n")
+        _write(tmp_path, paths.GATE, {"decision": "promote", "round": k})
+        _git(tmp_path, "add", "-A")
+        _git(tmp_path, "commit", "-qm", f"round {k}")
+        _git(tmp_path, "tag", "-a", f"clap-adapter@v0.0.{k}", "-m", f"Registering version v0.0.{k}")
+        _git(tmp_path, "tag", "-a", f"clap-adapter#prod#{k}", "-m", "Assigning stage prod")
+    _git(tmp_path, "tag", "-a", "clap-adapter#prod#3", "-m", "Assigning stage prod to artifact clap-adapter version "
+         "v0.0.1\n\nrollback from v0.0.2", "clap-adapter@v0.0.1")
+    _write(tmp_path, "params.yaml", "data:\n  batches: [b1]\n")  # `clap rollback` restored round 1's evidence
+    _write(tmp_path, paths.GATE, {"decision": "promote", "round": 1})
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "rollback drill")
+
+    rows = rounds(tmp_path)
+    assert [(r["round"], r["decision"]) for r in rows] == [(1, "promote"), (2, "promote"), ("rollback", "rollback")]
+    assert rows[0]["tags"] == ["clap-adapter@v0.0.1", "clap-adapter#prod#1"]  # the rollback tag is not round 1's
+    assert (rows[2]["baseline"], rows[2]["candidate"], rows[2]["tags"]) == \
+        ("prod v0.0.2", "restores v0.0.1", ["clap-adapter#prod#3"])

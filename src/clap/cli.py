@@ -491,7 +491,7 @@ def timeline() -> None:
 
 @app.command("demo-annotate")
 def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
-                  out: Path = typer.Option(paths.REPAIR_FIXED / "simulated_annotator.jsonl"),
+                  out: Path = typer.Option(paths.SIMULATED_FIXES),
                   share: float = typer.Option(0.5, min=0.0, max=1.0, help="share of the fixable queue to correct")) -> None:
     """SIMULATED annotator for the demo: corrects a share of the repair queue from the demo generator's truth."""
     from clap import demo_annotator, demo_data
@@ -696,48 +696,41 @@ def report(base: str = typer.Option(None, help="git revision to diff metrics aga
 
 
 @app.command()
-def demo() -> None:
-    """Run the whole loop on the demo corpus (`dvc repro`), then print what it decided and why."""
-    import subprocess
-
-    from clap import summary
-
-    if subprocess.run(["dvc", "repro"]).returncode != 0:
-        _fail(RuntimeError("dvc repro failed (see the stage output above)"))
-    summary.print_summary(console, Path("."))
-    summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
-    _demo_release()
+def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra override on top of conf/, every round")
+         ) -> None:
+    """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
+    then a rollback drill and the timeline. See `clap.rounds`."""
+    from clap import rounds, summary
     from clap import timeline as tl
+    from clap.config import check, compose
 
+    overrides = override or []
+    schedule = check(compose(overrides), "conf/ (composed)")["demo"]["rounds"]
+
+    def after_round(k: int) -> None:
+        summary.print_summary(console, Path("."))
+        summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
+
+    result = rounds.run(schedule, overrides, lambda line: console.rule(escape(line)), after_round)
+    for r in result["rounds"]:
+        rel = r.get("release")
+        console.print(f"round {r['round']} ({r['commit']}): gate [bold]{r['decision']}[/]"
+                      + (f" → released {rel['version']} to {rel['stage']} ({rel['tag']})" if rel else "")
+                      + (f" — release refused: {escape(r['release_refused'])}" if "release_refused" in r else ""),
+                      soft_wrap=True)
+        if r["repair_effect"]:
+            e = r["repair_effect"]
+            console.print(f"  repair (SIMULATED annotator): {e['fixed_rows']} rows fixed, {e['now_verifiable']} now "
+                          f"verifiable, {e['in_training']} in training, {e['in_holdout']} in holdouts; overall score on "
+                          f"those {e['scored']}: {e['before_model']} {e['overall_before']} → candidate {e['overall_after']}",
+                          soft_wrap=True)
+    d = result["drill"]
+    if "skipped" in d:
+        console.print(f"rollback drill skipped: {escape(d['skipped'])}", soft_wrap=True)
+    else:
+        console.print(f"rollback drill: prod {d['from']} → {d['to']} ({d['tag']}); restored from the DVC cache, bundle "
+                      f"verified, adapter bytes identical to {d['to']}'s: {d['adapter_files_identical']}", soft_wrap=True)
     console.print(tl.table(tl.rounds(Path("."))))
-
-
-def _demo_release() -> None:
-    """Commit the run's tracked evidence (a round is a commit, whatever the gate said) and tag it
-    when the gate allows a release."""
-    import json
-    import os
-    import subprocess
-
-    from clap import release as rel
-
-    decision = json.loads(paths.GATE.read_text())["decision"]
-    if subprocess.run(["git", "config", "user.email"], capture_output=True).returncode != 0:
-        for k, v in (("NAME", "clap demo"), ("EMAIL", "demo@clap.invalid")):
-            os.environ.setdefault(f"GIT_AUTHOR_{k}", v)
-            os.environ.setdefault(f"GIT_COMMITTER_{k}", v)
-    subprocess.run(["git", "add", "params.yaml", "dvc.lock", "metrics", "release", "repair", "data/admission"], check=False)
-    subprocess.run(["git", "commit", "-q", "-m", f"clap demo run: gate {decision}"], check=False)
-    if decision not in ("promote", "canary"):
-        console.print(f"no release: the gate said [bold]{decision}[/]; fix the reasons above, re-run `make demo`")
-        return
-    try:
-        r = rel.release(Path("."))
-    except rel.ReleaseRefused as exc:
-        console.print(f"[bold yellow]release refused:[/] {exc}")
-        return
-    console.print(f"released {r['version']} → {r['stage']} ({r['tag']} on {r['commit'][:10]}); "
-                  "`clap registry` lists versions, `clap rollback` undoes it")
 
 
 if __name__ == "__main__":

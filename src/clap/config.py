@@ -41,10 +41,24 @@ NonNegFloat = Annotated[float, Field(ge=0.0)]
 BatchId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 
+class DemoRound(_Section):
+    batches: Annotated[list[BatchId], Field(min_length=1)]
+    repair_share: Fraction = 0.0  # share of the previous round's repair queue the simulated annotator corrects
+    poisoned_batch: BatchId = "none"
+
+    @field_validator("poisoned_batch")
+    @classmethod
+    def _poisoned_is_a_batch_of_the_round(cls, v: str, info) -> str:
+        if v != "none" and v not in info.data.get("batches", [v]):
+            raise ValueError(f"{v} is not one of the round's batches")
+        return v
+
+
 class Demo(_Section):
     seed: StrictInt
     scale: Annotated[float, Field(gt=0.0, le=100.0)]
     poisoned_batch: BatchId  # `none`, or the batch whose export is poisoned
+    rounds: Annotated[list[DemoRound], Field(min_length=1)]  # `clap demo`: one commit each
 
 
 class Data(_Section):

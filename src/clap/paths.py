@@ -37,7 +37,9 @@ HUMAN_EXPORT = Path("feedback/human/export")  # sent to annotators
 HUMAN_KEYS = Path("feedback/human/keys")  # the blind mapping, git-tracked, never sent
 CANARY_LOGS = Path("feedback/canary")  # request and outcome logs (`dvc add feedback/canary`)
 CANARY_METRICS = Path("metrics/canary.json")  # `clap canary analyze`; read by `clap canary conclude`
-OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS)
+SIMULATED_FIXES = REPAIR_FIXED / "simulated_annotator.jsonl"  # `clap demo-annotate`: the demo's simulated annotator
+REPAIR_EFFECT = Path("metrics/repair_effect.json")  # `clap demo`: what a round's repaired rows did
+OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS, SIMULATED_FIXES, REPAIR_EFFECT)
 
 
 def adapter(kind: str) -> Path:

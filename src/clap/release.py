@@ -204,15 +204,14 @@ def rollback(root: Path, to: str | None = None, restore: bool = True) -> dict:
     to = to if to.startswith("v") else f"v{to}"
     if to not in vs:
         raise ReleaseRefused(f"{to} is not a registered version ({', '.join(vs) or 'none'})")
+    if restore:  # first: a version that cannot be restored and verified is never assigned
+        restore_version(root, vs[to])
     with _lock(root):
         k = _next_counter(root)
         _tag(root, f"{ARTIFACT}#prod#{k}", f"Assigning stage prod to artifact {ARTIFACT} version {to}\n\n"
              f"rollback from {cur['version']}", vs[to])
-    result = {"from": cur["version"], "to": to, "tag": f"{ARTIFACT}#prod#{k}", "commit": vs[to]}
+    result = {"from": cur["version"], "to": to, "tag": f"{ARTIFACT}#prod#{k}", "commit": vs[to], "verified": restore}
     write_prod_pointer(root)
-    if restore:
-        restore_version(root, vs[to])
-        result["verified"] = True
     return result
 
 
@@ -249,12 +248,20 @@ def conclude_canary(root: Path, analysis: dict) -> dict:
 
 
 def restore_version(root: Path, commit: str) -> None:
-    """Bring back a version's dvc.lock and bundle, check out its data through DVC, verify the bundle."""
-    tracked = _git(root, "ls-tree", "-r", "--name-only", commit).splitlines()
-    restored = [p for p in tracked if (p == "dvc.lock" or p.endswith(".dvc") or p.startswith(("release/", "metrics/")))
-                and p != str(paths.PROD_POINTER)]
+    """Bring back a version's configuration (conf/, params.yaml), dvc.lock and evidence, check out its data
+    through DVC, verify the bundle. The configuration comes back with the lock: the pipeline's stages follow
+    params.yaml (`foreach` over its batches), so a lock restored under another round's params would name
+    outputs that round never produced."""
+    def wanted(p: str) -> bool:
+        return p != str(paths.PROD_POINTER) and (p in ("dvc.lock", "params.yaml") or p.endswith(".dvc") or p.startswith(
+            ("release/", "metrics/", "conf/", f"{paths.ADMISSION}/", f"{paths.REPAIR_FIXED}/")))
+
+    restored = [p for p in _git(root, "ls-tree", "-r", "--name-only", commit).splitlines() if wanted(p)]
     if str(BUNDLE) not in restored:
         raise ReleaseRefused(f"{commit[:10]} has no {BUNDLE}: not a CLAP release commit")
+    later = sorted({p for p in _git(root, "ls-files").splitlines() if wanted(p)} - set(restored))
+    if later:  # evidence the version did not have (a later batch's admission, a later repair file) goes too
+        _git(root, "rm", "-q", "--", *later)
     _git(root, "checkout", commit, "--", *restored)
     r = subprocess.run(["dvc", "checkout", "--force"], cwd=root, capture_output=True, text=True)
     if r.returncode != 0:

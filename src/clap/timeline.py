@@ -8,6 +8,8 @@ it was judged against (`release/prod.json` at that commit: the prod version, or 
 the candidate − M overall delta pooled over batches with the range of the per-batch CIs, the
 decision, the chain candidate it ships (SFT, SFT→DPO or SFT→GRPO, with each one's verdict), and the release tags on the commit (GTO's format, read through `clap.release`). Nothing
 here is recomputed: every figure is the committed evidence, so the table is what a reviewer sees.
+A commit that brings back an earlier commit's gate record (a rollback restoring a release's evidence) is
+not a new decision; the rollback itself is a row of its own, placed by the time of its prod tag.
 """
 
 from __future__ import annotations
@@ -35,17 +37,23 @@ def _json_at(root: Path, commit: str, path: Path | str) -> dict | None:
 def rounds(root: Path) -> list[dict]:
     """Every committed gate decision, oldest first (see the module docstring for the fields)."""
     root = Path(root)
-    log = subprocess.run(["git", "log", "--reverse", "--format=%H", "--", paths.GATE.as_posix()], cwd=root,
+    log = subprocess.run(["git", "log", "--reverse", "--format=%H %ct", "--", paths.GATE.as_posix()], cwd=root,
                          capture_output=True, text=True)
-    commits = log.stdout.split() if log.returncode == 0 else []
+    commits = [line.split() for line in log.stdout.splitlines()] if log.returncode == 0 else []
+    undone = rollbacks(root)
     tags: dict[str, list[str]] = {}
     for version, commit in release.versions(root).items():
         tags.setdefault(commit, []).append(f"{release.ARTIFACT}@{version}")
     for a in release.assignments(root):
-        tags.setdefault(a["commit"], []).append(a["tag"])
-    out = []
-    for k, commit in enumerate(commits, start=1):
-        gate = _json_at(root, commit, paths.GATE) or {}
+        if a["tag"] not in {r["tags"][0] for r in undone}:
+            tags.setdefault(a["commit"], []).append(a["tag"])
+    out, seen = [], set()
+    for commit, when in commits:
+        gate_text = _show(root, commit, paths.GATE) or ""
+        if gate_text in seen:
+            continue
+        seen.add(gate_text)
+        gate = json.loads(gate_text) if gate_text else {}
         params = yaml.safe_load(_show(root, commit, "params.yaml") or "{}") or {}
         batches = (params.get("data") or {}).get("batches", [])
         refused = {}
@@ -58,7 +66,7 @@ def rounds(root: Path) -> list[dict]:
         deltas = [ev.get("deltas_vs_prod") or ev.get("deltas") for b in batches
                   if (ev := _json_at(root, commit, paths.eval_metrics(b))) and b not in refused]
         overall = [d["overall_score"] for d in deltas if d and d.get("overall_score", {}).get("delta") is not None]
-        out.append({"round": k, "commit": commit[:10], "batches": batches, "refused": refused,
+        out.append({"round": len(out) + 1, "time": int(when), "commit": commit[:10], "batches": batches, "refused": refused,
                     "baseline": f"prod {prod}" if prod else "base",
                     "delta": round(statistics.fmean(o["delta"] for o in overall), 4) if overall else None,
                     "ci_low_min": min((o["ci_low"] for o in overall), default=None),
@@ -66,6 +74,23 @@ def rounds(root: Path) -> list[dict]:
                     "decision": gate.get("decision"), "candidate": gate.get("candidate", "sft"),
                     "chain": {c: v["decision"] for c, v in (gate.get("candidates") or {}).items()},
                     "tags": tags.get(commit, [])})
+    return sorted(out + undone, key=lambda r: r["time"])
+
+
+def rollbacks(root: Path) -> list[dict]:
+    """Each prod assignment `clap rollback` made (its tag message says so), as a timeline row."""
+    out = []
+    for a in release.assignments(root):
+        if a["stage"] != "prod" or a["action"] != "assign":
+            continue
+        stamp, _, message = subprocess.run(["git", "tag", "-l", "--format=%(creatordate:unix)%09%(contents)", a["tag"]],
+                                           cwd=root, capture_output=True, text=True).stdout.partition("\t")
+        if "rollback from " not in message:
+            continue
+        was = message.split("rollback from ", 1)[1].split()[0]
+        out.append({"round": "rollback", "time": int(stamp), "commit": a["commit"][:10], "batches": [], "refused": {},
+                    "baseline": f"prod {was}", "delta": None, "ci_low_min": None, "ci_high_max": None,
+                    "decision": "rollback", "candidate": f"restores {a['version']}", "chain": {}, "tags": [a["tag"]]})
     return out
 
 
@@ -75,7 +100,7 @@ def table(rows: list[dict]):
     t = Table(title="the loop, round by round (committed evidence)")
     for c in ("round", "commit", "data", "admission refused", "judged against", "Δ overall [batch CIs]",
               "decision", "ships (chain verdicts)", "release tags"):
-        t.add_column(c)
+        t.add_column(c, overflow="fold")  # a tag or a rule name is one word: folded, never cut
     for r in rows:
         delta = "—" if r["delta"] is None else f"{r['delta']:+.3f} [{r['ci_low_min']:+.3f} … {r['ci_high_max']:+.3f}]"
         t.add_row(str(r["round"]), r["commit"], ",".join(r["batches"]),

@@ -1,0 +1,62 @@
+"""`clap demo` on the tiny model, in a clone: three rounds, each a commit — a first release against the base
+model, new data plus rows the simulated annotator repaired judged against prod, a poisoned batch that
+admission stops — then the rollback drill and the timeline. (The gate's own `rollback`, prod regressed against
+the base model on new evidence, is table-tested in tests/test_gate.py: a random tiny model scores the same
+as its adapters, Δ 0.000, so no prod of it can regress for real.)"""
+
+import json
+
+from tests.test_e2e_loop import TINY_OVERRIDES, make_clone, run
+
+ROUNDS = "demo.rounds=[{batches:[b1]},{batches:[b1,b2],repair_share:0.5},{batches:[b1,b2,b3],poisoned_batch:b3}]"
+
+
+def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
+    root = tmp_path / "clap"
+    overrides = [o for o in TINY_OVERRIDES if not o.startswith("data.batches=")] + [f"model.base={tiny_dir}", ROUNDS]
+    env = make_clone(root, overrides)
+    out = run(root, "clap", "demo", *[a for o in overrides for a in ("-S", o)], env=env)
+
+    # round 1 → v0.0.1 in prod; round 2 judged against it → v0.0.2; round 3 held on the poisoned batch
+    assert "round 1 (" in out and "released v0.0.1 to prod" in out
+    assert "released v0.0.2 to prod" in out
+    assert "round 3 (" in out and "gate hold" in out
+    log = run(root, "git", "log", "--format=%s", env=env).splitlines()
+    assert log[:4] == ["clap demo rollback drill: prod v0.0.2 → v0.0.1", "clap demo round 3: b1, b2, b3 → gate hold",
+                       "clap demo round 2: b1, b2 → gate promote", "clap demo round 1: b1 → gate promote"], log
+    # what changed between rounds is what git shows: the batch list and the poisoned export, in conf/ and params
+    diff = run(root, "git", "diff", "HEAD~2", "HEAD~1", "--", "conf/config.yaml", env=env)
+    assert "+  batches: [b1, b2, b3]" in diff and "+  poisoned_batch: b3" in diff
+    round3 = json.loads(run(root, "git", "show", "HEAD~1:metrics/gate.json", env=env))
+    assert any(r["rule"] == "admission" and r["batch"] == "b3" for r in round3["reasons"]), round3["reasons"]
+
+    # the flywheel turned: round 2 read the rows the simulated annotator corrected from round 1's queue
+    effect = json.loads(run(root, "git", "show", "HEAD~2:metrics/repair_effect.json", env=env))
+    assert effect["fixed_rows"] > 0 and effect["repaired_rows_in"] == effect["fixed_rows"], effect
+    assert effect["in_training"] + effect["in_holdout"] > 0 and effect["before_model"] == "prod"
+    assert "repair (SIMULATED annotator)" in out
+
+    # the drill: prod back to v0.0.1, its adapter restored byte for byte and verified
+    assert "rollback drill: prod v0.0.2 → v0.0.1" in out and "adapter bytes identical to v0.0.1's: True" in out
+    assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.1"
+    run(root, "clap", "verify", "release/bundle.json", env=env)
+
+    # nothing half-restored: the drill's commit holds round 1's configuration, lock and evidence, so the
+    # pipeline's only pending change is the prod it now points at
+    assert run(root, "git", "status", "--porcelain", "--untracked-files=no", env=env) == ""
+    assert "batches: [b1]\n" in (root / "conf/config.yaml").read_text()
+    assert not (root / "repair/fixed/simulated_annotator.jsonl").exists()  # round 2's repair is not v0.0.1's
+
+    # the timeline: three rounds and the rollback, each with its baseline, refusal and tags, read back from git
+    from clap.timeline import rounds
+
+    first = run(root, "git", "rev-list", "--max-parents=0", "HEAD", env=env).strip()[:10]
+    rows = [r for r in rounds(root) if r["commit"] != first]  # the clone's first commit holds main's last run
+    assert [(r["batches"], r["baseline"], r["decision"]) for r in rows] == [
+        (["b1"], "base", "promote"), (["b1", "b2"], "prod v0.0.1", "promote"),
+        (["b1", "b2", "b3"], "prod v0.0.2", "hold"), ([], "prod v0.0.2", "rollback")], rows
+    assert rows[0]["tags"] == ["clap-adapter@v0.0.1", "clap-adapter#prod#1"]
+    assert rows[1]["tags"] == ["clap-adapter@v0.0.2", "clap-adapter#prod#2"]
+    assert rows[2]["refused"] == {"b3": "repair (unit_mismatch_share)"} and rows[2]["tags"] == []
+    assert rows[3]["candidate"] == "restores v0.0.1" and rows[3]["tags"] == ["clap-adapter#prod#3"]
+    assert "ROLLBACK" in out and "HOLD" in out
