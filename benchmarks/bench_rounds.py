@@ -46,6 +46,7 @@ def train(cfg: dict, base: Path, rows: list[dict], out: Path, start: Path | None
                      per_device_train_batch_size=s["per_device_batch_size"],
                      gradient_accumulation_steps=s["gradient_accumulation"], max_length=s["max_length"],
                      completion_only_loss=True, report_to=[], seed=cfg["train"]["seed"], save_strategy="no",
+                     gradient_checkpointing=False,  # as the stage: TRL's default recomputes, ≈ 30 % slower here
                      use_cpu=not torch.cuda.is_available(), lr_scheduler_type="linear", disable_tqdm=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=build_dataset(rows),
                          processing_class=base_model.load_tokenizer(base),
