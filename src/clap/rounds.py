@@ -15,7 +15,6 @@ back to the version before it, restored from the DVC cache and verified against 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -27,7 +26,8 @@ from clap import paths
 from clap.errors import UserError
 
 CONF = Path("conf/config.yaml")
-EVIDENCE = ["conf", "params.yaml", "dvc.lock", "metrics", "release", "repair", "data/admission"]
+EVIDENCE = [str(p) for p in (CONF.parent, Path("params.yaml"), Path("dvc.lock"), paths.METRICS, paths.BUNDLE.parent,
+                              paths.REPAIR_QUEUE.parent, paths.ADMISSION)]
 
 _BATCHES = re.compile(r"^(data:\n(?:[ \t]*#.*\n)*  batches:) *\[[^\]\n]*\]", re.M)
 _POISONED = re.compile(r"^(  poisoned_batch:) *[A-Za-z0-9_-]+", re.M)
@@ -155,18 +155,15 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
 
 
 def drill(root: Path) -> dict:
-    """Roll prod back to the version before it, restore it from the DVC cache, and check the adapter bytes
-    against the bundle committed at that version's tag; committed as its own commit."""
+    """Roll prod back to the version before it, restored from the DVC cache: `clap.release.rollback` assigns it
+    only after the bundle committed at that version's tag verified every pinned file, the adapter's bytes
+    included. Committed as its own commit."""
     from clap import release
-    from clap.io import sha256_file
 
     try:
         r = release.rollback(root)
     except release.ReleaseRefused as exc:
         return {"skipped": str(exc)}
-    bundle = json.loads(_git("show", f"{r['commit']}:{paths.BUNDLE.as_posix()}").stdout)
-    checked = {f["path"]: (root / f["path"]).is_file() and sha256_file(root / f["path"]) == f["sha256"]
-               for f in bundle["files"] if f["role"] == "adapter"}
-    r["adapter_files_identical"] = bool(checked) and all(checked.values())
+    r["adapter_files_identical"] = r["verified"]
     r["drill_commit"] = _commit(f"clap demo rollback drill: prod {r['from']} → {r['to']}")
     return r
