@@ -40,12 +40,14 @@ def rounds(root: Path) -> list[dict]:
     log = subprocess.run(["git", "log", "--reverse", "--format=%H %ct", "--", paths.GATE.as_posix()], cwd=root,
                          capture_output=True, text=True)
     commits = [line.split() for line in log.stdout.splitlines()] if log.returncode == 0 else []
-    undone = rollbacks(root)
+    events = release.assignments(root)  # one `git rev-list` per tag: read once, shared with `rollbacks`
+    undone = rollbacks(root, events)
+    rollback_tags = {r["tags"][0] for r in undone}
     tags: dict[str, list[str]] = {}
     for version, commit in release.versions(root).items():
         tags.setdefault(commit, []).append(f"{release.ARTIFACT}@{version}")
-    for a in release.assignments(root):
-        if a["tag"] not in {r["tags"][0] for r in undone}:
+    for a in events:
+        if a["tag"] not in rollback_tags:
             tags.setdefault(a["commit"], []).append(a["tag"])
     out, seen = [], set()
     for commit, when in commits:
@@ -77,10 +79,11 @@ def rounds(root: Path) -> list[dict]:
     return sorted(out + undone, key=lambda r: r["time"])
 
 
-def rollbacks(root: Path) -> list[dict]:
-    """Each prod assignment `clap rollback` made (its tag message says so), as a timeline row."""
+def rollbacks(root: Path, events: list[dict] | None = None) -> list[dict]:
+    """Each prod assignment `clap rollback` made (its tag message says so), as a timeline row; `events`:
+    `release.assignments(root)` when the caller has it already."""
     out = []
-    for a in release.assignments(root):
+    for a in release.assignments(root) if events is None else events:
         if a["stage"] != "prod" or a["action"] != "assign":
             continue
         stamp, _, message = subprocess.run(["git", "tag", "-l", "--format=%(creatordate:unix)%09%(contents)", a["tag"]],
