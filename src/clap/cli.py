@@ -576,12 +576,15 @@ def _print_traffic(cfg: dict, counts: dict) -> None:
 @canary_app.command("traffic")
 def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1:<canary.port>"),
                    paired: bool = typer.Option(False, help="send every question to both arms"),
-                   limit: int = typer.Option(None, min=1, help="first N held-out replay questions")) -> None:
+                   limit: int = typer.Option(None, min=1, help="first N held-out replay questions"),
+                   until_decided: Path = typer.Option(None, help="the server's log folder (same machine): stop "
+                                                                 "sending once its analysis is conclusive")) -> None:
     """The demo's traffic: held-out replay questions, each answer scored against gold, outcomes posted back."""
-    from clap.feedback import traffic
+    from clap.feedback import canary_analysis, traffic
 
     cfg = _params()
-    counts = traffic.send(cfg, Path("."), url or f"http://127.0.0.1:{cfg['canary']['port']}", paired, limit)
+    stop = (lambda: canary_analysis.decided(until_decided, cfg)) if until_decided else None
+    counts = traffic.send(cfg, Path("."), url or f"http://127.0.0.1:{cfg['canary']['port']}", paired, limit, stop)
     _print_traffic(cfg, counts)
 
 
@@ -617,21 +620,23 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
 
 
 @canary_app.command("demo")
-def canary_demo(limit: int = typer.Option(30, min=1, help="held-out replay questions, each sent to both arms"),
+def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many held-out replay questions, each sent "
+                                                          "to both arms; traffic stops once the analysis is conclusive"),
                 candidate: Path = typer.Option(None, help="serve this unreleased adapter as the canary (dark launch)"),
                 logs: Path = typer.Option(paths.CANARY_LOGS)) -> None:
     """One canary end to end: serve (in this process), replay the held-out questions as paired traffic,
     analyse, and — for a registered canary — conclude with the promote or rollback tag."""
     import threading
 
-    from clap.feedback import canary, traffic
+    from clap.feedback import canary, canary_analysis, traffic
 
     cfg = _params()
     service = canary.from_registry(Path("."), cfg, logs, candidate)
     srv = canary.server(service, 0)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        counts = traffic.send(cfg, Path("."), f"http://127.0.0.1:{srv.server_address[1]}", True, limit)
+        counts = traffic.send(cfg, Path("."), f"http://127.0.0.1:{srv.server_address[1]}", True, limit,
+                              lambda: canary_analysis.decided(logs, cfg))
     finally:
         srv.shutdown()
         srv.server_close()

@@ -172,3 +172,40 @@ def test_rescoring_reads_another_logged_score_and_refuses_a_missing_one(params):
     assert [f["outcome"] for f in canary_analysis.rescore(scored, "value_exact")] == [0, 0, 0, 1, 1, 1]
     with pytest.raises(canary_analysis.CanaryLogError, match="logs no score 'value_exact'"):
         canary_analysis.rescore(feedback, "value_exact")
+
+
+def test_traffic_stops_once_the_analysis_is_conclusive(params, tmp_path, monkeypatch):
+    """The demo's stopping rule: paired traffic stops at the first question after which the SPRT decides,
+    not at --limit; a canary no better than prod is sent every question."""
+    from types import SimpleNamespace
+
+    from clap.feedback import canary, traffic
+
+    class Engine:  # the canary answers right, prod wrong
+        def generate(self, messages, use_adapter, **_):
+            return [SimpleNamespace(text="right" if use_adapter else "wrong", new_tokens=1)]
+
+    def run(canary_right: bool) -> tuple[dict, int]:
+        logs = tmp_path / f"logs-{canary_right}"
+        arms = {"prod": canary.Arm("prod", False, "v0.0.1", "p"), "canary": canary.Arm("canary", canary_right, "v0.0.2", "c")}
+        service = canary.CanaryService(Engine(), arms, 0.5, logs, 8)
+
+        def fake_post(url, body):
+            if url.endswith("/v1/feedback"):
+                return service.feedback(body["request_id"], body["outcome"], body["reason"], body["record_id"])
+            return service.complete(body["messages"], body["model"])
+
+        questions = [{"case": {"target": "{}", "record_id": f"f{i}"}, "context": [], "schema": None,
+                      "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(60)]
+        monkeypatch.setattr(traffic, "requests_from_replay", lambda cfg, root, limit: questions[:limit])
+        monkeypatch.setattr(traffic, "post", fake_post)
+        monkeypatch.setattr(traffic, "parse_answer", lambda text: text)
+        monkeypatch.setattr(traffic, "score_case", lambda answer, gold, ctx: {params["canary"]["outcome"]: answer == "right"})
+        counts = traffic.send(params, tmp_path, "http://x", True, 60, lambda: canary_analysis.decided(logs, params))
+        requests, feedback = canary_analysis.load_logs(logs)
+        return counts, canary_analysis.analyze(requests, feedback, params)["verdict"]
+
+    counts, verdict = run(canary_right=True)
+    assert verdict == "successful" and counts["canary"]["requests"] == params["canary"]["min_requests"] < 60
+    counts, verdict = run(canary_right=False)
+    assert verdict == "inconclusive" and counts["canary"]["requests"] == 60

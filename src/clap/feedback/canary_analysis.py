@@ -106,6 +106,13 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
             "p95_latency_ms": latency}
 
 
+def decided(logs: Path, cfg: dict) -> bool:
+    """True once the logged traffic ends the analysis (successful or failed): the demo's stopping rule."""
+    requests, feedback = load_logs(logs)
+    served = {r["arm"] for r in requests}
+    return set(ARMS) <= served and analyze(requests, feedback, cfg)["verdict"] != "inconclusive"
+
+
 def failed_cases(requests: list[dict], feedback: list[dict]) -> list[dict]:
     """Canary requests whose last outcome failed: the flywheel inbox rows, each with its reason."""
     arm = {r["request_id"]: r for r in requests}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -61,8 +62,11 @@ def requests_from_replay(cfg: dict, root: Path, limit: int | None) -> list[dict]
     return out
 
 
-def send(cfg: dict, root: Path, url: str, paired: bool, limit: int | None) -> dict:
-    """Send the traffic, score each answer with the replay's metric `canary.outcome`, post the outcome."""
+def send(cfg: dict, root: Path, url: str, paired: bool, limit: int | None,
+         decided: Callable[[], bool] | None = None) -> dict:
+    """Send the traffic, score each answer with the replay's metric `canary.outcome`, post the outcome.
+    `decided` is asked after every question: traffic stops once it answers True (the sequential
+    analysis has reached a verdict), so a canary costs the requests its evidence needs, no more."""
     metric = cfg["canary"]["outcome"]
     counts: dict[str, list[int]] = {"prod": [], "canary": []}
     for r in requests_from_replay(cfg, root, limit):
@@ -78,4 +82,6 @@ def send(cfg: dict, root: Path, url: str, paired: bool, limit: int | None) -> di
                                         "reason": None if ok else f"{metric} missed",
                                         "record_id": r["case"].get("record_id"), "scores": scores})
             counts[resp["model"]].append(int(ok))
+        if decided is not None and decided():
+            break
     return {arm: {"requests": len(v), "success": sum(v)} for arm, v in counts.items()}
