@@ -88,3 +88,31 @@ def test_a_rollback_is_a_row_of_its_own_and_the_restore_it_commits_is_not_a_new_
     assert rows[0]["tags"] == ["clap-adapter@v0.0.1", "clap-adapter#prod#1"]  # the rollback tag is not round 1's
     assert (rows[2]["baseline"], rows[2]["candidate"], rows[2]["tags"]) == \
         ("prod v0.0.2", "restores v0.0.1", ["clap-adapter#prod#3"])
+
+
+def test_the_human_verdict_and_the_end_of_a_canary_show_in_the_timeline(tmp_path):
+    """A round promoted via canary with an imported human verdict; `clap canary conclude` then promoted the
+    canary: its tags and the analysis' reasons form a row of their own, not round 1's tags."""
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@t")
+    _git(tmp_path, "config", "user.name", "t")
+    _write(tmp_path, "params.yaml", "data:\n  batches: [b1]\n")
+    _write(tmp_path, paths.GATE, {"decision": "canary"})
+    _write(tmp_path, paths.HUMAN_METRICS, {"imported": True, "reference": "base", "deltas": {"candidate-base": {
+        "usefulness": {"delta": 0.92, "ci_low": 0.47, "ci_high": 1.43}}},
+        "agreement": {"usefulness": {"krippendorff_alpha": 0.62}}})
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "round 1")
+    _git(tmp_path, "tag", "-a", "clap-adapter@v0.0.1", "-m", "Registering version v0.0.1")
+    _git(tmp_path, "tag", "-a", "clap-adapter#canary#1", "-m", "Assigning stage canary")
+    _git(tmp_path, "tag", "-a", "clap-adapter#prod#2", "-m", "Assigning stage prod to artifact clap-adapter version "
+         "v0.0.1\n\ncanary analysis successful: sprt: canary won 6 of 6 discordant → successful")
+    _git(tmp_path, "tag", "-a", "clap-adapter#canary!#3", "-m", "Unassigning stage canary from artifact clap-adapter "
+         "version v0.0.1\n\ncanary analysis successful: sprt: canary won 6 of 6 discordant → successful")
+
+    first, canary = rounds(tmp_path)
+    assert first["evidence"] == "usefulness +0.92 [+0.47, +1.43] vs base, α 0.62"
+    assert first["tags"] == ["clap-adapter@v0.0.1", "clap-adapter#canary#1"]
+    assert (canary["round"], canary["decision"], canary["candidate"]) == ("canary", "promote", "canary v0.0.1 successful")
+    assert canary["tags"] == ["clap-adapter#prod#2", "clap-adapter#canary!#3"]
+    assert canary["evidence"] == "sprt: canary won 6 of 6 discordant → successful"

@@ -552,12 +552,19 @@ def human_import(file: Path = typer.Argument(..., help="Label Studio's JSON expo
 def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
                  logs: Path = typer.Option(paths.CANARY_LOGS),
                  candidate: Path = typer.Option(None, help="serve this unreleased adapter (pinned by dvc.lock) as "
-                                                          "the canary: a dark launch, analysable, not concludable")) -> None:
+                                                          "the canary: a dark launch, analysable, not concludable"),
+                 upstream: str = typer.Option(None, help="route to this vLLM OpenAI server (CUDA) instead of the CPU "
+                                                         "engine; prints the `vllm serve` line it must run")) -> None:
     """Serve prod and the canary (OpenAI-compatible, 127.0.0.1) and log every request and outcome."""
+    import shlex
+
     from clap.feedback import canary
 
     cfg = _params()
-    service = canary.from_registry(Path("."), cfg, logs, candidate)
+    service = canary.from_registry(Path("."), cfg, logs, candidate, upstream)
+    if upstream:
+        console.print("the adapters passed the serving check; vLLM must serve exactly these folders:\n  "
+                      + shlex.join(service.engine.command))
     srv = canary.server(service, port or cfg["canary"]["port"])
     arms = ", ".join(f"{n}={a.version or 'base model'}" for n, a in service.arms.items())
     console.print(f"serving {arms} "

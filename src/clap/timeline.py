@@ -6,10 +6,14 @@ A round is a commit that changed `metrics/gate.json`. For each, the batches it t
 params.yaml), the batches admission refused and by which rule (`data/admission/`), the baseline M
 it was judged against (`release/prod.json` at that commit: the prod version, or the base model),
 the candidate − M overall delta pooled over batches with the range of the per-batch CIs, the
-decision, the chain candidate it ships (SFT, SFT→DPO or SFT→GRPO, with each one's verdict), and the release tags on the commit (GTO's format, read through `clap.release`). Nothing
-here is recomputed: every figure is the committed evidence, so the table is what a reviewer sees.
+decision, the chain candidate it ships (SFT, SFT→DPO or SFT→GRPO, with each one's verdict), the
+human verdict committed beside it (`metrics/human.json`: the usefulness delta against its reference and
+the raters' agreement), and the release tags on the commit (GTO's format, read through `clap.release`).
+Nothing here is recomputed: every figure is the committed evidence, so the table is what a reviewer sees.
 A commit that brings back an earlier commit's gate record (a rollback restoring a release's evidence) is
-not a new decision; the rollback itself is a row of its own, placed by the time of its prod tag.
+not a new decision; the rollback itself is a row of its own, placed by the time of its prod tag. So is the
+end of a canary (`clap canary conclude`): promoted to prod or rolled back, with the analysis' reasons its
+tag message carries.
 """
 
 from __future__ import annotations
@@ -40,9 +44,9 @@ def rounds(root: Path) -> list[dict]:
     log = subprocess.run(["git", "log", "--reverse", "--format=%H %ct", "--", paths.GATE.as_posix()], cwd=root,
                          capture_output=True, text=True)
     commits = [line.split() for line in log.stdout.splitlines()] if log.returncode == 0 else []
-    events = release.assignments(root)  # one `git rev-list` per tag: read once, shared with `rollbacks`
-    undone = rollbacks(root, events)
-    rollback_tags = {r["tags"][0] for r in undone}
+    events = release.assignments(root)  # one `git rev-list` per tag: read once, shared with `stage_events`
+    undone = stage_events(root, events)
+    rollback_tags = {t for r in undone for t in r["tags"]}
     tags: dict[str, list[str]] = {}
     for version, commit in release.versions(root).items():
         tags.setdefault(commit, []).append(f"{release.ARTIFACT}@{version}")
@@ -75,25 +79,50 @@ def rounds(root: Path) -> list[dict]:
                     "ci_high_max": max((o["ci_high"] for o in overall), default=None),
                     "decision": gate.get("decision"), "candidate": gate.get("candidate", "sft"),
                     "chain": {c: v["decision"] for c, v in (gate.get("candidates") or {}).items()},
-                    "tags": tags.get(commit, [])})
+                    "evidence": human_verdict(_json_at(root, commit, paths.HUMAN_METRICS)), "tags": tags.get(commit, [])})
     return sorted(out + undone, key=lambda r: r["time"])
 
 
-def rollbacks(root: Path, events: list[dict] | None = None) -> list[dict]:
-    """Each prod assignment `clap rollback` made (its tag message says so), as a timeline row; `events`:
-    `release.assignments(root)` when the caller has it already."""
-    out = []
-    for a in release.assignments(root) if events is None else events:
-        if a["stage"] != "prod" or a["action"] != "assign":
-            continue
+def human_verdict(human: dict | None) -> str | None:
+    """`metrics/human.json` in one phrase: candidate − reference usefulness with its CI, and the raters' α."""
+    if not human or not human.get("imported"):
+        return None
+    ref = human.get("reference", "base")
+    d = (human.get("deltas", {}).get(f"candidate-{ref}") or {}).get("usefulness") or {}
+    alpha = (human.get("agreement", {}).get("usefulness") or {}).get("krippendorff_alpha")
+    use = "usefulness not compared" if d.get("delta") is None else \
+        f"usefulness {d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] vs {ref}"
+    return f"{use}, α {alpha:.2f}" if alpha is not None else use
+
+
+def stage_events(root: Path, events: list[dict] | None = None) -> list[dict]:
+    """The registry's events that are not gate decisions, as timeline rows, from their tag messages: each
+    prod assignment `clap rollback` made, and each canary `clap canary conclude` ended (promoted to prod
+    or rolled back). `events`: `release.assignments(root)` when the caller has it already."""
+    events = release.assignments(root) if events is None else events
+    messages = {}
+    for a in events:
         stamp, _, message = subprocess.run(["git", "tag", "-l", "--format=%(creatordate:unix)%09%(contents)", a["tag"]],
                                            cwd=root, capture_output=True, text=True).stdout.partition("\t")
-        if "rollback from " not in message:
-            continue
-        was = message.split("rollback from ", 1)[1].split()[0]
-        out.append({"round": "rollback", "time": int(stamp), "commit": a["commit"][:10], "batches": [], "refused": {},
-                    "baseline": f"prod {was}", "delta": None, "ci_low_min": None, "ci_high_max": None,
-                    "decision": "rollback", "candidate": f"restores {a['version']}", "chain": {}, "tags": [a["tag"]]})
+        messages[a["tag"]] = (int(stamp), message)
+    row = {"batches": [], "refused": {}, "delta": None, "ci_low_min": None, "ci_high_max": None, "chain": {},
+           "evidence": None}
+    out = []
+    for a in events:
+        stamp, message = messages[a["tag"]]
+        if a["stage"] == "prod" and a["action"] == "assign" and "rollback from " in message:
+            was = message.split("rollback from ", 1)[1].split()[0]
+            out.append(row | {"round": "rollback", "time": stamp, "commit": a["commit"][:10], "baseline": f"prod {was}",
+                              "decision": "rollback", "candidate": f"restores {a['version']}", "tags": [a["tag"]]})
+        elif a["stage"] == "canary" and a["action"] == "unassign" and "canary analysis " in message:
+            verdict, _, why = message.split("canary analysis ", 1)[1].partition(": ")
+            promoted = [e["tag"] for e in events if e["stage"] == "prod" and e["action"] == "assign"
+                        and e["commit"] == a["commit"] and e["n"] == a["n"] - 1]
+            out.append(row | {"round": "canary", "time": stamp, "commit": a["commit"][:10], "baseline": "prod",
+                              "decision": "promote" if verdict == "successful" else "rollback",
+                              "candidate": f"canary {a['version']} {verdict}",
+                              "evidence": why.strip() or None,
+                              "tags": promoted + [a["tag"]]})
     return out
 
 
@@ -102,7 +131,7 @@ def table(rows: list[dict]):
 
     t = Table(title="the loop, round by round (committed evidence)")
     for c in ("round", "commit", "data", "admission refused", "judged against", "Δ overall [batch CIs]",
-              "decision", "ships (chain verdicts)", "release tags"):
+              "decision", "ships (chain verdicts)", "human / canary evidence", "release tags"):
         t.add_column(c, overflow="fold")  # a tag or a rule name is one word: folded, never cut
     for r in rows:
         delta = "—" if r["delta"] is None else f"{r['delta']:+.3f} [{r['ci_low_min']:+.3f} … {r['ci_high_max']:+.3f}]"
@@ -110,5 +139,5 @@ def table(rows: list[dict]):
                   "; ".join(f"{b}: {why}" for b, why in r["refused"].items()) or "—", r["baseline"], delta,
                   str(r["decision"]).upper(),
                   r["candidate"] + (f" ({', '.join(f'{c} {d}' for c, d in r['chain'].items())})" if r["chain"] else ""),
-                  " ".join(r["tags"]) or "—")
+                  r["evidence"] or "—", " ".join(r["tags"]) or "—")
     return t

@@ -209,3 +209,56 @@ def test_traffic_stops_once_the_analysis_is_conclusive(params, tmp_path, monkeyp
     assert verdict == "successful" and counts["canary"]["requests"] == params["canary"]["min_requests"] < 60
     counts, verdict = run(canary_right=False)
     assert verdict == "inconclusive" and counts["canary"]["requests"] == 60
+
+
+def test_the_router_sends_each_arm_to_its_vllm_lora_module_and_logs_it(tmp_path):
+    """`clap canary serve --upstream`: the same routing and log, the answers from an OpenAI-compatible
+    server (vLLM's, here a stand-in that records what it was asked) with one LoRA module per version."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from clap.feedback.canary import Arm, OpenAIUpstream, vllm_command
+
+    asked = []
+
+    class VLLM(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked.append(body)
+            data = json.dumps({"choices": [{"message": {"content": f'{{"from": "{body["model"]}"}}'}}],
+                               "usage": {"completion_tokens": 5}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), VLLM)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    engine = OpenAIUpstream(f"http://127.0.0.1:{upstream.server_address[1]}", {True: "v0.0.2", "prod": "v0.0.1", False: "base"})
+    arms = {"prod": Arm("prod", "prod", "v0.0.1", "p-sha"), "canary": Arm("canary", True, "v0.0.2", "c-sha")}
+    router = server(CanaryService(engine, arms, 0.5, tmp_path / "logs", max_new_tokens=64), 0)
+    threading.Thread(target=router.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{router.server_address[1]}"
+        schema = {"type": "object", "properties": {"from": {"type": "string"}}}
+        msgs = [{"role": "user", "content": "q"}]
+        canary_answer = post(f"{url}/v1/chat/completions", {"model": "canary", "messages": msgs, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}})
+        post(f"{url}/v1/chat/completions", {"model": "prod", "messages": msgs})
+    finally:
+        for s in (router, upstream):
+            s.shutdown()
+            s.server_close()
+    assert canary_answer["choices"][0]["message"]["content"] == '{"from": "v0.0.2"}'
+    assert [a["model"] for a in asked] == ["v0.0.2", "v0.0.1"] and asked[0]["max_tokens"] == 64
+    assert asked[0]["response_format"]["json_schema"]["schema"] == schema and "response_format" not in asked[1]
+    rows = [json.loads(x) for x in (tmp_path / "logs/requests.jsonl").read_text().splitlines()]
+    assert [(r["arm"], r["adapter_sha256"], r["answer"], r["new_tokens"]) for r in rows] == [
+        ("canary", "c-sha", {"from": "v0.0.2"}, 5), ("prod", "p-sha", {"from": "v0.0.1"}, 5)]
+    (tmp_path / "serving/v0.0.2/adapter").mkdir(parents=True)
+    (tmp_path / "serving/v0.0.2/adapter/adapter_config.json").write_text('{"r": 24}')
+    cmd = vllm_command(tmp_path / "base", {"v0.0.2": tmp_path / "serving/v0.0.2/adapter"})
+    assert cmd[:2] == ["vllm", "serve"] and cmd[cmd.index("--max-lora-rank") + 1] == "32"
+    assert json.loads(cmd[-1]) == {"name": "v0.0.2", "path": str((tmp_path / "serving/v0.0.2/adapter").resolve())}

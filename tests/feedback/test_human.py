@@ -127,3 +127,65 @@ def test_export_leaves_out_answers_of_an_older_candidate(project):
     lock["stages"]["evaluate@b1"]["deps"][0]["md5"] = "new.dir"
     (root / "dvc.lock").write_text(json.dumps(lock))
     assert len(_export(root, cfg)[0]) == 2 * N_ITEMS
+
+
+def _with_agent_episodes(root, n_tasks=3):
+    """Held-out agent tasks, each with a greedy episode of the base model and the agent SFT adapter."""
+    import pandas as pd
+
+    from clap.io import write_jsonl
+
+    (root / "data/assets/chunks.parquet").parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"chunk_id": ["c1-p1"], "text": ["Acme 2021 report, page 1. Sales were 7."]}).to_parquet(
+        root / "data/assets/chunks.parquet")
+    write_jsonl(root / "data/agent/tasks.jsonl", [
+        {"task_id": f"t{i}", "batch": "b1", "question": f"Acme sales in 2021 (task {i})?", "record_ids": [f"f{i}"],
+         "needed_chunks": ["c1-p1"]} for i in range(n_tasks)])
+    episodes = []
+    for i in range(n_tasks):
+        for model, answer in (("base", None), ("agent_sft", "7")):
+            steps = [{"text": "", "valid": True, "tool": "read_chunk", "arguments": {"chunk_id": "c1-p1"},
+                      "observation": "Sales were 7."}] if answer else [{"text": "Sales?", "valid": False}]
+            for run in ("greedy", "sample0"):
+                episodes.append({"model": model, "run": run, "batch": "b1", "task_id": f"t{i}", "steps": steps,
+                                 "answer": answer, "stop": "finish" if answer else "max_steps",
+                                 "success": float(bool(answer)), "reward": 0.9 if answer else 0.1})
+    write_jsonl(root / "data/eval_agent/episodes.jsonl", episodes)
+
+
+def test_agent_episodes_are_exported_blind_and_rated_against_the_base_model(project):
+    root, cfg = project
+    _with_agent_episodes(root)
+    tasks, key = _export(root, cfg)
+    agent = [t for t in tasks if key["tasks"][t["data"]["uid"]]["kind"] == "agent"]
+    assert len(agent) == 6  # 3 tasks × 2 models, greedy runs only
+    texts = {key["tasks"][t["data"]["uid"]]["model"]: t["data"]["answer"] for t in agent}
+    assert "read_chunk(chunk_id='c1-p1')" in texts["agent_sft"] and "→ Sales were 7." in texts["agent_sft"]
+    assert texts["agent_sft"].endswith("Final answer: 7") and "(not a valid action) Sales?" in texts["agent_base"]
+    assert all("Sales were 7." in t["data"]["source"] for t in agent)  # the page the task needs
+    export = [{"id": n, "data": t["data"], "annotations": [
+        annotation(n * 10 + r, r, 4 if key["tasks"][t["data"]["uid"]]["model"] in ("candidate", "agent_sft") else 2,
+                   True) for r in (1, 2)]} for n, t in enumerate(tasks, start=1)]
+    r = _import(root, cfg, export)
+    d = r["deltas"]["agent_sft-agent_base"]["usefulness"]
+    assert (d["delta"], d["n"]) == (2.0, 3) and r["deltas"]["candidate-base"]["usefulness"]["n"] == N_ITEMS
+    assert r["models"]["agent_base"]["usefulness"]["mean"] == 2.0  # not pooled with the extraction base model
+    assert r["calibration"]["agent"]["success~usefulness"]["agreement_rate"] == 1.0
+
+
+def test_argilla_dataset_folder_mirrors_the_label_studio_tasks(project):
+    """The folder `rg.Dataset.from_disk` reads: settings (3 text fields, 3 ratings 1–5, a correct/incorrect
+    label), the dataset model, one record per task keyed by the same blind uid."""
+    root, cfg = project
+    tasks, key = _export(root, cfg)
+    folder = root / "feedback/human/export/argilla"
+    settings = json.loads((folder / "settings.json").read_text())
+    records = json.loads((folder / "records.json").read_text())
+    dataset = json.loads((folder / "dataset.json").read_text())
+    assert [f["name"] for f in settings["fields"]] == ["source", "question", "answer"]
+    questions = {q["name"]: q["settings"] for q in settings["questions"]}
+    assert questions["usefulness"] == {"type": "rating", "options": [{"value": v} for v in range(1, 6)]}
+    assert [o["value"] for o in questions["correctness"]["options"]] == ["correct", "incorrect"]
+    assert [r["id"] for r in records] == [t["data"]["uid"] for t in tasks]
+    assert records[0]["fields"] == {f: tasks[0]["data"][f] for f in ("source", "question", "answer")}
+    assert dataset["name"] == f"clap-human-{key['export_id']}" and "candidate" not in (folder / "records.json").read_text()

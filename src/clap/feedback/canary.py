@@ -3,11 +3,13 @@
     clap canary serve                     # 127.0.0.1:<canary.port>, OpenAI-compatible chat completions
     clap canary traffic                   # the demo's traffic: held-out replay questions, scored against gold
 
-On CUDA the documented route is vLLM's OpenAI-compatible server with prod and canary as LoRA modules
-(`vllm serve BASE --enable-lora --lora-modules prod=… canary=…`); this is the CPU server for the demo
-and the tests. It holds one base model with both adapters, each attached only through the serving
-check against the bundle committed at its release tag (a tampered adapter is refused before the
-server listens). `POST /v1/chat/completions` routes a request to the canary when the hash of its
+Two engines behind one router and one log. On CPU (the demo, the tests) the server holds one base
+model with both adapters, each attached only through the serving check against the bundle committed
+at its release tag (a tampered adapter is refused before the server listens). Where CUDA is present,
+`--upstream URL` routes to vLLM's OpenAI-compatible server instead, with prod and the canary as its LoRA
+modules: the adapters are restored and checked the same way, and `clap canary serve --upstream` prints
+the `vllm serve … --enable-lora --lora-modules …` line that loads exactly those checked folders; each
+request then names its arm's module (`model`) and the router logs it as it logs its own. `POST /v1/chat/completions` routes a request to the canary when the hash of its
 request id falls below `canary.share` (`"model": "prod"` or `"canary"` pins an arm, as a LoRA module
 name does in vLLM); `POST /v1/feedback` records the outcome of a request. Both logs are append-only
 JSONL under feedback/canary/ (`dvc add feedback/canary` versions them):
@@ -161,17 +163,62 @@ class NoCanary(UserError, RuntimeError):
     pass
 
 
-def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None = None) -> CanaryService:
+@dataclass
+class UpstreamGeneration:
+    text: str
+    new_tokens: int
+
+
+class OpenAIUpstream:
+    """The Engine's `generate`, answered by an OpenAI-compatible server (vLLM's) whose LoRA modules are
+    the arms: `modules` maps the Engine's switch (False, "prod", True) to the module name to request."""
+
+    def __init__(self, url: str, modules: dict, timeout: float = 600.0):
+        self.url, self.modules, self.timeout = url.rstrip("/"), modules, timeout
+
+    def generate(self, conversations: list[list[dict]], use_adapter, max_new_tokens: int, schemas=None, **_) -> list:
+        from clap.feedback.traffic import post
+
+        out = []
+        for i, messages in enumerate(conversations):
+            body = {"model": self.modules[use_adapter], "messages": messages, "max_tokens": max_new_tokens,
+                    "temperature": 0.0}
+            if schemas and schemas[i] is not None:
+                body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schemas[i]}}
+            resp = post(f"{self.url}/v1/chat/completions", body, self.timeout)
+            out.append(UpstreamGeneration(resp["choices"][0]["message"]["content"],
+                                          int((resp.get("usage") or {}).get("completion_tokens") or 0)))
+        return out
+
+
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's --max-lora-rank accepts
+
+
+def vllm_command(base: Path, adapters: dict[str, Path], port: int = 8000) -> list[str]:
+    """vLLM's OpenAI-compatible server over the base model with the checked adapter folders as LoRA
+    modules named by version (`base` names the bare model), as vLLM's docs give it; the LoRA rank
+    slot is the smallest vLLM accepts that holds every adapter's rank."""
+    ranks = [json.loads((Path(p) / "adapter_config.json").read_text()).get("r", 8)
+             for p in adapters.values() if (Path(p) / "adapter_config.json").exists()]
+    slot = next(r for r in VLLM_LORA_RANKS if r >= max(ranks, default=8))
+    modules = [json.dumps({"name": name, "path": str(Path(path).resolve())}) for name, path in adapters.items()]
+    return ["vllm", "serve", str(Path(base).resolve()), "--served-model-name", "base", "--port", str(port),
+            "--enable-lora", "--max-lora-rank", str(slot), "--lora-modules", *modules]
+
+
+def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None = None,
+                  upstream: str | None = None) -> CanaryService:
     """The service for the registry's canary beside its prod (the base model when nothing is in prod):
-    both adapters restored from the DVC cache into models/serving/<version>/ and attached only after the
-    serving check against the bundle committed at their release tags. `candidate` (an adapter folder
+    both adapters restored from the DVC cache into models/serving/<version>/ and checked against the
+    bundle committed at their release tags before anything serves them. `candidate` (an adapter folder
     dvc.lock pins, e.g. models/sft/adapter) serves an unreleased candidate as the canary instead: a dark
-    launch whose analysis can be read but not concluded, as no version stands behind it."""
+    launch whose analysis can be read but not concluded, as no version stands behind it. `upstream`: the
+    URL of a vLLM server started with `vllm_command` over those folders; else the CPU engine here."""
     from clap import model
     from clap.generate import Engine
     from clap.prod import restore_version_adapter
     from clap.release import current
-    from clap.serving import pinned_expectation
+    from clap.serving import pinned_expectation, verify_adapter
 
     root = Path(root)
     canary, prod = current(root, "canary"), current(root, "prod")
@@ -190,7 +237,15 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     c_dir, c_expected = folders[canary["version"]]
     p_dir, p_expected = folders[prod["version"]] if prod else (None, None)
-    engine = Engine(base, c_dir, c_expected, p_dir, p_expected)
+    if upstream is None:
+        engine = Engine(base, c_dir, c_expected, p_dir, p_expected)
+    else:
+        identity = model.identity(base)
+        for folder, expected in folders.values():
+            verify_adapter(folder, expected, identity)
+        engine = OpenAIUpstream(upstream, {True: canary["version"], "prod": prod["version"] if prod else "base",
+                                           False: "base"})
+        engine.command = vllm_command(base, {v: folder for v, (folder, _) in folders.items()})
     arms = {"prod": Arm("prod", "prod" if prod else False, prod["version"] if prod else None,
                         p_expected["files"]["adapter_model.safetensors"] if prod else None),
             "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}

@@ -3,8 +3,9 @@
     clap human export                     # feedback/human/export/{tasks.json,config.xml} + feedback/human/keys/<id>.json
     clap human import EXPORT.json         # Label Studio's JSON export → metrics/human.json + the flywheel inbox
 
-Export samples, per batch, evaluation questions (the extraction holdout) and replay cases (the
-application's prompt) and makes one task per answer of every model — blind: a task shows the source,
+Export samples, per batch, evaluation questions (the extraction holdout), replay cases (the
+application's prompt) and held-out agent tasks (the episode: its tool calls, what they returned and its
+final answer, beside the pages the task needs) and makes one task per answer of every model — blind: a task shows the source,
 the question and an answer, and an opaque uid (a salted hash) in place of the model. The mapping stays
 apart in `feedback/human/keys/<export_id>.json` (git-tracked, never sent to annotators), with the
 sha256 of every task's answer, so an import is checked against what was exported: an answer that
@@ -30,6 +31,7 @@ import pandas as pd
 from clap import paths
 from clap.errors import UserError
 from clap.feedback import agreement as agr
+from clap.feedback import argilla
 from clap.feedback.labelstudio import CORRECTNESS, SCALES, labeling_config, parse_export
 from clap.io import read_jsonl, sha256_file, write_json
 from clap.repair import replace_in_inbox
@@ -37,7 +39,13 @@ from clap.stats import paired_bootstrap
 
 EVAL_MODELS = {"baseline": "base", "candidate": "candidate", "prod": "prod"}  # evaluate's model names
 REPLAY_ARMS = {"A": "base", "B": "candidate", "P": "prod"}  # the replay's RAG arms: the application's answers
-AUTOMATIC = {"extraction": ("pass_rate", "overall_score"), "application": ("core_fields_exact", "value_exact")}
+AGENT_MODELS = {"base": "agent_base", "agent_sft": "agent_sft", "agent_dpo": "agent_dpo"}  # evaluate_agent's models
+AUTOMATIC = {"extraction": ("pass_rate", "overall_score"), "application": ("core_fields_exact", "value_exact"),
+             "agent": ("success", "reward")}
+COMPARED = (("candidate", None), ("agent_sft", "agent_base"), ("agent_dpo", "agent_base"))  # None: prod, else base
+SOURCES = (("evaluate@{batch}", "models/sft", "train_sft"), ("replay", "models/sft", "train_sft"),
+           ("evaluate_agent", "models/agent_sft", "train_agent_sft"))  # stage, adapter dep, the stage writing it
+OBSERVATION_CHARS = 400  # a tool result shown to the annotator is cut here
 
 
 class HumanEvalError(UserError, ValueError):
@@ -75,23 +83,65 @@ def _items(root: Path, batches: list[str]) -> list[dict]:
                           "record_id": case.get("record_id"), "question": case["question"],
                           "source": "\n\n".join(f"[{c}] {text.get(c, '')}" for c in first["retrieved"]),
                           "answers": by_model})
-    return items
+    return items + _agent_items(root, batches)
+
+
+def _episode_text(episode: dict) -> str:
+    """What the agent did, as an annotator reads it: each call, what it returned, the final answer."""
+    lines = []
+    for n, step in enumerate(episode["steps"], start=1):
+        if not step.get("valid"):
+            lines.append(f"{n}. (not a valid action) {step['text'][:OBSERVATION_CHARS]}")
+            continue
+        args = ", ".join(f"{k}={v!r}" for k, v in (step.get("arguments") or {}).items())
+        lines.append(f"{n}. {step['tool']}({args})")
+        if step["tool"] != "finish":
+            lines.append(f"   → {str(step.get('observation'))[:OBSERVATION_CHARS]}")
+    lines.append(f"Final answer: {episode['answer'] if episode['answer'] is not None else '(none: ' + str(episode['stop']) + ')'}")
+    return "\n".join(lines)
+
+
+def _agent_items(root: Path, batches: list[str]) -> list[dict]:
+    """Held-out agent tasks with every model's greedy episode; the source is the pages the task needs."""
+    episodes = root / paths.AGENT_EVAL / "episodes.jsonl"
+    if not episodes.exists():
+        return []
+    tasks = {t["task_id"]: t for t in read_jsonl(root / paths.AGENT_TASKS / "tasks.jsonl")}
+    chunks = pd.read_parquet(root / paths.ASSETS / "chunks.parquet", columns=["chunk_id", "text"])
+    text = dict(zip(chunks["chunk_id"], chunks["text"]))
+    answers: dict[str, dict] = {}
+    for ep in read_jsonl(episodes):
+        if ep["run"] == "greedy" and ep["batch"] in batches:
+            answers.setdefault(ep["task_id"], {})[AGENT_MODELS[ep["model"]]] = ep | {"output": _episode_text(ep)}
+    return [{"item_id": f"agent:{tid}", "kind": "agent", "batch": tasks[tid]["batch"],
+             "record_id": ",".join(tasks[tid]["record_ids"]), "question": tasks[tid]["question"],
+             "source": "\n\n".join(f"[{c}] {text.get(c, '')}" for c in tasks[tid]["needed_chunks"])
+             or "(the reports hold no answer to this question)", "answers": by_model}
+            for tid, by_model in answers.items()]
 
 
 def stale_sources(root: Path, batches: list[str]) -> list[str]:
-    """The stages (evaluate@bN, replay) whose answers an older candidate gave: in dvc.lock they did not run
-    on the models/sft that train_sft last wrote (the adapter the key names by its manifest). Outside a
-    DVC project nothing records which adapter answered, and nothing is called stale."""
+    """The stages (evaluate@bN, replay, evaluate_agent) whose answers an older adapter gave: in dvc.lock
+    they did not run on the adapter its training stage last wrote (models/sft, whose manifest the key
+    names; models/agent_sft). Outside a DVC project nothing records which adapter answered, and nothing
+    is called stale."""
     import yaml
 
     lock = Path(root) / "dvc.lock"
     if not lock.exists():
         return []
     stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
-    sft = next((o["md5"] for o in (stages.get("train_sft") or {}).get("outs", []) if o["path"] == "models/sft"), None)
-    return [name for name in [f"evaluate@{b}" for b in batches] + ["replay"]
-            if next((d.get("md5") for d in (stages.get(name) or {}).get("deps", []) if d["path"] == "models/sft"),
-                    None) != sft]
+
+    def md5(stage: str, key: str, path: str) -> str | None:
+        return next((o.get("md5") for o in (stages.get(stage) or {}).get(key, []) if o["path"] == path), None)
+
+    names = [(name.format(batch=b), adapter, trainer) for name, adapter, trainer in SOURCES
+             for b in (batches if "{batch}" in name else [None])]
+    return [name for name, adapter, trainer in names if md5(name, "deps", adapter) != md5(trainer, "outs", adapter)]
+
+
+def _source_stage(item: dict) -> str:
+    return {"extraction": f"evaluate@{item['batch']}", "application": "replay", "agent": "evaluate_agent"}[item["kind"]]
 
 
 def _rank(seed: str, key: str) -> str:
@@ -102,8 +152,7 @@ def export(cfg: dict, root: Path, out: Path, keys: Path) -> dict:
     """Write the Label Studio import file and config to `out`, the blind mapping to `keys`/<export_id>.json."""
     root, h = Path(root), cfg["human"]
     stale = stale_sources(root, cfg["data"]["batches"])
-    items = [i for i in _items(root, cfg["data"]["batches"])
-             if (f"evaluate@{i['batch']}" if i["kind"] == "extraction" else "replay") not in stale]
+    items = [i for i in _items(root, cfg["data"]["batches"]) if _source_stage(i) not in stale]
     if not items:
         raise HumanEvalError(f"{root / paths.EVAL}: no current evaluation or replay answers to export "
                              f"({', '.join(stale) or 'none recorded'} did not run on the current models/sft: `dvc repro`)")
@@ -125,6 +174,7 @@ def export(cfg: dict, root: Path, out: Path, keys: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "tasks.json").write_text(json.dumps(tasks, ensure_ascii=False, indent=1), encoding="utf-8")
     (out / "config.xml").write_text(labeling_config(), encoding="utf-8")
+    argilla.write(out / "argilla", tasks, f"clap-human-{export_id}")
     manifest = root / paths.adapter("sft") / "manifest.json"
     key = {"export_id": export_id, "salt": salt, "tasks_sha256": sha256_file(out / "tasks.json"),
            "candidate_manifest_sha256": sha256_file(manifest) if manifest.exists() else None,
@@ -198,14 +248,16 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
         sub = per_task[per_task["model"] == m]
         result["models"][m] = {s: _ci(sub[s].dropna().tolist(), cfg) for s in [*SCALES, CORRECTNESS]}
     ref = "prod" if "prod" in models else "base"
+    pivot = {s: per_task.pivot_table(index="item_id", columns="model", values=s) for s in [*SCALES, CORRECTNESS]}
     if "candidate" in models and ref in models:
-        pivot = {s: per_task.pivot_table(index="item_id", columns="model", values=s) for s in [*SCALES, CORRECTNESS]}
         result["reference"] = ref
-        result["deltas"][f"candidate-{ref}"] = {
-            s: paired_bootstrap(p[ref].tolist(), p["candidate"].tolist(), n=cfg["evaluate"]["bootstrap"],
-                                ci=cfg["evaluate"]["ci"], seed=7)
-            for s, p in ((s, p.dropna(subset=[ref, "candidate"])) for s, p in pivot.items()
-                         if {ref, "candidate"} <= set(p.columns))}
+    for model, against in ((m, a or ref) for m, a in COMPARED):
+        if {model, against} <= set(models):
+            result["deltas"][f"{model}-{against}"] = {
+                s: paired_bootstrap(p[against].tolist(), p[model].tolist(), n=cfg["evaluate"]["bootstrap"],
+                                    ci=cfg["evaluate"]["ci"], seed=7)
+                for s, p in ((s, p.dropna(subset=[against, model])) for s, p in pivot.items()
+                             if {against, model} <= set(p.columns))}
     annotators = sorted(df["annotator"].unique())
     for s, level in [*((s, "interval") for s in SCALES), (CORRECTNESS, "nominal")]:
         wide = df.pivot_table(index="uid", columns="annotator", values=s, aggfunc="first").reindex(columns=annotators)
@@ -224,7 +276,7 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
                         sub.loc[ok, metric].tolist(), target[ok].tolist(), h["calibration_threshold"])
     # flagged: rated low, or no majority of its raters called it correct
     flagged = per_task[(per_task["usefulness"] <= h["flag_usefulness_at_most"]) | (per_task[CORRECTNESS] <= 0.5)]
-    flagged = flagged[flagged["model"].isin(["candidate", "prod"])]
+    flagged = flagged[flagged["model"].isin(["candidate", "prod", "agent_sft", "agent_dpo"])]
     inbox_rows = [{"source": "human_flagged", "export_id": key["export_id"], "uid": u,
                    "reason": "rated incorrect" if r[CORRECTNESS] <= 0.5 else f"usefulness {r['usefulness']:.1f}",
                    "record_id": key["tasks"][u]["record_id"], "item_id": r["item_id"], "model": r["model"]}
