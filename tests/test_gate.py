@@ -126,12 +126,17 @@ def ci(delta, half=0.02):
     return {"decision_score": {"delta": delta, "ci_low": round(delta - half, 6), "ci_high": round(delta + half, 6)}}
 
 
-def decisions(vs_base: dict[str, float], vs_sft: dict[str, float], prod: bool = False):
-    """metrics/decisions.json with the given decision_score deltas (each ±0.02)."""
+def decisions(vs_base: dict[str, float], vs_sft: dict[str, float], prod: bool = False,
+              extraction_vs_sft: dict[str, float] | None = None, hallucination: dict[str, float] | None = None):
+    """metrics/decisions.json with the given decision_score deltas (each ±0.02) and, for each later step,
+    its extraction overall_score − SFT (default 0.0 ± 0.02) and hallucination rate (default 0)."""
     ref = "prod" if prod else "base"
     deltas = {f"{m}-{ref}": ci(d) for m, d in vs_base.items()} | {f"{m}-sft": ci(d) for m, d in vs_sft.items()}
     models = {m: {} for m in ["base", *(["prod"] if prod else []), *vs_base]}
-    return {"n": 20, "models": models, "deltas": deltas}
+    ext = {s: 0.0 for s in vs_sft} | (extraction_vs_sft or {})
+    extraction = {"n": 60, "models": {s: {"hallucination_rate": (hallucination or {}).get(s, 0.0)} for s in ext},
+                  "deltas": {f"{s}-sft": {"overall_score": ci(d)["decision_score"]} for s, d in ext.items()}}
+    return {"n": 20, "models": models, "deltas": deltas, "extraction": extraction}
 
 
 KL_TRIP = {"status": "stopped", "trip": {"rule": "kl_above_max", "step": 7, "value": 168.2, "threshold": 50.0}}
@@ -174,6 +179,18 @@ def judge(sft_deltas, guards, dec):
      [0.03] * 5, {"dpo": OK, "grpo": OK},
      decisions({"sft": -0.01, "dpo": 0.05, "grpo": 0.10}, {"dpo": 0.06, "grpo": 0.11}),
      {"sft": "canary", "dpo": "canary", "grpo": "canary", "ships": "grpo"}),
+    ("DPO adds on decisions but loses extraction (CI wholly below the tolerance): held; GRPO ships",
+     [0.03] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": 0.18, "dpo": 0.41, "grpo": 0.21}, {"dpo": 0.24, "grpo": 0.04}, extraction_vs_sft={"dpo": -0.10}),
+     {"sft": "promote", "dpo": "hold", "grpo": "promote", "ships": "grpo"}),
+    ("DPO's extraction drop is within noise (point below the tolerance, CI not): canary; GRPO ships",
+     [0.03] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": 0.18, "dpo": 0.41, "grpo": 0.21}, {"dpo": 0.24, "grpo": 0.04}, extraction_vs_sft={"dpo": -0.03}),
+     {"sft": "promote", "dpo": "canary", "grpo": "promote", "ships": "grpo"}),
+    ("GRPO hallucinates on extraction: held, whatever it adds on decisions",
+     [0.03] * 5, {"dpo": OK, "grpo": OK},
+     decisions({"sft": 0.30, "dpo": 0.40, "grpo": 0.45}, {"dpo": 0.10, "grpo": 0.15}, hallucination={"grpo": 0.3}),
+     {"sft": "promote", "dpo": "promote", "grpo": "hold", "ships": "dpo"}),
     ("SFT regresses on the decision task against prod: held",
      [0.03] * 5, {"dpo": OK, "grpo": OK},
      decisions({"sft": -0.10, "dpo": 0.05, "grpo": -0.20}, {"dpo": 0.15, "grpo": -0.10}, prod=True),
@@ -195,6 +212,14 @@ def test_chain_step_reasons_name_the_guard_trip_and_the_comparison():
     dpo = {r.rule: r for r in judged["dpo"].reasons}
     assert dpo["decision_score_dpo_minus_base"].observed == "-0.0500 [-0.0700, -0.0300]"
     assert "decision_score_dpo_minus_sft" in dpo and final.trainers == {"sft": "ok", "dpo": "ok", "grpo": "hold"}
+
+
+def test_chain_step_not_measured_on_extraction_is_held_by_name():
+    dec = decisions({"sft": 0.30, "dpo": 0.45, "grpo": 0.30}, {"dpo": 0.15, "grpo": 0.0})
+    del dec["extraction"]
+    judged, final = judge([0.03] * 5, {"dpo": OK, "grpo": OK}, dec)
+    assert judged["dpo"].decision == "hold" and final.candidate == "sft"
+    assert "extraction_eval_missing:dpo-sft" in {r.rule for r in judged["dpo"].reasons}
 
 
 def test_chain_step_without_decision_cases_is_held_and_sft_is_not():

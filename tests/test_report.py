@@ -83,3 +83,26 @@ def test_html_report_renders_plots_in_chromium(tmp_path):
     img = Image.open(shot).convert("RGB")
     colours = len(set(img.resize((200, 300)).getdata()))
     assert colours > 50, "the screenshot shows plots, not a blank page"
+
+
+def test_markdown_report_shows_the_chain_steps_on_extraction(tmp_path):
+    from clap.summary import decision_table
+
+    fake_results(tmp_path)
+    row = {c: 0.5 for c in ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy",
+                            "risk_focus_accuracy", "format_ok", "rank_accuracy", "margin_chosen_near_miss",
+                            "margin_chosen_rejected")}
+    d = {"delta": 0.1, "ci_low": 0.05, "ci_high": 0.15}
+    decisions = {"n": 20, "models": {"base": row, "sft": row, "dpo": row},
+                 "deltas": {"dpo-sft": {"decision_score": d, "rank_accuracy": d}},
+                 "extraction": {"n": 60, "models": {"sft": {"overall_score": 0.7, "hallucination_rate": 0.0},
+                                                    "dpo": {"overall_score": 0.6, "hallucination_rate": 0.05}},
+                                "deltas": {"dpo-sft": {"overall_score": {"delta": -0.1, "ci_low": -0.16, "ci_high": -0.04}}}}}
+    (tmp_path / "metrics/decisions.json").write_text(json.dumps(decisions))
+    text = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)[0].read_text()
+    assert "- dpo-sft: overall score -0.100 [-0.160, -0.040], hallucination rate 0.05" in text
+    from rich.console import Console
+
+    console = Console(width=250, record=True)
+    console.print(decision_table(decisions))
+    assert "0.60 (-0.10 [-0.16, -0.04])" in console.export_text()

@@ -369,7 +369,9 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others)
     models = ["base"] + (["prod"] if prod_dir else []) + steps
     result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
-                       engine, models, out, metrics)
+                       engine, models, out, metrics,
+                       {b: (materialized / b / "sft_eval.jsonl", paths.EVAL / b / "records.jsonl")
+                        for b in cfg["data"]["batches"]})
     console.print(decision_table(result))
 
 

@@ -330,6 +330,7 @@ class Gate(_Section):
     min_decision_delta: float
     decision_ci_lower_must_exceed: float
     chain_step_must_beat_start: StrictBool
+    max_chain_extraction_regression: Annotated[float, Field(le=0.0)]
     require_human: StrictBool
     min_human_usefulness_delta: float
     min_human_agreement: Annotated[float, Field(ge=-1.0, le=1.0)]

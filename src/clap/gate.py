@@ -229,7 +229,10 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
                       decisions: dict | None) -> GateDecision:
     """SFT→`step` (dpo or grpo) as a candidate: its own guards, the verdict of the SFT adapter it
     continues (`start`), its decision_score against prod / base, and — with
-    `chain_step_must_beat_start` — a CI above zero against SFT, without which it adds nothing to ship."""
+    `chain_step_must_beat_start` — a CI above zero against SFT, without which it adds nothing to ship.
+    On extraction, the task it starts from, it must not fall below SFT: its overall_score − SFT (paired
+    over every batch's holdout) holds when the whole CI is below `max_chain_extraction_regression`,
+    canary when the point is; its hallucination rate stays under `max_hallucination_rate`."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome, batch=None):
@@ -244,6 +247,7 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
     if start.decision != "promote":
         fire("starts_from_sft", start.decision, "promote", "canary" if start.decision == "canary" else "hold")
     _decision_rules(fire, policy, decisions, step)
+    _chain_extraction_rules(fire, policy, (decisions or {}).get("extraction"), step)
     if policy["chain_step_must_beat_start"] and decisions is not None and decisions["n"]:
         d = decisions["deltas"].get(f"{step}-sft", {}).get("decision_score")
         if d is None or d["delta"] is None:
@@ -256,6 +260,22 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
     return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=start.requires_rag,
                         policy=policy["name"], candidate=step, trainers={step: "ok" if guard and guard["status"] == "ok"
                                                                           else "hold"}, summary=summary)
+
+
+def _chain_extraction_rules(fire, policy: dict, extraction: dict | None, step: str) -> None:
+    """A chain step on the extraction holdouts against the SFT adapter it continues (evaluate_decisions)."""
+    d = ((extraction or {}).get("deltas", {}).get(f"{step}-sft") or {}).get("overall_score")
+    if d is None or d["delta"] is None:
+        fire(f"extraction_eval_missing:{step}-sft", None, "present", "hold")
+        return
+    floor = policy["max_chain_extraction_regression"]
+    if d["ci_high"] < floor:
+        fire(f"extraction_overall_{step}_minus_sft", _with_ci(d), floor, "hold")
+    elif d["delta"] < floor:
+        fire(f"extraction_overall_{step}_minus_sft", _with_ci(d), floor, "canary")
+    rate = extraction["models"][step]["hallucination_rate"]
+    if rate > policy["max_hallucination_rate"]:
+        fire(f"extraction_hallucination_rate:{step}", rate, policy["max_hallucination_rate"], "hold")
 
 
 AGENT_CHAIN = ("agent_sft", "agent_dpo")

@@ -82,6 +82,12 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
                        f"[{d['decision_score']['ci_low']:+.3f}, {d['decision_score']['ci_high']:+.3f}], rank accuracy "
                        f"{d['rank_accuracy']['delta']:+.3f} [{d['rank_accuracy']['ci_low']:+.3f}, "
                        f"{d['rank_accuracy']['ci_high']:+.3f}]" for k, d in decisions["deltas"].items()]
+        ext = decisions.get("extraction")
+        if ext:
+            out += ["", f"Extraction, the later steps against SFT ({ext['n']} holdout samples, every batch):", ""]
+            out += [f"- {k}: overall score {d['overall_score']['delta']:+.3f} [{d['overall_score']['ci_low']:+.3f}, "
+                    f"{d['overall_score']['ci_high']:+.3f}], hallucination rate "
+                    f"{ext['models'][k.split('-')[0]]['hallucination_rate']:.2f}" for k, d in ext["deltas"].items()]
     out += _human_lines(_load(root / paths.HUMAN_METRICS)) + _canary_lines(_load(root / paths.CANARY_METRICS))
     out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
     for kind in ("sft", "dpo", "grpo"):

@@ -65,17 +65,24 @@ DECISION_COLS = ["decision_score", "decision_pass", "action_accuracy", "cause_ac
 
 
 def decision_table(result: dict) -> Table:
-    """metrics/decisions.json as a table: one row per model, then each step's delta with its CI."""
+    """metrics/decisions.json as a table: one row per model, then each step's delta with its CI, and the
+    later steps' extraction overall score against SFT on the extraction holdouts."""
     t = Table(title=f"decision evaluation ({result['n']} held-out cases; Δ decision score [95% CI])")
     t.add_column("model")
     for c in DECISION_COLS:
         t.add_column(c.replace("_", " "))
     t.add_column("Δ vs start")
+    ext = result.get("extraction") or {"models": {}, "deltas": {}}
+    t.add_column(f"extraction overall ({ext.get('n', 0)} samples; Δ vs SFT)")
     start = {"sft": "prod" if "prod" in result["models"] else "base", "dpo": "sft", "grpo": "sft"}
     for name, m in result["models"].items():
         d = result["deltas"].get(f"{name}-{start.get(name)}", {}).get("decision_score")
+        e = ext["deltas"].get(f"{name}-sft", {}).get("overall_score")
+        score = ext["models"].get(name, {}).get("overall_score")
         t.add_row(name, *[f"{m[c]:.2f}" for c in DECISION_COLS],
-                  f"{d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] vs {start[name]}" if d else "")
+                  f"{d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] vs {start[name]}" if d else "",
+                  "" if score is None else f"{score:.2f}" + (
+                      f" ({e['delta']:+.2f} [{e['ci_low']:+.2f}, {e['ci_high']:+.2f}])" if e else ""))
     return t
 
 

@@ -65,14 +65,16 @@ class FakeEngine:
         out = []
         for conv in convs:
             d1 = "Plant 2" in conv[-1]["content"]
-            text = {False: "Expedite.", "sft": json.dumps(NEAR if d1 else REF), "dpo": json.dumps(REF)}[use_adapter]
+            text = {False: "Expedite.", "sft": json.dumps(NEAR if d1 else REF), "dpo": json.dumps(REF),
+                    "grpo": json.dumps(REF)}[use_adapter]
             out.append(Generation(text=text, new_tokens=10, latency_ms=5.0))
         return out
 
     def completion_logprobs(self, convs, completions, use_adapter):
         rank = {"chosen": 0, "near_miss": 1, "rejected": 2}
         role = {json.dumps(REF): "chosen", json.dumps(NEAR): "near_miss", json.dumps(REJ): "rejected"}
-        order = {False: (-3.0, -2.0, -1.0), "sft": (-1.0, -2.0, -3.0), "dpo": (-1.0, -4.0, -9.0)}[use_adapter]
+        order = {False: (-3.0, -2.0, -1.0), "sft": (-1.0, -2.0, -3.0), "dpo": (-1.0, -4.0, -9.0),
+                 "grpo": (-1.0, -2.0, -3.0)}[use_adapter]
         return [order[rank[role[c]]] for c in completions]
 
 
@@ -142,3 +144,55 @@ def test_the_playbook_is_the_training_cases_actions_and_the_schema_offers_only_t
                        tmp_path / "m.json")
     assert engine.calls[0][1][0]["properties"]["action"] == {"enum": ["A act", "B act"]}
     assert result["action_playbook"] == ["A act", "B act"]
+
+
+def _extraction_sample(i, batch):
+    source = f"Acme Co. Annual Report 2021, page 1. Revenue for FY2021 was {100 + i} million yuan."
+    target = {"entity": "Acme Co.", "metric": "Revenue", "period": "2021", "value": 100 + i, "unit": "百万元",
+              "evidence": source.split(". ", 1)[1]}
+    return {"sample_id": f"s{batch}{i}", "record_id": f"f{i}", "batch": batch, "system": prompts.SYSTEM_EXTRACT,
+            "prompt": f"Source:\n{source}\nQuestion: Acme's revenue in FY2021?", "source": source,
+            "target": json.dumps(target, ensure_ascii=False)}
+
+
+def test_later_steps_are_scored_on_extraction_against_the_sft_answers_evaluate_recorded(params, tmp_path):
+    """DPO answers the extraction holdout right, GRPO answers prose; SFT's answers are evaluate's candidate
+    records (not generated again). The deltas are step − SFT, pooled and per batch."""
+    from clap.metrics import score_sample
+
+    class Engine(FakeEngine):
+        def generate(self, convs, use_adapter, **kw):
+            if "Source:" not in convs[0][-1]["content"]:
+                return super().generate(convs, use_adapter, **kw)
+            self.calls.append((use_adapter, "extraction"))
+            gold = {s["prompt"]: s["target"] for s in samples}
+            return [Generation(gold[c[-1]["content"]] if use_adapter == "dpo" else "Revenue grew.", 5, 1.0)
+                    for c in convs]
+
+    cases, extraction_files, samples = {}, {}, []
+    for b in ("b1", "b2"):
+        (tmp_path / b).mkdir()
+        write_jsonl(tmp_path / b / "decision_eval.jsonl", [case(int(b[1]), b)])
+        cases[b] = tmp_path / b / "decision_eval.jsonl"
+        batch = [_extraction_sample(i, b) for i in range(3)]
+        samples += batch
+        write_jsonl(tmp_path / b / "sft_eval.jsonl", batch)
+        sft_rows = [{"sample_id": s["sample_id"], "batch": b, "model": m, **score_sample(
+            {"entity": "Acme Co.", "value": 1}, json.loads(s["target"]), s["source"], params["evaluate"]["weights"],
+            params["evaluate"]["pass_rule"])} for s in batch for m in ("baseline", "candidate")]
+        write_jsonl(tmp_path / b / "records.jsonl", sft_rows)
+        extraction_files[b] = (tmp_path / b / "sft_eval.jsonl", tmp_path / b / "records.jsonl")
+    engine = Engine()
+    result = stage.run(params, cases, engine, ["base", "sft", "dpo", "grpo"], tmp_path / "out", tmp_path / "m.json",
+                       extraction_files)
+    ext = result["extraction"]
+    assert ext["n"] == 6 and [c for c in engine.calls if c[1] == "extraction"] == [
+        ("dpo", "extraction"), ("grpo", "extraction")] * 2  # SFT is read, not generated
+    assert ext["models"]["dpo"]["overall_score"] == 1.0 and ext["models"]["grpo"]["parse_ok"] == 0.0
+    assert ext["deltas"]["dpo-sft"]["overall_score"]["delta"] > 0 > ext["deltas"]["grpo-sft"]["overall_score"]["delta"]
+    assert ext["per_batch_deltas"]["b2"]["grpo-sft"]["overall_score"]["n"] == 3
+    records = read_jsonl(tmp_path / "out" / "extraction_records.jsonl")
+    assert len(records) == 12 and {r["model"] for r in records} == {"dpo", "grpo"}
+    (tmp_path / "b2" / "records.jsonl").write_text("")
+    with pytest.raises(stage.ExtractionRecordsMissing, match=r"b2/records.jsonl: the SFT adapter's answer to sb20"):
+        stage.run(params, cases, Engine(), ["base", "sft", "dpo"], tmp_path / "out", tmp_path / "m.json", extraction_files)

@@ -31,29 +31,43 @@ from clap.stats import p50, p95, paired_bootstrap
 METRICS = [k for k in HIGHER_IS_BETTER if k != "p95_latency_ms"]
 
 
+def extraction_schemas(cfg: dict, samples: list[dict]) -> list[dict] | None:
+    """The answer schema per sample under `generate.constrained` (None: free decoding)."""
+    return [answer_schema([{"text": s["source"]}], with_location=False) for s in samples] \
+        if cfg["generate"]["constrained"] else None
+
+
+def answer(cfg: dict, samples: list[dict], engine, use_adapter, name: str, batch: str) -> list[dict]:
+    """One model's scored answers to the extraction samples (`use_adapter`: the engine's switch; `name`:
+    the model name the records carry) — what `evaluate` records per sample, reused by the chain's
+    evaluation so every step is scored on extraction the same way."""
+    e = cfg["evaluate"]
+    convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
+    gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=e["max_new_tokens"],
+                           batch_size=e["batch_size"], schemas=extraction_schemas(cfg, samples))
+    rows = []
+    for s, g in zip(samples, gens):
+        pred = parse_answer(g.text)
+        scores = score_sample(pred, json.loads(s["target"]), s["source"], e["weights"], e["pass_rule"])
+        rows.append({"sample_id": s["sample_id"], "batch": batch, "model": name,
+                     "input_hash": hashlib.sha256((s["system"] + s["prompt"]).encode()).hexdigest(),
+                     "output": g.text, "parsed": pred, "new_tokens": g.new_tokens,
+                     "latency_ms": round(g.latency_ms, 2), **scores})
+    return rows
+
+
 def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, metrics_file: Path) -> dict:
     check_output_dir(out, (samples_file,))
     e = cfg["evaluate"]
     samples = read_jsonl(samples_file)
     convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
     constrained = cfg["generate"]["constrained"]
-    schemas = [answer_schema([{"text": s["source"]}], with_location=False) for s in samples] if constrained else None
     records, per_model = [], {}
     models = [("baseline", False)] + ([("prod", "prod")] if "prod" in getattr(engine, "adapters", []) else []) \
         + [("candidate", True)]
     for name, use_adapter in models:
-        gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=e["max_new_tokens"],
-                               batch_size=e["batch_size"], schemas=schemas)
-        rows = []
-        for s, g in zip(samples, gens):
-            pred = parse_answer(g.text)
-            scores = score_sample(pred, json.loads(s["target"]), s["source"], e["weights"], e["pass_rule"])
-            rows.append({"sample_id": s["sample_id"], "batch": batch, "model": name,
-                         "input_hash": hashlib.sha256((s["system"] + s["prompt"]).encode()).hexdigest(),
-                         "output": g.text, "parsed": pred, "new_tokens": g.new_tokens,
-                         "latency_ms": round(g.latency_ms, 2), **scores})
-        per_model[name] = rows
-        records += rows
+        per_model[name] = answer(cfg, samples, engine, use_adapter, name, batch)
+        records += per_model[name]
     metrics = {name: _aggregate(rows) for name, rows in per_model.items()}
     if constrained and e["unconstrained_format_check"]:
         free = engine.generate(convs, use_adapter=True, max_new_tokens=e["max_new_tokens"], batch_size=e["batch_size"])

@@ -14,6 +14,13 @@ log-probability gaps. Deltas (paired bootstrap over cases, pooled and per batch)
 the base model and against prod, and DPO / GRPO against SFT — what the step added to its start.
 `regressed.jsonl` lists cases a step failed where its reference passed (SFT vs prod or base; DPO and
 GRPO vs SFT).
+
+Extraction, the task the chain starts from: DPO and GRPO answer every batch's extraction holdout as
+`evaluate` asks it (same samples, prompts, decoding and scores, `evaluate.answer`), paired with the SFT
+adapter's answers that `evaluate@<batch>` recorded (`data/eval/<batch>/records.jsonl`, its candidate):
+`extraction` in metrics/decisions.json holds each step's scores and its − SFT deltas (pooled and per
+batch), so a preference or RL step that buys decision quality with extraction quality is seen, and the
+gate holds it (`max_chain_extraction_regression`).
 """
 
 from __future__ import annotations
@@ -23,15 +30,53 @@ from pathlib import Path
 
 from clap import prompts
 from clap.decoding import decision_schema
+from clap.errors import UserError
 from clap.gate import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.metrics import parse_answer
 from clap.rewards import decision_hits, decision_parts, decision_reward
+from clap.stages import evaluate
 from clap.stats import paired_bootstrap
 
 METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
            "format_ok", "rank_accuracy", "margin_chosen_near_miss", "margin_chosen_rejected")
 BATCH_DELTA_METRICS = ("decision_score", "rank_accuracy")
+EXTRACTION_METRICS = ("overall_score", "pass_rate", "value_accuracy", "evidence_accuracy", "hallucination_rate",
+                      "wrong_fact_rate", "parse_ok")
+
+
+class ExtractionRecordsMissing(UserError, FileNotFoundError):
+    pass
+
+
+def extraction(cfg: dict, files: dict[str, tuple[Path, Path]], engine, steps: list[str]) -> tuple[dict, list[dict]]:
+    """The later chain `steps` on the extraction holdouts against SFT. `files`: batch → (sft_eval.jsonl,
+    the records `evaluate@<batch>` wrote, whose `candidate` rows are the SFT adapter's answers)."""
+    per_model: dict[str, list[dict]] = {"sft": []}
+    for b, (samples_file, records_file) in files.items():
+        samples = read_jsonl(samples_file)
+        if not samples:
+            continue
+        if not Path(records_file).exists():
+            raise ExtractionRecordsMissing(f"{records_file}: no evaluation records for batch {b} "
+                                           f"(`dvc repro evaluate@{b}` writes them)")
+        sft = {r["sample_id"]: r | {"model": "sft"} for r in read_jsonl(records_file) if r["model"] == "candidate"}
+        missing = [s["sample_id"] for s in samples if s["sample_id"] not in sft]
+        if missing:
+            raise ExtractionRecordsMissing(f"{records_file}: the SFT adapter's answer to {missing[0]} is missing "
+                                           f"({len(missing)} of {len(samples)}); `dvc repro evaluate@{b}`")
+        per_model["sft"] += [sft[s["sample_id"]] for s in samples]
+        for step in steps:
+            per_model.setdefault(step, []).extend(evaluate.answer(cfg, samples, engine, step, step, b))
+    rows = per_model["sft"]
+    batches = sorted({r["batch"] for r in rows})
+    out = {"n": len(rows), "models": {m: _mean(r, EXTRACTION_METRICS) for m, r in per_model.items()},
+           "deltas": {f"{s}-sft": _deltas(rows, per_model[s], EXTRACTION_METRICS, cfg["evaluate"]) for s in steps},
+           "per_batch_deltas": {b: {f"{s}-sft": _deltas([r for r in rows if r["batch"] == b],
+                                                         [r for r in per_model[s] if r["batch"] == b],
+                                                         ("overall_score",), cfg["evaluate"]) for s in steps}
+                                for b in batches}}
+    return out, [r for s in steps for r in per_model[s]]
 
 
 def score_case(text: str, case: dict, logprobs: dict[str, float], rewards: dict) -> dict:
@@ -63,10 +108,12 @@ def comparisons(models: list[str]) -> list[tuple[str, str]]:
     return out + [(m, "sft") for m in steps if m != "sft" and "sft" in models]
 
 
-def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: Path, metrics_file: Path) -> dict:
+def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: Path, metrics_file: Path,
+        extraction_files: dict[str, tuple[Path, Path]] | None = None) -> dict:
     """`case_files`: batch → decision_eval.jsonl; `models`: the names the engine answers as ("base" is
-    the adapters switched off; the others are adapters it holds)."""
-    check_output_dir(out, tuple(case_files.values()))
+    the adapters switched off; the others are adapters it holds); `extraction_files`: see `extraction`."""
+    inputs = tuple(case_files.values()) + tuple(f for pair in (extraction_files or {}).values() for f in pair)
+    check_output_dir(out, inputs)
     e, rewards = cfg["evaluate_decisions"], cfg["rewards"]
     cases = [c for b in case_files for c in read_jsonl(case_files[b])]
     if not cases:  # nothing to judge DPO / GRPO on: the gate holds them (decision_eval_missing)
@@ -116,9 +163,14 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
     result["regressed_cases"] = {m: sum(r["model"] == m for r in regressed) for m in models if m in CHAIN}
     result["constrained"] = schemas is not None
     result["action_playbook"] = actions
-    with atomic_dir(out, tuple(case_files.values())) as tmp:
+    later = [m for m in models if m in CHAIN and m != "sft"]
+    extraction_records = []
+    if extraction_files is not None and later:
+        result["extraction"], extraction_records = extraction(cfg, extraction_files, engine, later)
+    with atomic_dir(out, inputs) as tmp:
         write_jsonl(tmp / "records.jsonl", [r for rows in per_model.values() for r in rows])
         write_jsonl(tmp / "regressed.jsonl", regressed)
+        write_jsonl(tmp / "extraction_records.jsonl", extraction_records)
     write_json(metrics_file, result)
     return result
 
@@ -128,6 +180,10 @@ def _deltas(ref_rows: list[dict], new_rows: list[dict], metrics, e: dict) -> dic
                                 seed=17) for m in metrics}
 
 
-def _aggregate(rows: list[dict]) -> dict:
+def _mean(rows: list[dict], metrics) -> dict:
     n = len(rows) or 1
-    return {m: round(sum(r[m] for r in rows) / n, 4) for m in METRICS}
+    return {m: round(sum(r[m] for r in rows) / n, 4) for m in metrics}
+
+
+def _aggregate(rows: list[dict]) -> dict:
+    return _mean(rows, METRICS)
