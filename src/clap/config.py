@@ -149,6 +149,7 @@ class Grpo(_Section):
     num_generations: Annotated[StrictInt, Field(ge=2)]
     temperature: PosFloat
     max_completion_length: PosInt
+    constrained_rollouts: StrictBool
     max_steps: PosInt
     per_device_batch_size: PosInt
     logging_steps: PosInt

@@ -190,3 +190,28 @@ def test_a_chain_step_tripped_before_its_first_checkpoint_keeps_the_sft_policy(p
     assert m["status"] == "stopped" and m["steps"] == 1 and m["adapter_source"].startswith("start")
     written = (tmp_path / "o" / "adapter" / "adapter_model.safetensors").read_bytes()
     assert written == (sft_start[0] / "adapter_model.safetensors").read_bytes()
+
+
+def test_grpo_rollouts_sample_under_the_decision_schema(params, small_loop, tiny_dir, sft_start, tmp_path):
+    """With constrained rollouts even a random policy writes decisions: a JSON object whose action is one of
+    the playbook's, whose cause is one of its case's cause fields."""
+    from clap.prompts import RISK_FOCUS, decision_cause_fields
+    from clap.stages.evaluate_decisions import playbook
+
+    cfg = tiny_cfg(params)
+    cfg["train"]["grpo"].update(max_completion_length=160, max_steps=1)
+    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    seen = []
+
+    def record(completions, prompts, **_):
+        seen.extend((c[-1]["content"], decision_cause_fields(p[-1]["content"])) for c, p in zip(completions, prompts))
+        return [float(len(c[-1]["content"])) for c in completions]
+
+    sft_adapter, manifest = sft_start
+    m = train_grpo.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "g",
+                       tmp_path / "ckpt", start_adapter=sft_adapter, start_expected=manifest, reward_funcs=[record])
+    actions = playbook({"b1": small_loop / "materialized" / "b1" / "decision_eval.jsonl"})
+    assert m["constrained_rollouts"] is True and m["playbook_actions"] == len(actions) > 0
+    parsed = [(json.loads(text), causes) for text, causes in seen]
+    assert len(parsed) == 2 and all(p["action"] in actions and p["risk_focus"] in RISK_FOCUS and p["cause"] in causes
+                                    for p, causes in parsed)

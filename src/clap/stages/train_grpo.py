@@ -11,6 +11,13 @@ The paper used GRPO as a failure-boundary probe: static admission passed, yet KL
 168–6712 at runtime. So the KL coefficient is non-zero by default (the KL guard needs the signal and
 fails closed without it), and the guard watches KL level and spikes, reward collapse and clipped
 completions. A held GRPO run is evidence for the gate, not a failure of the pipeline.
+
+With `train.grpo.constrained_rollouts` (and `generate.constrained`) every rollout is sampled under its
+case's decision schema — the action one of the playbook's (`evaluate_decisions.action_playbook`), the
+cause one of the case's cause fields, the risk focus one of the contract's — through xgrammar, as the
+application decodes (TRL's `vllm_structured_outputs_regex` does the same on vLLM; here it is a TRL
+`rollout_func` over the trainer's own model). Free sampling of a 135M policy never writes a playbook
+action verbatim, so the reward's outcome part gives no signal; under the grammar it can.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap.decoding import GrammarCache, decision_schema
 from clap.guards import GuardCallback
-from clap.prompts import SYSTEM_DECIDE, messages
+from clap.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.rewards import decision_parts
+from clap.stages.evaluate_decisions import playbook
 from clap.stages.train_common import admitted_rows, finish, resume_point, start_from
 
 REWARD_PARTS = ("outcome", "format", "grounding", "efficiency")
@@ -42,6 +51,44 @@ def part_reward(part: str, max_chars: int):
         return [decision_parts(t, json.loads(r), max_chars)[part] for t, r in zip(texts, reference_json)]
     reward.__name__ = part
     return reward
+
+
+def constrained_rollout(actions: list[str] | None, max_new_tokens: int, temperature: float):
+    """A TRL `rollout_func`: one sampled completion per prompt of the (already repeated) slice, each under
+    its case's decision schema; completion ids end at the first end-of-turn token, as TRL's own masking
+    cuts them. Log-probabilities are left to TRL (`logprobs: None`: it scores the completions itself)."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    grammars: dict[int, GrammarCache] = {}
+
+    def rollout(prompts: list, trainer) -> dict:
+        tok = trainer.processing_class
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        cache = grammars.setdefault(id(tok), GrammarCache(tok, model.config.vocab_size))
+        encoded = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+                   for p in prompts]
+        schemas = [decision_schema(decision_cause_fields(p[-1]["content"]), actions) for p in prompts]
+        width, pad = max(map(len, encoded)), tok.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=model.device)
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=model.device)
+        stop = set(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=True,
+                                     temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop),
+                                     logits_processor=LogitsProcessorList([cache.processor(schemas)]))
+        finally:
+            model.train(was_training)
+        completions = []
+        for row in out[:, width:].tolist():
+            end = next((i for i, t in enumerate(row) if t in stop), None)
+            completions.append(row if end is None else row[:end + 1])
+        return {"prompt_ids": encoded, "completion_ids": completions, "logprobs": None}
+
+    return rollout
 
 
 def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
@@ -69,11 +116,17 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                       save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
                       bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
     guard = GuardCallback("grpo", t["guards"], Path(out) / "guard_report.json")
+    constrained = g["constrained_rollouts"] and cfg["generate"]["constrained"]
+    actions = playbook({b: Path(materialized) / b / "decision_eval.jsonl" for b in batches}) \
+        if constrained and cfg["evaluate_decisions"]["action_playbook"] else None
+    rollout = constrained_rollout(actions, g["max_completion_length"], g["temperature"]) if constrained else None
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
-                          reward_funcs=funcs, callbacks=[*(callbacks or []), guard])
+                          reward_funcs=funcs, callbacks=[*(callbacks or []), guard], rollout_func=rollout)
     resume = resume_point(checkpoints, {"cfg": g, "seed": t["seed"], "start": start_sha, "rows": rows,
-                                        "rewards": r, "base": base_identity})
+                                        "rewards": r, "base": base_identity, "actions": actions,
+                                        "constrained": constrained})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "grpo", base_identity,
                   {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"],
-                   "start_adapter_sha256": start_sha}, started, start_adapter)
+                   "start_adapter_sha256": start_sha, "constrained_rollouts": constrained,
+                   "playbook_actions": len(actions) if actions else None}, started, start_adapter)
