@@ -1,6 +1,7 @@
 """The whole loop in a temporary clone on a tiny configuration: dvc repro, a threshold change that
 re-runs only the gate (and the bundle that pins its output), metrics diff, release, rollback."""
 
+import hashlib
 import json
 import os
 import re
@@ -136,6 +137,12 @@ def test_loop_threshold_change_release_rollback(clone):
     v1_adapter = (root / shipped).read_bytes()
     assert "released v0.0.1 to prod" in run(root, "clap", "release", env=env)
     assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.1"
+    # the agent adapter the release shipped, restored from the DVC cache and checked against its bundle
+    assert "verified against its release bundle" in run(root, "clap", "agent-adapter", env=env)
+    pinned = next(f["sha256"] for f in json.loads((root / "release/bundle.json").read_text())["files"]
+                  if f["role"] == "agent_adapter" and f["path"].endswith("adapter_model.safetensors"))
+    restored = root / "models/serving/agent/v0.0.1/adapter/adapter_model.safetensors"
+    assert hashlib.sha256(restored.read_bytes()).hexdigest() == pinned
 
     # prod changed: exactly the stages that depend on prod re-run, and the candidate is judged against it
     out = run(root, "dvc", "repro", env=env)

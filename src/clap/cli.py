@@ -327,6 +327,22 @@ def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
     console.print(f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}")
 
 
+@app.command("agent-adapter")
+def agent_adapter(version: str = typer.Argument(None, help="a registered version (default: the one in prod)"),
+                  out: Path = typer.Option(paths.MODELS / "serving" / "agent")) -> None:
+    """Restore the tool-calling agent adapter a release shipped (from the DVC cache, checked byte for byte
+    against the bundle at its tag), ready for `Engine` / vLLM to serve."""
+    from clap import prod
+    from clap.release import current
+
+    version = version or (current(Path("."), "prod") or {}).get("version")
+    if not version:
+        _fail(ValueError("nothing is in prod: name a registered version (`clap registry` lists them)"))
+    folder, expected = prod.restore_version_adapter(Path("."), version, out / version / "adapter", role="agent_adapter")
+    console.print(f"agent adapter of {version} → {folder} (sha256 {expected['files']['adapter_model.safetensors'][:12]}, "
+                  "verified against its release bundle)")
+
+
 @app.command()
 def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
              prod: Path = typer.Option(None, help="restored prod adapter folder (clap prod-adapter); baseline = base if absent"),

@@ -62,9 +62,10 @@ def restore(root: Path, out: Path) -> dict:
     return ptr
 
 
-def restore_version_adapter(root: Path, version: str, dest: Path) -> tuple[Path, dict]:
+def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "adapter") -> tuple[Path, dict]:
     """Restore a registered version's adapter into `dest` (replaced) and return it with the manifest its
-    release tag's bundle pins — what `serving.attach` checks before the canary server loads it."""
+    release tag's bundle pins — what `serving.attach` checks before the canary server loads it.
+    `role="agent_adapter"`: the tool-calling agent's adapter the same release shipped."""
     from clap.release import ARTIFACT
     from clap.serving import pinned_expectation
 
@@ -72,12 +73,16 @@ def restore_version_adapter(root: Path, version: str, dest: Path) -> tuple[Path,
     bundle = EvidenceBundle.model_validate_json(_show(root, tag, str(paths.BUNDLE)))
     if dest.exists():
         shutil.rmtree(dest)
-    _restore_adapter(root, {"version": version, "version_tag": tag}, bundle, dest)
-    return dest, pinned_expectation(root, dest, tag)
+    _restore_adapter(root, {"version": version, "version_tag": tag}, bundle, dest, role)
+    return dest, pinned_expectation(root, dest, tag, role)
 
 
-def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path) -> None:
-    folder = str(paths.MODELS / bundle.candidate)
+def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path, role: str = "adapter") -> None:
+    weights = next((f.path for f in bundle.files if f.role == role and f.path.endswith("adapter_model.safetensors")),
+                   None)
+    if weights is None:
+        raise ProdUnavailable(f"{ptr['version_tag']}: its bundle pins no {role.replace('_', ' ')}")
+    folder = Path(weights).parent.parent.as_posix()  # models/<trainer>: the DVC output holding adapter/
     out = next((o for o in lock_outs(_show(root, ptr["version_tag"], "dvc.lock")) if o["path"] == folder), None)
     if out is None:
         raise ProdUnavailable(f"{ptr['version_tag']}: dvc.lock does not pin {folder}")
@@ -94,6 +99,6 @@ def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path) 
         shutil.copyfile(src, target)
         if hashlib.md5(target.read_bytes()).hexdigest() != e["md5"]:
             raise ProdUnavailable(f"{src}: DVC cache object does not match its hash")
-    for name, digest in adapter_expectation(bundle)["files"].items():
+    for name, digest in adapter_expectation(bundle, role)["files"].items():
         if not (dest / name).exists() or sha256_file(dest / name) != digest:
             raise ProdUnavailable(f"{dest / name}: differs from the bundle of {ptr['version_tag']}")

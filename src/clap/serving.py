@@ -64,22 +64,23 @@ def verify_adapter(adapter_dir: Path, expected: dict, base_identity: dict) -> No
                              f"trained on ({expected['base_model']['name']})")
 
 
-def pinned_expectation(root: Path, adapter_dir: Path, release_ref: str | None = None) -> dict:
-    """The adapter manifest that git pins for `adapter_dir`: from the bundle at `release_ref`, else dvc.lock."""
+def pinned_expectation(root: Path, adapter_dir: Path, release_ref: str | None = None, role: str = "adapter") -> dict:
+    """The adapter manifest that git pins for `adapter_dir`: from the bundle at `release_ref` (the file role
+    `role` pins: `agent_adapter` for the agent's), else dvc.lock."""
     root = Path(root)
     if release_ref is not None:
-        return _from_release(root, release_ref)
+        return _from_release(root, release_ref, role)
     return _from_dvc_lock(root, Path(adapter_dir))
 
 
-def _from_release(root: Path, ref: str) -> dict:
+def _from_release(root: Path, ref: str, role: str = "adapter") -> dict:
     from clap.bundle import BUNDLE_PATH, adapter_expectation
     from clap.schemas import EvidenceBundle
 
     r = subprocess.run(["git", "show", f"{ref}:{BUNDLE_PATH}"], cwd=root, capture_output=True, text=True)
     if r.returncode != 0:
         raise AdapterRefused(f"{ref}: no committed {BUNDLE_PATH} to pin the adapter ({r.stderr.strip()[:160]})")
-    return adapter_expectation(EvidenceBundle.model_validate_json(r.stdout))
+    return adapter_expectation(EvidenceBundle.model_validate_json(r.stdout), role)
 
 
 def _from_dvc_lock(root: Path, adapter_dir: Path) -> dict:
