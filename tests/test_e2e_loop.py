@@ -154,6 +154,7 @@ def test_loop_threshold_change_release_rollback(clone):
     assert {"prod", "deltas_vs_prod", "prod_vs_base"} <= set(ev)
     decisions = json.loads((root / "metrics/decisions.json").read_text())
     assert "prod" in decisions["models"] and "dpo-prod" in decisions["deltas"]
+    assert decisions["extraction"]["deltas"]["dpo-sft"]["overall_score"]["n"] == decisions["extraction"]["n"] > 0
     assert "up to date" in run(root, "dvc", "repro", env=env)
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "round 2: baseline prod v0.0.1", env=env)
