@@ -42,6 +42,14 @@ def test_rules_trip_at_the_right_step(logs, rule, step):
     assert trip is not None and trip.rule == rule and trip.step == step
 
 
+def test_a_tenfold_rise_of_a_tiny_kl_is_not_a_spike():
+    """0.0008 → 0.0025 → 0.021: the start of learning (a real constrained GRPO run), below `kl_spike_min`;
+    the same ratio at a KL above the floor trips."""
+    assert run([grpo_log(1, kl=0.0008), grpo_log(2, kl=0.0025), grpo_log(3, kl=0.021)]) is None
+    trip = run([grpo_log(1, kl=0.02), grpo_log(2, kl=0.025), grpo_log(3, kl=0.3)])
+    assert trip.rule == "kl_spike" and trip.step == 3
+
+
 def test_missing_signal_fails_closed():
     log = grpo_log(1)
     del log["kl"]  # e.g. beta = 0: no reference model, no KL logged

@@ -159,6 +159,7 @@ class Grpo(_Section):
 class Guards(_Section):
     kl_max: PosFloat
     kl_spike_ratio: Annotated[float, Field(gt=1.0)]
+    kl_spike_min: NonNegFloat      # a spike counts only at or above this KL
     kl_window: PosInt
     reward_collapse_std: float     # a negative value switches the collapse guard off
     collapse_patience: PosInt

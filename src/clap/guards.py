@@ -44,7 +44,7 @@ def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: dict) -
         past = history.get("kl", [])[-cfg["kl_window"]:]
         if len(past) >= 2:
             avg = statistics.fmean(past)
-            if avg > 1e-6 and kl > cfg["kl_spike_ratio"] * avg:
+            if kl >= cfg["kl_spike_min"] and avg > 1e-6 and kl > cfg["kl_spike_ratio"] * avg:
                 return GuardTrip(rule="kl_spike", step=step, value=kl, threshold=cfg["kl_spike_ratio"] * avg)
     if "reward_std" in SIGNALS[trainer]:
         recent = history.get("reward_std", [])[-(cfg["collapse_patience"] - 1):] + [float(log["reward_std"])]
