@@ -173,8 +173,8 @@ class OpenAIUpstream:
     """The Engine's `generate`, answered by an OpenAI-compatible server (vLLM's) whose LoRA modules are
     the arms: `modules` maps the Engine's switch (False, "prod", True) to the module name to request."""
 
-    def __init__(self, url: str, modules: dict, timeout: float = 600.0):
-        self.url, self.modules, self.timeout = url.rstrip("/"), modules, timeout
+    def __init__(self, url: str, modules: dict, command: list[str] | None = None, timeout: float = 600.0):
+        self.url, self.modules, self.command, self.timeout = url.rstrip("/"), modules, command, timeout
 
     def generate(self, conversations: list[list[dict]], use_adapter, max_new_tokens: int, schemas=None, **_) -> list:
         from clap.feedback.traffic import post
@@ -244,8 +244,8 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
         for folder, expected in folders.values():
             verify_adapter(folder, expected, identity)
         engine = OpenAIUpstream(upstream, {True: canary["version"], "prod": prod["version"] if prod else "base",
-                                           False: "base"})
-        engine.command = vllm_command(base, {v: folder for v, (folder, _) in folders.items()})
+                                           False: "base"},
+                                vllm_command(base, {v: folder for v, (folder, _) in folders.items()}))
     arms = {"prod": Arm("prod", "prod" if prod else False, prod["version"] if prod else None,
                         p_expected["files"]["adapter_model.safetensors"] if prod else None),
             "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}

@@ -53,19 +53,16 @@ def part_reward(part: str, max_chars: int):
     return reward
 
 
-def constrained_rollout(actions: list[str] | None, max_new_tokens: int, temperature: float):
+def constrained_rollout(grammars: GrammarCache, actions: list[str] | None, max_new_tokens: int, temperature: float):
     """A TRL `rollout_func`: one sampled completion per prompt of the (already repeated) slice, each under
     its case's decision schema; completion ids end at the first end-of-turn token, as TRL's own masking
     cuts them. Log-probabilities are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
     from transformers import LogitsProcessorList
 
-    grammars: dict[int, GrammarCache] = {}
-
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
-        cache = grammars.setdefault(id(tok), GrammarCache(tok, model.config.vocab_size))
         encoded = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
                    for p in prompts]
         schemas = [decision_schema(decision_cause_fields(p[-1]["content"]), actions) for p in prompts]
@@ -79,7 +76,7 @@ def constrained_rollout(actions: list[str] | None, max_new_tokens: int, temperat
             with torch.no_grad():
                 out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=True,
                                      temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop),
-                                     logits_processor=LogitsProcessorList([cache.processor(schemas)]))
+                                     logits_processor=LogitsProcessorList([grammars.processor(schemas)]))
         finally:
             model.train(was_training)
         completions = []
@@ -119,7 +116,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     constrained = g["constrained_rollouts"] and cfg["generate"]["constrained"]
     actions = playbook({b: Path(materialized) / b / "decision_eval.jsonl" for b in batches}) \
         if constrained and cfg["evaluate_decisions"]["action_playbook"] else None
-    rollout = constrained_rollout(actions, g["max_completion_length"], g["temperature"]) if constrained else None
+    rollout = constrained_rollout(GrammarCache(tok, model.config.vocab_size), actions, g["max_completion_length"],
+                                  g["temperature"]) if constrained else None
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
                           reward_funcs=funcs, callbacks=[*(callbacks or []), guard], rollout_func=rollout)
     resume = resume_point(checkpoints, {"cfg": g, "seed": t["seed"], "start": start_sha, "rows": rows,
