@@ -177,9 +177,13 @@ def test_rescoring_reads_another_logged_score_and_refuses_a_missing_one(params):
 def test_traffic_stops_once_the_analysis_is_conclusive(params, tmp_path, monkeypatch):
     """The demo's stopping rule: paired traffic stops at the first question after which the SPRT decides,
     not at --limit; a canary no better than prod is sent every question."""
+    import copy
     from types import SimpleNamespace
 
     from clap.feedback import canary, traffic
+
+    params = copy.deepcopy(params)  # the stand-in answers in microseconds: its latency ratio is noise, not a rule
+    params["canary"]["max_latency_ratio"] = 1e9
 
     class Engine:  # the canary answers right, prod wrong
         def generate(self, messages, use_adapter, **_):
