@@ -46,12 +46,12 @@ def rounds(root: Path) -> list[dict]:
     commits = [line.split() for line in log.stdout.splitlines()] if log.returncode == 0 else []
     events = release.assignments(root)  # one `git rev-list` per tag: read once, shared with `stage_events`
     undone = stage_events(root, events)
-    rollback_tags = {t for r in undone for t in r["tags"]}
+    event_tags = {t for r in undone for t in r["tags"]}
     tags: dict[str, list[str]] = {}
     for version, commit in release.versions(root).items():
         tags.setdefault(commit, []).append(f"{release.ARTIFACT}@{version}")
     for a in events:
-        if a["tag"] not in rollback_tags:
+        if a["tag"] not in event_tags:
             tags.setdefault(a["commit"], []).append(a["tag"])
     out, seen = [], set()
     for commit, when in commits:
@@ -100,11 +100,11 @@ def stage_events(root: Path, events: list[dict] | None = None) -> list[dict]:
     prod assignment `clap rollback` made, and each canary `clap canary conclude` ended (promoted to prod
     or rolled back). `events`: `release.assignments(root)` when the caller has it already."""
     events = release.assignments(root) if events is None else events
-    messages = {}
-    for a in events:
-        stamp, _, message = subprocess.run(["git", "tag", "-l", "--format=%(creatordate:unix)%09%(contents)", a["tag"]],
-                                           cwd=root, capture_output=True, text=True).stdout.partition("\t")
-        messages[a["tag"]] = (int(stamp), message)
+    listing = subprocess.run(["git", "for-each-ref", "refs/tags",
+                              "--format=%(refname:short)%00%(creatordate:unix)%00%(contents)%01"],
+                             cwd=root, capture_output=True, text=True).stdout
+    messages = {tag.strip(): (int(stamp), message) for tag, stamp, message in
+                (entry.split("\0") for entry in listing.split("\1") if entry.strip())}
     row = {"batches": [], "refused": {}, "delta": None, "ci_low_min": None, "ci_high_max": None, "chain": {},
            "evidence": None}
     out = []

@@ -45,6 +45,7 @@ AUTOMATIC = {"extraction": ("pass_rate", "overall_score"), "application": ("core
 COMPARED = (("candidate", None), ("agent_sft", "agent_base"), ("agent_dpo", "agent_base"))  # None: prod, else base
 SOURCES = (("evaluate@{batch}", "models/sft", "train_sft"), ("replay", "models/sft", "train_sft"),
            ("evaluate_agent", "models/agent_sft", "train_agent_sft"))  # stage, adapter dep, the stage writing it
+AGENT_EPISODES = paths.AGENT_EVAL / "episodes.jsonl"
 OBSERVATION_CHARS = 400  # a tool result shown to the annotator is cut here
 
 
@@ -58,7 +59,8 @@ def _sha(text: str) -> str:
 
 def _items(root: Path, batches: list[str]) -> list[dict]:
     """Every question with the answers of each model: {item_id, kind, batch, record_id, source, question, answers}."""
-    items = []
+    replay = root / paths.REPLAY / "records.jsonl"
+    items, text = [], _chunk_text(root) if replay.exists() or (root / AGENT_EPISODES).exists() else {}
     for b in batches:
         rows = {r["sample_id"]: r for r in read_jsonl(root / paths.MATERIALIZED / b / "sft_eval.jsonl")}
         answers: dict[str, dict] = {}
@@ -68,11 +70,8 @@ def _items(root: Path, batches: list[str]) -> list[dict]:
             row = rows[sid]
             items.append({"item_id": f"eval:{sid}", "kind": "extraction", "batch": b, "record_id": row.get("record_id"),
                           "source": row["source"], "question": row["question"], "answers": by_model})
-    replay = root / paths.REPLAY / "records.jsonl"
     if replay.exists():
         cases = {c["case_id"]: c for b in batches for c in read_jsonl(root / paths.MATERIALIZED / b / "replay_cases.jsonl")}
-        chunks = pd.read_parquet(root / paths.ASSETS / "chunks.parquet", columns=["chunk_id", "text"])
-        text = dict(zip(chunks["chunk_id"], chunks["text"]))
         answers = {}
         for rec in read_jsonl(replay):
             if rec["arm"] in REPLAY_ARMS:
@@ -83,7 +82,13 @@ def _items(root: Path, batches: list[str]) -> list[dict]:
                           "record_id": case.get("record_id"), "question": case["question"],
                           "source": "\n\n".join(f"[{c}] {text.get(c, '')}" for c in first["retrieved"]),
                           "answers": by_model})
-    return items + _agent_items(root, batches)
+    return items + _agent_items(root, batches, text)
+
+
+def _chunk_text(root: Path) -> dict[str, str]:
+    """chunk_id → text from the assets (replay and agent items show chunks as their source)."""
+    chunks = pd.read_parquet(root / paths.ASSETS / "chunks.parquet", columns=["chunk_id", "text"])
+    return dict(zip(chunks["chunk_id"], chunks["text"]))
 
 
 def _episode_text(episode: dict) -> str:
@@ -101,14 +106,13 @@ def _episode_text(episode: dict) -> str:
     return "\n".join(lines)
 
 
-def _agent_items(root: Path, batches: list[str]) -> list[dict]:
-    """Held-out agent tasks with every model's greedy episode; the source is the pages the task needs."""
-    episodes = root / paths.AGENT_EVAL / "episodes.jsonl"
+def _agent_items(root: Path, batches: list[str], text: dict[str, str]) -> list[dict]:
+    """Held-out agent tasks with every model's greedy episode; the source is the pages the task needs
+    (`text`: chunk_id → text)."""
+    episodes = root / AGENT_EPISODES
     if not episodes.exists():
         return []
     tasks = {t["task_id"]: t for t in read_jsonl(root / paths.AGENT_TASKS / "tasks.jsonl")}
-    chunks = pd.read_parquet(root / paths.ASSETS / "chunks.parquet", columns=["chunk_id", "text"])
-    text = dict(zip(chunks["chunk_id"], chunks["text"]))
     answers: dict[str, dict] = {}
     for ep in read_jsonl(episodes):
         if ep["run"] == "greedy" and ep["batch"] in batches:

@@ -37,14 +37,16 @@ def extraction_schemas(cfg: dict, samples: list[dict]) -> list[dict] | None:
         if cfg["generate"]["constrained"] else None
 
 
-def answer(cfg: dict, samples: list[dict], engine, use_adapter, name: str, batch: str) -> list[dict]:
+def answer(cfg: dict, samples: list[dict], engine, use_adapter, name: str, batch: str,
+           schemas: list[dict] | None) -> list[dict]:
     """One model's scored answers to the extraction samples (`use_adapter`: the engine's switch; `name`:
-    the model name the records carry) — what `evaluate` records per sample, reused by the chain's
-    evaluation so every step is scored on extraction the same way."""
+    the model name the records carry; `schemas`: `extraction_schemas(cfg, samples)`, built once per
+    sample set) — what `evaluate` records per sample, reused by the chain's evaluation so every step is
+    scored on extraction the same way."""
     e = cfg["evaluate"]
     convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
     gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=e["max_new_tokens"],
-                           batch_size=e["batch_size"], schemas=extraction_schemas(cfg, samples))
+                           batch_size=e["batch_size"], schemas=schemas)
     rows = []
     for s, g in zip(samples, gens):
         pred = parse_answer(g.text)
@@ -62,11 +64,12 @@ def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, me
     samples = read_jsonl(samples_file)
     convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
     constrained = cfg["generate"]["constrained"]
+    schemas = extraction_schemas(cfg, samples)
     records, per_model = [], {}
     models = [("baseline", False)] + ([("prod", "prod")] if "prod" in getattr(engine, "adapters", []) else []) \
         + [("candidate", True)]
     for name, use_adapter in models:
-        per_model[name] = answer(cfg, samples, engine, use_adapter, name, batch)
+        per_model[name] = answer(cfg, samples, engine, use_adapter, name, batch, schemas)
         records += per_model[name]
     metrics = {name: _aggregate(rows) for name, rows in per_model.items()}
     if constrained and e["unconstrained_format_check"]:

@@ -66,8 +66,9 @@ def extraction(cfg: dict, files: dict[str, tuple[Path, Path]], engine, steps: li
             raise ExtractionRecordsMissing(f"{records_file}: the SFT adapter's answer to {missing[0]} is missing "
                                            f"({len(missing)} of {len(samples)}); `dvc repro evaluate@{b}`")
         per_model["sft"] += [sft[s["sample_id"]] for s in samples]
+        schemas = evaluate.extraction_schemas(cfg, samples)
         for step in steps:
-            per_model.setdefault(step, []).extend(evaluate.answer(cfg, samples, engine, step, step, b))
+            per_model.setdefault(step, []).extend(evaluate.answer(cfg, samples, engine, step, step, b, schemas))
     rows = per_model["sft"]
     batches = sorted({r["batch"] for r in rows})
     out = {"n": len(rows), "models": {m: _mean(r, EXTRACTION_METRICS) for m, r in per_model.items()},
