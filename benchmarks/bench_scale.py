@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/bench_scale.py [--sizes 1000000 3000000 10000000] [--baseline-rev 8a8ed8d]
 
 Per size, on the same corpus and in one run, each in its own process:
-  - streaming, local engine (`assetize.engine: local`, the default; memory budget from params.yaml);
-  - streaming on Ray (`--engine ray`, a local cluster of `assetize.ray_workers` workers);
+  - streaming, local engine (`assetize.engine: local`, the default: `assetize.workers` processes; memory
+    budget from params.yaml);
+  - streaming on Ray (`--engine ray`, a local cluster of `assetize.workers` CPUs);
   - the peer: the in-memory assetize of `--baseline-rev` (the last revision before streaming), run from
     a `git archive` of that revision, at the sizes where it fits this machine (`--in-memory-up-to`).
 Peak memory is the sum over the process and everything it started (Ray's raylet and workers

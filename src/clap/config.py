@@ -82,6 +82,8 @@ class Materialize(_Section):
     app_share: Fraction
     near_dup_threshold: OpenFraction
     num_perm: Annotated[StrictInt, Field(ge=16, le=1024)]
+    engine: Literal["local", "ray"]
+    workers: Annotated[StrictInt, Field(ge=1, le=1024)]
     seed: StrictInt
 
 
@@ -348,7 +350,7 @@ class Assetize(_Section):
     memory_budget_mb: Annotated[StrictInt, Field(ge=64, le=1 << 20)]
     read_rows: Annotated[StrictInt, Field(ge=1, le=10_000_000)]
     row_group_rows: Annotated[StrictInt, Field(ge=1, le=10_000_000)]
-    ray_workers: Annotated[StrictInt, Field(ge=1, le=1024)]
+    workers: Annotated[StrictInt, Field(ge=1, le=1024)]
 
 
 class Params(_Section):

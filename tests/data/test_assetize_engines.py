@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import ROOT
 
 from clap import demo_data
+from clap.data import near_dup
+from clap.data.near_dup import near_duplicates
 from clap.data.spill import unit_of
 from clap.stages import assetize
 
@@ -127,6 +129,12 @@ def test_a_two_worker_ray_cluster_gives_the_local_outputs(params, corpus, tiny_d
     assert len({n["NodeManagerAddress"] for n in ray.nodes()}) == 1 and ray.cluster_resources()["CPU"] == 2
     assert _files(tmp_path / "local") == _files(tmp_path / "ray")
     assert _report(tmp_path / "local") == _report(tmp_path / "ray")
+
+    monkeypatch.setattr(near_dup, "BLOCK", 50)  # materialize's near-duplicate search, its blocks as Ray tasks
+    texts = pd.read_parquet(tmp_path / "local" / "facts.parquet")["question"].tolist()
+    train, holdout = texts[: len(texts) // 2], texts[len(texts) // 2:]
+    on_ray = near_duplicates(train, holdout, 0.5, 128, "ray", 2, tmp_path)
+    assert on_ray == near_duplicates(train, holdout, 0.5, 128) and 0 < sum(on_ray) < len(train)
 
     conversations = [[{"role": "user", "content": f"Revenue of company {i} in 202{i % 10}? Answer in JSON."}]
                      for i in range(9)]

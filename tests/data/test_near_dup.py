@@ -22,18 +22,30 @@ def _datasketch(train, holdout, threshold, num_perm):
     return [bool(lsh.query(minhash(t))) for t in train]
 
 
-@pytest.mark.parametrize(("threshold", "num_perm"), [(0.8, 64), (0.5, 128), (0.9, 32)])
-def test_bands_in_blocks_answer_as_datasketch_lsh(threshold, num_perm, monkeypatch):
-    monkeypatch.setattr(near_dup, "BLOCK", 7)  # many blocks on both sides
-    rng = random.Random(threshold)
+def _texts(seed):
+    rng = random.Random(seed)
     words = [f"w{i}" for i in range(60)] + list("营业收入净利润毛利率")
     holdout = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(40)]
     train = [h.replace(h.split()[0], "changed", 1) for h in holdout[:15]]  # near copies
     train += [" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(40)]  # unrelated
     train += ["", holdout[3], "w1"]  # empty, an exact copy, one token
-    got = near_duplicates(train, holdout, threshold, num_perm)
+    return train, holdout
+
+
+@pytest.mark.parametrize(("threshold", "num_perm"), [(0.8, 64), (0.5, 128), (0.9, 32)])
+def test_bands_in_blocks_answer_as_datasketch_lsh(threshold, num_perm, monkeypatch, tmp_path):
+    monkeypatch.setattr(near_dup, "BLOCK", 7)  # many blocks on both sides
+    train, holdout = _texts(threshold)
+    got = near_duplicates(train, holdout, threshold, num_perm, work=tmp_path)
     assert got == _datasketch(train, holdout, threshold, num_perm)
     assert got[len(train) - 2] and 0 < sum(got) < len(train)
+    assert not list(tmp_path.iterdir())  # the units' files are gone with the call
+
+
+def test_blocks_in_two_worker_processes_answer_as_one(monkeypatch):
+    monkeypatch.setattr(near_dup, "BLOCK", 7)  # 9 units over a pool of 2 spawned processes
+    train, holdout = _texts(0.8)
+    assert near_duplicates(train, holdout, 0.8, 64, workers=2) == near_duplicates(train, holdout, 0.8, 64)
 
 
 def test_nothing_on_either_side():

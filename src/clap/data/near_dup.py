@@ -1,25 +1,36 @@
-"""Near-duplicate search by MinHash LSH bands, a block of texts at a time.
+"""Near-duplicate search by MinHash LSH bands, a block of texts at a time, on either engine.
 
     near = near_duplicates(train_texts, holdout_texts, threshold=0.8, num_perm=64)   # one bool per train text
+    near = near_duplicates(train_texts, holdout_texts, 0.8, 64, engine="ray", workers=2, work=Path("data"))
 
 The same answer as datasketch's `MinHashLSH` (its own optimiser turns the threshold into bands × rows;
 a train text is a candidate when one band of its signature equals, byte for byte, that band of a holdout
 text's), without a MinHash object per text or the LSH's dictionaries: signatures are computed a block
 at a time (`MinHash.bulk`) and only the holdout's band keys are kept, so memory follows the holdout and
-the block, not the batch. Blocks are independent — the unit a Ray `map_batches` would spread. Used by
+the block, not the batch. The train side is cut into units of `BLOCK` texts that run where assetize's
+units run (clap.data.engine: `workers` processes here, or Ray Data tasks): the train texts and the
+holdout's band keys go to Parquet in a temporary folder under `work` (storage every node sees, on a
+cluster), each unit reads its row group and the keys, and returns its flags. Used by
 `clap materialize` for the train/holdout overlap check.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import tempfile
+import uuid
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from datasketch import MinHash
 from datasketch.lsh import _optimal_param
 
 from clap import normalize as nz
+from clap.data.engine import map_units
 
 BLOCK = 4096
 
@@ -48,21 +59,48 @@ def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[list[bytes]]
     return out
 
 
-def near_duplicates(train: Iterable[str], holdout: Iterable[str], threshold: float, num_perm: int) -> list[bool]:
+def near_duplicates(train: Iterable[str], holdout: Iterable[str], threshold: float, num_perm: int,
+                    engine: str = "local", workers: int = 1, work: Path | None = None) -> list[bool]:
     bands, rows = _optimal_param(threshold, num_perm, 0.5, 0.5)  # datasketch MinHashLSH's default weights
     if bands < 2:  # as MinHashLSH: one band is an exact-signature match, not a similarity search
         raise ValueError(f"threshold {threshold} with {num_perm} permutations leaves {bands} band: use more permutations")
+    train = list(train)
+    if not train:
+        return []
+    with tempfile.TemporaryDirectory(dir=work, prefix=".near-dup-") as tmp:
+        buckets: list[set[bytes]] = [set() for _ in range(bands)]
+        for block in _blocks(holdout):
+            for b, keys in enumerate(band_keys(signatures(block, num_perm), bands, rows)):
+                buckets[b].update(keys)
+        pq.write_table(pa.table({"band": pa.array([b for b, keys in enumerate(buckets) for _ in keys], pa.int16()),
+                                 "key": pa.array([k for keys in buckets for k in keys], pa.binary())}),
+                       Path(tmp) / "holdout_bands.parquet")
+        del buckets
+        pq.write_table(pa.table({"text": pa.array(train, pa.string())}), Path(tmp) / "train.parquet",
+                       row_group_size=BLOCK)
+        units = -(-len(train) // BLOCK)
+        flags = map_units(engine, units, functools.partial(_train_unit, tmp, uuid.uuid4().hex, bands, rows, num_perm), workers)
+    return [hit for unit in flags for hit in unit]
+
+
+def _train_unit(folder: str, call: str, bands: int, rows: int, num_perm: int, unit: int) -> list[bool]:
+    """One block of train texts (row group `unit`) against the holdout's band keys: a flag per text."""
+    texts = pq.ParquetFile(Path(folder) / "train.parquet").read_row_group(unit).column("text").to_pylist()
+    buckets = _holdout_buckets(folder, call, bands)
+    hit = np.zeros(len(texts), dtype=bool)
+    for b, keys in enumerate(band_keys(signatures(texts, num_perm), bands, rows)):
+        hit |= np.fromiter((k in buckets[b] for k in keys), dtype=bool, count=len(keys))
+    return hit.tolist()
+
+
+@functools.lru_cache(maxsize=1)
+def _holdout_buckets(folder: str, call: str, bands: int) -> list[set[bytes]]:
+    """The holdout's band keys, read once per process for all the units of one call (a Ray worker outlives calls)."""
+    table = pq.read_table(Path(folder) / "holdout_bands.parquet")
     buckets: list[set[bytes]] = [set() for _ in range(bands)]
-    for block in _blocks(holdout):
-        for b, keys in enumerate(band_keys(signatures(block, num_perm), bands, rows)):
-            buckets[b].update(keys)
-    near: list[bool] = []
-    for block in _blocks(train):
-        hit = np.zeros(len(block), dtype=bool)
-        for b, keys in enumerate(band_keys(signatures(block, num_perm), bands, rows)):
-            hit |= np.fromiter((k in buckets[b] for k in keys), dtype=bool, count=len(keys))
-        near += hit.tolist()
-    return near
+    for b, k in zip(table.column("band").to_pylist(), table.column("key").to_pylist()):
+        buckets[b].add(k)
+    return buckets
 
 
 def _blocks(texts: Iterable[str]):

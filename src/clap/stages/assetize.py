@@ -81,10 +81,16 @@ def _gc_paused():
 
 @contextlib.contextmanager
 def _timed(step: str):
-    """Each phase's wall time at INFO on the `clap.assetize` logger (benchmarks/bench_scale.py shows them)."""
-    start = time.perf_counter()
+    """Each phase's wall and CPU time (this process and the worker processes it waited for) at INFO on the
+    `clap.assetize` logger (benchmarks/bench_scale.py shows them)."""
+    start, cpu = time.perf_counter(), _cpu_seconds()
     yield
-    log.info("%s: %.1f s", step, time.perf_counter() - start)
+    log.info("%s: %.1f s (cpu %.1f s)", step, time.perf_counter() - start, _cpu_seconds() - cpu)
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def run(cfg: dict, raw: Path, out: Path, repaired: Path | None = None, engine: str | None = None) -> dict:
@@ -104,8 +110,7 @@ def _run(settings: dict, raw: Path, out: Path, repaired: Path | None) -> dict:
         ([repaired] if repaired is not None else [])
     sources["facts"] += fixes
     files = [str(p) for name in TABLES for p in sources[name]]
-    units = max(1, math.ceil(sum(Path(f).stat().st_size for f in files) * MEMORY_PER_RAW_BYTE
-                             / (settings["memory_budget_mb"] << 20)))
+    units = unit_count(sum(Path(f).stat().st_size for f in files), settings["memory_budget_mb"], settings["workers"])
     with atomic_dir(out, (raw, repaired)) as tmp:
         work = tmp / "_work"  # inside the output's temporary folder: removed with it on a crash, and before it lands
         with _timed("read and spill"):
@@ -114,21 +119,28 @@ def _run(settings: dict, raw: Path, out: Path, repaired: Path | None) -> dict:
         repaired_files = [files.index(str(f)) for f in fixes]
         if repaired is not None:
             report["repaired_rows_in"] = sum(rows_in_by_file[i] for i in repaired_files)
-        with duck.connect(work, max(256, settings["memory_budget_mb"] // 2), os.cpu_count() or 1) as con:
-            with _timed("global steps"):
-                for name in TABLES:
-                    duck.drops(con, work, name)
-                if units > 1:
-                    duck.borrowed_chunks(con, work)
-            with _timed(f"{units} unit(s) on {settings['engine']}"):
-                summaries = map_units(settings["engine"], units,
-                                      functools.partial(assetize_unit, work, files, repaired_files),
-                                      settings["ray_workers"])
-            with _timed("ordered write and quarantine"):
-                _finish(con, work, tmp, summaries, report, settings["row_group_rows"], repaired is not None)
+        duck_mb = max(256, settings["memory_budget_mb"] // 2)
+        with _timed("global steps"), duck.connect(work, duck_mb, os.cpu_count() or 1) as con:
+            for name in TABLES:
+                duck.drops(con, work, name)
+            if units > 1:
+                duck.borrowed_chunks(con, work)
+        # this process waits while the units run: what the read phase and DuckDB held goes back first (≈ 400 MB at 10M)
+        pa.default_memory_pool().release_unused()
+        with _timed(f"{units} unit(s) on {settings['engine']}"):
+            summaries = map_units(settings["engine"], units, functools.partial(assetize_unit, work, files, repaired_files),
+                                  settings["workers"])
+        with _timed("ordered write and quarantine"), duck.connect(work, duck_mb, os.cpu_count() or 1) as con:
+            _finish(con, work, tmp, summaries, report, settings["row_group_rows"], repaired is not None)
         shutil.rmtree(work)
         write_json(tmp / "report.json", report)
     return report
+
+
+def unit_count(raw_bytes: int, budget_mb: int, workers: int) -> int:
+    """Units such that `workers` of them at once fit the budget; a multiple of `workers` (no unit left to run alone)."""
+    units = math.ceil(raw_bytes * MEMORY_PER_RAW_BYTE * workers / (budget_mb << 20))
+    return 1 if units <= 1 else math.ceil(units / workers) * workers
 
 
 def _read(sources: dict[str, list[Path]], files: list[str], sp: spill.Spill, read_rows: int) -> dict:
@@ -177,6 +189,11 @@ def assetize_unit(work: Path, files: list[str], repaired_files: list[int], unit:
     """Phase C for one unit: its chunks hashed, its facts verified against its chunks (and those it
     borrows), its decisions parsed; rows written per batch to `work/parts/`, quarantine to
     `work/quarantine/`. Returns counts only: the engine moves summaries, the files stay where they are."""
+    with _gc_paused():  # also in a worker process of either engine, where run() did not pause it
+        return _assetize_unit(work, files, repaired_files, unit)
+
+
+def _assetize_unit(work: Path, files: list[str], repaired_files: list[int], unit: int) -> dict:
     bad: dict[str, list[dict]] = {name: [] for name in TABLES}
     tables = {name: _without_dropped(work, name, spill.read_rows(work, name, unit), files, bad[name]) for name in TABLES}
     chunks = _chunk_asset(tables["chunks"])

@@ -35,11 +35,13 @@ def _in_eval(key: str, fraction: float, seed: int) -> bool:
     return int(content_hash(seed, key)[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def overlap_counts(train: pd.DataFrame, holdout: pd.DataFrame, threshold: float, num_perm: int) -> dict:
-    """Train rows overlapping the holdout: by ID, by exact normalised input, by near-duplicate input."""
+def overlap_counts(train: pd.DataFrame, holdout: pd.DataFrame, m: dict, work: Path) -> dict:
+    """Train rows overlapping the holdout: by ID, by exact normalised input, by near-duplicate input
+    (m: the `materialize` params; `work`: where the near-duplicate search keeps its files while it runs)."""
     ids = set(holdout["record_id"])
     exact = set(holdout["input_norm"])
-    near = near_duplicates(train["input_norm"], holdout["input_norm"], threshold, num_perm)
+    near = near_duplicates(train["input_norm"], holdout["input_norm"], m["near_dup_threshold"], m["num_perm"],
+                           m["engine"], m["workers"], work)
     return {"id_overlap": int(train["record_id"].isin(ids).sum()),
             "exact_input_overlap": int(train["input_norm"].isin(exact).sum()),
             "near_duplicate_overlap": int(sum(near)), "_near_mask": near}
@@ -65,7 +67,9 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     seed, frac = m["seed"], m["eval_fraction"]
     # before: a naive split by record over everything in the batch (what the paper started from)
     naive_eval = facts["record_id"].map(lambda r: _in_eval(r, frac, seed))
-    before = overlap_counts(facts[~naive_eval], facts[naive_eval], m["near_dup_threshold"], m["num_perm"])
+    work = Path(out).parent  # beside the output: the near-duplicate units' files, on storage every Ray node sees
+    work.mkdir(parents=True, exist_ok=True)
+    before = overlap_counts(facts[~naive_eval], facts[naive_eval], m, work)
     before.pop("_near_mask")
     before.update(noisy_metric_labels=int((facts["metric"] != facts["metric_raw"].map(nz.fold)).sum()),
                   missing_evidence=int(facts["evidence"].isna().sum()),
@@ -75,11 +79,11 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     exact_dups = len(facts[facts["verifiable"]]) - len(usable)
     is_eval = usable["doc_id"].map(lambda d: _in_eval(d, frac, seed))
     holdout, train = usable[is_eval], usable[~is_eval]
-    ov = overlap_counts(train, holdout, m["near_dup_threshold"], m["num_perm"])
+    ov = overlap_counts(train, holdout, m, work)
     dropped = train["record_id"].isin(set(holdout["record_id"])) | train["input_norm"].isin(set(holdout["input_norm"])) \
         | pd.Series(ov.pop("_near_mask"), index=train.index, dtype=bool)
     train = train[~dropped]
-    after = overlap_counts(train, holdout, m["near_dup_threshold"], m["num_perm"])
+    after = overlap_counts(train, holdout, m, work)
     after.pop("_near_mask")
     after.update(noisy_metric_labels=0, missing_evidence=int(train["evidence"].isna().sum()
                                                               + holdout["evidence"].isna().sum()),
