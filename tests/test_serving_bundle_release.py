@@ -294,3 +294,45 @@ def test_gto_reads_clap_releases_and_clap_reads_gto_assignments(repo, tiny_dir):
     assert "clap-adapter#prod!#4" in sh(root, "git", "tag", "--list").split()
     assert gto_show(root)["stage"] == {"prod": "v0.0.2"}  # GTO: v0.0.2's own assignment was never undone
     assert release.current(root, "prod")["version"] == "v0.0.2"
+
+
+def test_every_candidate_gets_its_bundle_and_only_the_shipped_one_releases(repo, tiny_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+
+    root, params = repo
+    _fake_run(root, tiny_dir, params)
+    for c in ("dpo", "grpo"):
+        make_adapter(tiny_dir, root / f"models/{c}/adapter")
+        (root / f"models/{c}/guard_report.json").write_text(json.dumps({"status": "ok"}))
+    gate = json.loads((root / "metrics/gate.json").read_text()) | {"candidate": "grpo", "candidates": {
+        "sft": {"decision": "promote"}, "dpo": {"decision": "hold"}, "grpo": {"decision": "promote"}}}
+    (root / "metrics/gate.json").write_text(json.dumps(gate))
+    monkeypatch.chdir(root)
+    r = CliRunner().invoke(app, ["bundle"])
+    assert r.exit_code == 0, r.output
+    assert "bundle dpo" in r.output and "verdict hold" in r.output and "the shipped candidate grpo" in r.output
+    for c in ("sft", "dpo", "grpo"):
+        b = bundle.verify(root / f"release/bundles/{c}.json", root)
+        assert b.candidate == c and {f.path.split("/")[1] for f in b.files if f.role == "adapter"} == {c}
+    assert (root / "release/bundle.json").read_bytes() == (root / "release/bundles/grpo.json").read_bytes()
+
+    shipped = (root / "release/bundle.json").read_bytes()
+    (root / "release/bundle.json").write_bytes((root / "release/bundles/dpo.json").read_bytes())  # a held one posing
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", "held candidate's bundle in the release slot")
+    with pytest.raises(release.ReleaseRefused, match="pins candidate 'dpo'; the gate ships 'grpo'"):
+        release.release(root)
+    (root / "release/bundle.json").write_bytes(shipped)
+    sh(root, "git", "commit", "-qam", "the shipped bundle back")
+    assert release.release(root)["version"] == "v0.0.1"
+
+    shutil.rmtree(root / "models/dpo")  # judged, but nothing to pin: no bundle, said so, no stale one left behind
+    (root / "metrics/gate.json").write_text(json.dumps(gate | {"candidates": {"sft": {"decision": "promote"},
+                                                                               "dpo": {"decision": "hold"}}}
+                                                       | {"candidate": "sft"}))
+    r = CliRunner().invoke(app, ["bundle"])
+    assert r.exit_code == 0 and "bundle dpo: none" in r.output, r.output
+    assert sorted(p.name for p in (root / "release/bundles").iterdir()) == ["sft.json"]
+    assert bundle.verify(root / "release/bundle.json", root).candidate == "sft"

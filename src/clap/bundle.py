@@ -1,7 +1,9 @@
 """Evidence bundle per candidate (DESIGN §6): everything needed to re-check a release decision.
 
-    clap bundle                # DVC stage `bundle`: writes release/bundle.json (tracked by git)
+    clap bundle                # DVC stage `bundle`: release/bundles/<candidate>.json for every candidate the
+                               # gate judged, and release/bundle.json = the one the gate ships (tracked by git)
     clap verify release/bundle.json
+    clap verify release/bundles/dpo.json     # the evidence of a candidate that did not ship
 
 The bundle pins, by sha256: the adapter files, each materialized batch (its dataset version, with
 DVC's own directory hash from dvc.lock when there is one), the evaluation and replay records, the
@@ -144,6 +146,30 @@ def write(root: Path, params: dict, out: Path, candidate: str = "sft") -> Eviden
     return b
 
 
+def write_each(root: Path, params: dict, shipped_out: Path, folder: Path) -> tuple[dict[str, EvidenceBundle], list[str]]:
+    """One bundle per candidate the gate judged (`folder/<candidate>.json`), so that a held or canaried
+    candidate's evidence is pinned as the shipped one's is; `shipped_out` gets the bundle of the candidate
+    the gate names, byte for byte. Returns (bundles by candidate, candidates with no adapter to pin)."""
+    root, folder = Path(root), Path(folder)
+    decision = read_json(root / GATE_PATH)
+    shipped = decision.get("candidate", "sft")
+    judged = list(decision.get("candidates") or {shipped: None})
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.json"):  # a candidate this gate did not judge keeps no bundle from an earlier run
+        if stale.stem not in judged:
+            stale.unlink()
+    written, missing = {}, []
+    for c in judged:
+        if c != shipped and not (root / ADAPTER_DIR.format(c=c) / "adapter_model.safetensors").exists():
+            missing.append(c)
+            (folder / f"{c}.json").unlink(missing_ok=True)
+            continue
+        written[c] = write(root, params, folder / f"{c}.json", c)
+    shipped_out.parent.mkdir(parents=True, exist_ok=True)
+    shipped_out.write_bytes((folder / f"{shipped}.json").read_bytes())
+    return written, missing
+
+
 def verify(bundle_path: Path, root: Path | None = None) -> EvidenceBundle:
     """Recompute every field that can be recomputed; raise BundleMismatch naming the first that differs.
 
@@ -177,10 +203,15 @@ def verify(bundle_path: Path, root: Path | None = None) -> EvidenceBundle:
         raise BundleMismatch(f"{where}: decision cannot be checked ({gate} is missing)")
     if read_json(gate) != b.decision:
         raise BundleMismatch(f"{gate}: gate decision differs from the bundle (field decision)")
-    if b.decision.get("candidate") not in (None, b.candidate):
-        raise BundleMismatch(f"{where}: candidate {b.candidate!r} is not the one the gate judged "
-                             f"({b.decision.get('candidate')!r})")
+    judged = set(b.decision.get("candidates") or ()) | ({b.decision["candidate"]} if b.decision.get("candidate") else set())
+    if judged and b.candidate not in judged:
+        raise BundleMismatch(f"{where}: candidate {b.candidate!r} is not one the gate judged ({', '.join(sorted(judged))})")
     return b
+
+
+def shipped_candidate(b: EvidenceBundle) -> str:
+    """The candidate the gate ships (its record's `candidate`; SFT in records from before the chain)."""
+    return b.decision.get("candidate") or b.candidate
 
 
 def _check_signature(b: EvidenceBundle, where: str) -> None:

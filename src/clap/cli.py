@@ -432,16 +432,21 @@ def gate(out: Path = typer.Option(paths.GATE)) -> None:
 
 
 @app.command()
-def bundle(out: Path = typer.Option(paths.BUNDLE),
-           candidate: str = typer.Option(None, help="default: the candidate metrics/gate.json names (sft, dpo, grpo)")
+def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candidate the gate ships"),
+           each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
            ) -> None:
-    """Write the evidence bundle for the candidate (hashes of everything the decision rests on)."""
+    """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
     from clap import bundle as b
-    from clap.io import read_json
 
-    candidate = candidate or read_json(paths.GATE)["candidate"]
-    res = b.write(Path("."), _params(), out, candidate)
-    console.print(f"bundle → {out}: {len(res.files)} files pinned, decision {res.decision['decision']}")
+    written, missing = b.write_each(Path("."), _params(), out, each)
+    verdicts = {c: v["decision"] for c, v in (next(iter(written.values())).decision.get("candidates") or {}).items()}
+    for c, res in written.items():
+        console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
+                      f"verdict {verdicts.get(c, res.decision['decision'])}")
+    for c in missing:
+        console.print(f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter")
+    shipped = next(iter(written.values())).decision.get("candidate", "sft")
+    console.print(f"bundle → {out}: the shipped candidate {shipped}, decision {written[shipped].decision['decision']}")
 
 
 @app.command()

@@ -22,6 +22,7 @@ REPLAY_METRICS = Path("metrics/replay.json")
 DECISION_METRICS = Path("metrics/decisions.json")
 GATE = Path("metrics/gate.json")
 BUNDLE = Path("release/bundle.json")
+BUNDLES = Path("release/bundles")  # one evidence bundle per candidate the gate judged: <candidate>.json
 PROD_POINTER = Path("release/prod.json")
 REPAIR_QUEUE = Path("repair/queue.jsonl")
 REPAIR_FIXED = Path("repair/fixed")

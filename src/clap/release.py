@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 from clap import paths
-from clap.bundle import BUNDLE_PATH, BundleMismatch, verify
+from clap.bundle import BUNDLE_PATH, BundleMismatch, shipped_candidate, verify
 from clap.errors import UserError
 
 ARTIFACT = "clap-adapter"
@@ -160,6 +160,8 @@ def release(root: Path, bundle_path: Path = BUNDLE) -> dict:
         b = verify(root / bundle_path, root)  # also refuses a code_commit that is not HEAD or its ancestor
     except BundleMismatch as exc:
         raise ReleaseRefused(f"bundle does not verify: {exc}") from exc
+    if b.candidate != shipped_candidate(b):  # a candidate's own bundle (release/bundles/) is evidence, not a release
+        raise ReleaseRefused(f"{bundle_path} pins candidate {b.candidate!r}; the gate ships {shipped_candidate(b)!r}")
     decision = b.decision["decision"]
     if decision not in ("promote", "canary"):
         raise ReleaseRefused(f"gate decision is '{decision}': only promote or canary may be released")
