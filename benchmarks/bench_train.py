@@ -1,12 +1,15 @@
 """SFT throughput: `clap train sft` beside a plain TRL `SFTTrainer` script, same model/data/settings.
 
-    .venv/bin/python benchmarks/bench_train.py [--steps 6] [--model models/base]
+    .venv/bin/python benchmarks/bench_train.py [--steps 6] [--model models/base] [--seed N]
 
 Both run `--steps` optimiser steps on the same admitted SFT samples with the same LoRA settings,
 batch size and accumulation; tokens/s counts the tokens each trainer actually consumed. The plain
 script is what a user would write from the TRL docs (messages format, default padding collator,
 TRL's default gradient checkpointing). On CUDA the project also switches to 4-bit QLoRA / bf16.
-Each trainer runs in its own process, one after the other, so each peak RSS is its own.
+Each trainer runs in its own process, one after the other, so each peak RSS is its own. A third run,
+`clap_fp32`, is the project's trainer with `train.sft.bf16: off`: the same trainer and loss, so its
+final loss beside `clap`'s shows what bf16 autocast changes (the plain script's loss is over every
+token of the conversation, the project's over the answer only, so those two losses do not compare).
 """
 
 from __future__ import annotations
@@ -52,9 +55,13 @@ def plain_trl(cfg: dict, rows: list[dict], model_dir: Path, out: Path, steps: in
             "loss": next((h["train_loss"] for h in trainer.state.log_history if "train_loss" in h), None)}
 
 
-def one(which: str, steps: int, model: Path) -> dict:
+def one(which: str, steps: int, model: Path, seed: int | None = None) -> dict:
     cfg = copy.deepcopy(load(Path("params.yaml")))
+    if seed is not None:  # LoRA init and data order: the seed-to-seed spread of the loss
+        cfg["train"]["seed"] = seed
     cfg["train"]["sft"].update(max_steps=steps, save_steps=10_000, logging_steps=1)
+    if which == "clap_fp32":
+        cfg["train"]["sft"]["bf16"] = "off"
     rows = [r for p in sorted(Path("data/materialized").glob("*/sft_train.jsonl")) for r in read_jsonl(p)]
     with tempfile.TemporaryDirectory() as tmp:
         if which == "plain":
@@ -65,7 +72,7 @@ def one(which: str, steps: int, model: Path) -> dict:
                               model, Path(tmp) / "clap", Path(tmp) / "ckpt")
             wall = time.perf_counter() - t
             out = {"steps": m["steps"], "tokens": m["tokens_seen"], "s": round(wall, 2), "loss": m["train_loss"],
-                   "tokens_s": round(m["tokens_seen"] / wall, 1), "padding_free": m["padding_free"]}
+                   "tokens_s": round(m["tokens_seen"] / wall, 1), "padding_free": m["padding_free"], "bf16": m["bf16"]}
     return out | {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
@@ -73,23 +80,27 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--model", type=Path, default=Path("models/base"))
-    ap.add_argument("--only", choices=["clap", "plain"], help="run one trainer in this process (used internally)")
+    ap.add_argument("--seed", type=int, help="train.seed of the project's runs (default: params.yaml's; the plain script keeps TRL's)")
+    ap.add_argument("--only", choices=["clap", "clap_fp32", "plain"], help="run one trainer in this process (used internally)")
     args = ap.parse_args()
     if args.only:
-        print("RESULT " + json.dumps(one(args.only, args.steps, args.model)))
+        print("RESULT " + json.dumps(one(args.only, args.steps, args.model, args.seed)))
         return
     runs = {}
-    for which in ("clap", "plain"):
+    for which in ("clap", "clap_fp32", "plain"):
         done = subprocess.run([sys.executable, __file__, "--only", which, "--steps", str(args.steps),
-                               "--model", str(args.model)], capture_output=True, text=True, check=True)
+                               "--model", str(args.model), *(["--seed", str(args.seed)] if args.seed is not None else [])],
+                              capture_output=True, text=True, check=True)
         runs[which] = json.loads(next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))[7:])
-    clap, plain = runs["clap"], runs["plain"]
+    clap, clap_fp32, plain = runs["clap"], runs["clap_fp32"], runs["plain"]
     cfg = load(Path("params.yaml"))
     samples = args.steps * cfg["train"]["sft"]["per_device_batch_size"] * cfg["train"]["sft"]["gradient_accumulation"]
-    for r in (clap, plain):
+    for r in (clap, clap_fp32, plain):
         r["samples_s"] = round(samples / r["s"], 3)
-    print(json.dumps({"clap": clap, "plain_trl": plain, "ratio_tokens_s": round(clap["tokens_s"] / plain["tokens_s"], 2),
-                      "ratio_samples_s": round(clap["samples_s"] / plain["samples_s"], 2)}, indent=2))
+    print(json.dumps({"clap": clap, "clap_fp32": clap_fp32, "plain_trl": plain,
+                      "ratio_tokens_s": round(clap["tokens_s"] / plain["tokens_s"], 2),
+                      "ratio_samples_s": round(clap["samples_s"] / plain["samples_s"], 2),
+                      "ratio_samples_s_clap_fp32": round(clap_fp32["samples_s"] / plain["samples_s"], 2)}, indent=2))
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ class Sft(Lora):
     group_by_length: StrictBool
     padding_free: Literal["auto", "on", "off"] | StrictBool
     qlora: Literal["auto", "on", "off"] | StrictBool
+    bf16: Literal["auto", "on", "off"] | StrictBool
     logging_steps: PosInt
     save_steps: PosInt
     max_steps: Annotated[StrictInt, Field(ge=-1)]

@@ -42,12 +42,17 @@ def assert_lora_trained(out, tiny_dir, before):
     assert config["base_model_name_or_path"] == identity(tiny_dir)["hub_id"] != str(tiny_dir)
 
 
-def test_sft_changes_lora_not_base(params, small_loop, tiny_dir, tmp_path):
+@pytest.mark.parametrize("bf16", ["off", "on"])
+def test_sft_changes_lora_not_base(bf16, params, small_loop, tiny_dir, tmp_path):
     before = base_weights(tiny_dir)
-    m = train_sft.run(tiny_cfg(params), small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
+    cfg = tiny_cfg(params)
+    cfg["train"]["sft"]["bf16"] = bf16  # bf16 autocast: the master weights, and the saved adapter, stay fp32
+    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
                       tmp_path / "sft", tmp_path / "ckpt")
-    assert m["steps"] >= 2 and m["status"] == "ok"
+    assert m["steps"] >= 2 and m["status"] == "ok" and m["bf16"] is (bf16 == "on")
     assert_lora_trained(tmp_path / "sft", tiny_dir, before)
+    assert {t.dtype for t in load_file(tmp_path / "sft" / "adapter" / "adapter_model.safetensors").values()} \
+        == {torch.float32}
     report = json.loads((tmp_path / "sft" / "guard_report.json").read_text())
     assert report["status"] == "ok" and report["trainer"] == "sft"
     assert (tmp_path / "sft" / "train_log.csv").read_text().startswith("step,")

@@ -59,6 +59,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     tok = base_model.load_tokenizer(base_dir)
     cuda = torch.cuda.is_available()
     padding_free = _padding_free(s["padding_free"], cuda)
+    bf16 = base_model.use_bf16(s["bf16"])
     rows, too_long = split_by_length(rows, tok, None if padding_free else s["max_length"])
     for r in too_long:
         print(f"clap: sft sets aside {r['batch']}/{r['sample_id']}: {r['tokens']} tokens > train.sft.max_length "
@@ -77,7 +78,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
         max_length=None if padding_free else s["max_length"],  # padding-free: TRL cannot truncate; demo rows are short
         padding_free=padding_free, completion_only_loss=True,
         train_sampling_strategy="group_by_length" if s["group_by_length"] else "random", report_to=[], seed=t["seed"],
-        bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0,
+        bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",
         disable_tqdm=False, gradient_checkpointing=False)  # 135M fits easily; recomputation costs ~30%
     guard = GuardCallback("sft", t["guards"], Path(out) / "guard_report.json")
@@ -91,7 +92,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     return finish(trainer, guard, out, "sft", base_identity,
                   {"samples": len(rows), "samples_set_aside_too_long": [f"{r['batch']}/{r['sample_id']}" for r in too_long],
                    "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
-                   "padding_free": padding_free}, started)
+                   "padding_free": padding_free, "bf16": bf16}, started)
 
 
 def _padding_free(setting, cuda: bool) -> bool:
