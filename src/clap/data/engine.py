@@ -18,8 +18,15 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from clap.errors import UserError
 
 ENGINES = ("local", "ray")
+
+
+class WorkerDied(UserError, RuntimeError):
+    """A worker process of the local pool ended without an answer (killed: most often out of memory)."""
 
 
 def map_units(engine: str, units: int, work: Callable[[int], dict], workers: int) -> list[dict]:
@@ -27,8 +34,12 @@ def map_units(engine: str, units: int, work: Callable[[int], dict], workers: int
         if min(workers, units) == 1:
             return [work(u) for u in range(units)]
         # spawn, not fork: the caller holds DuckDB and pyarrow thread pools, which a forked child would inherit locked
-        with ProcessPoolExecutor(min(workers, units), mp_context=multiprocessing.get_context("spawn")) as pool:
-            return list(pool.map(work, range(units)))
+        try:
+            with ProcessPoolExecutor(min(workers, units), mp_context=multiprocessing.get_context("spawn")) as pool:
+                return list(pool.map(work, range(units)))
+        except BrokenProcessPool:
+            raise WorkerDied(f"a worker process died running {units} units on {workers} workers (killed, most often "
+                             "out of memory): lower the stage's memory_budget_mb or workers in conf/config.yaml") from None
     if engine == "ray":
         return _ray_map(units, work, workers)
     raise ValueError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
