@@ -90,14 +90,15 @@ def _dvc_dir_hashes(root: Path) -> dict[str, str]:
     return {o["path"]: o["md5"] for o in lock_outs(lock.read_text(encoding="utf-8")) if "md5" in o}
 
 
-def build(root: Path, params: dict, candidate: str = "sft") -> EvidenceBundle:
-    from clap import model
-
+def build(root: Path, params: dict, candidate: str = "sft", hashes: dict[str, str] | None = None,
+          base: dict | None = None) -> EvidenceBundle:
+    """The bundle of one candidate. `hashes` (path → sha256) and `base` (the base model's identity) carry what
+    one candidate's bundle computed to the next: the candidates share every file but their adapter."""
     root = Path(root)
     decision = read_json(root / GATE_PATH)
-    files = _pinned_files(root, candidate, (decision.get("agent") or {}).get("candidate", "agent_sft"))
-    base = model.identity(_base_dir(root, params))
-    base["path"] = str(Path(base["path"]).relative_to(root)) if Path(base["path"]).is_relative_to(root) else base["path"]
+    files = _pinned_files(root, candidate, (decision.get("agent") or {}).get("candidate", "agent_sft"),
+                          {} if hashes is None else hashes)
+    base = base or base_identity(root, params)
     bundle = EvidenceBundle(candidate=candidate, code_commit=git_commit(root), base_model=base,
                             config_sha256=_config_sha256(params), config=params, files=files, decision=decision,
                             dataset_versions=_dataset_versions(files, params["data"]["batches"], _dvc_dir_hashes(root)))
@@ -105,9 +106,24 @@ def build(root: Path, params: dict, candidate: str = "sft") -> EvidenceBundle:
     return bundle.model_copy(update={"signature": sign(bundle, key)}) if key else bundle
 
 
-def _pinned_files(root: Path, candidate: str, agent_candidate: str) -> list[BundleFile]:
-    return [BundleFile(path=str(p.relative_to(root)), sha256=sha256_file(p), role=role)
-            for pattern, role in ROLES for p in sorted(root.glob(pattern.format(c=candidate, a=agent_candidate)))]
+def _pinned_files(root: Path, candidate: str, agent_candidate: str, hashes: dict[str, str]) -> list[BundleFile]:
+    files = []
+    for pattern, role in ROLES:
+        for p in sorted(root.glob(pattern.format(c=candidate, a=agent_candidate))):
+            path = str(p.relative_to(root))
+            if path not in hashes:
+                hashes[path] = sha256_file(p)
+            files.append(BundleFile(path=path, sha256=hashes[path], role=role))
+    return files
+
+
+def base_identity(root: Path, params: dict) -> dict:
+    """The base model's identity (its weights hashed), its path relative to the repository when inside it."""
+    from clap import model
+
+    base = model.identity(_base_dir(root, params))
+    base["path"] = str(Path(base["path"]).relative_to(root)) if Path(base["path"]).is_relative_to(root) else base["path"]
+    return base
 
 
 def _base_dir(root: Path, params: dict) -> Path:
@@ -140,8 +156,9 @@ def sign(bundle: EvidenceBundle, key: bytes) -> str:
     return "hmac-sha256:" + hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
-def write(root: Path, params: dict, out: Path, candidate: str = "sft") -> EvidenceBundle:
-    b = build(root, params, candidate)
+def write(root: Path, params: dict, out: Path, candidate: str = "sft", hashes: dict[str, str] | None = None,
+          base: dict | None = None) -> EvidenceBundle:
+    b = build(root, params, candidate, hashes, base)
     write_json(out, b.model_dump())
     return b
 
@@ -158,13 +175,13 @@ def write_each(root: Path, params: dict, shipped_out: Path, folder: Path) -> tup
     for stale in folder.glob("*.json"):  # a candidate this gate did not judge keeps no bundle from an earlier run
         if stale.stem not in judged:
             stale.unlink()
-    written, missing = {}, []
+    written, missing, hashes, base = {}, [], {}, base_identity(root, params)
     for c in judged:
         if c != shipped and not (root / ADAPTER_DIR.format(c=c) / "adapter_model.safetensors").exists():
             missing.append(c)
             (folder / f"{c}.json").unlink(missing_ok=True)
             continue
-        written[c] = write(root, params, folder / f"{c}.json", c)
+        written[c] = write(root, params, folder / f"{c}.json", c, hashes, base)
     shipped_out.parent.mkdir(parents=True, exist_ok=True)
     shipped_out.write_bytes((folder / f"{shipped}.json").read_bytes())
     return written, missing
