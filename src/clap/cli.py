@@ -439,14 +439,15 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
     from clap import bundle as b
 
     written, missing = b.write_each(Path("."), _params(), out, each)
-    verdicts = {c: v["decision"] for c, v in (next(iter(written.values())).decision.get("candidates") or {}).items()}
+    decision = next(iter(written.values())).decision  # the gate record, the same in every bundle
+    verdicts = {c: v["decision"] for c, v in (decision.get("candidates") or {}).items()}
     for c, res in written.items():
         console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
                       f"verdict {verdicts.get(c, res.decision['decision'])}")
     for c in missing:
         console.print(f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter")
-    shipped = next(iter(written.values())).decision.get("candidate", "sft")
-    console.print(f"bundle → {out}: the shipped candidate {shipped}, decision {written[shipped].decision['decision']}")
+    shipped = decision.get("candidate", "sft")
+    console.print(f"bundle → {out}: the shipped candidate {shipped}, decision {decision['decision']}")
 
 
 @app.command()

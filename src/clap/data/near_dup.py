@@ -67,18 +67,19 @@ def near_duplicates(train: Iterable[str], holdout: Iterable[str], threshold: flo
     train = list(train)
     if not train:
         return []
+    buckets: list[set[bytes]] = [set() for _ in range(bands)]
+    for block in _blocks(holdout):
+        for b, keys in enumerate(band_keys(signatures(block, num_perm), bands, rows)):
+            buckets[b].update(keys)
+    units = -(-len(train) // BLOCK)
+    if units == 1 or (engine == "local" and workers == 1):  # runs here: no files to write and read back
+        return [hit for block in _blocks(train) for hit in _flags(block, buckets, rows, num_perm)]
     with tempfile.TemporaryDirectory(dir=work, prefix=".near-dup-") as tmp:
-        buckets: list[set[bytes]] = [set() for _ in range(bands)]
-        for block in _blocks(holdout):
-            for b, keys in enumerate(band_keys(signatures(block, num_perm), bands, rows)):
-                buckets[b].update(keys)
         pq.write_table(pa.table({"band": pa.array([b for b, keys in enumerate(buckets) for _ in keys], pa.int16()),
                                  "key": pa.array([k for keys in buckets for k in keys], pa.binary())}),
                        Path(tmp) / "holdout_bands.parquet")
-        del buckets
         pq.write_table(pa.table({"text": pa.array(train, pa.string())}), Path(tmp) / "train.parquet",
                        row_group_size=BLOCK)
-        units = -(-len(train) // BLOCK)
         flags = map_units(engine, units, functools.partial(_train_unit, tmp, uuid.uuid4().hex, bands, rows, num_perm), workers)
     return [hit for unit in flags for hit in unit]
 
@@ -86,9 +87,13 @@ def near_duplicates(train: Iterable[str], holdout: Iterable[str], threshold: flo
 def _train_unit(folder: str, call: str, bands: int, rows: int, num_perm: int, unit: int) -> list[bool]:
     """One block of train texts (row group `unit`) against the holdout's band keys: a flag per text."""
     texts = pq.ParquetFile(Path(folder) / "train.parquet").read_row_group(unit).column("text").to_pylist()
-    buckets = _holdout_buckets(folder, call, bands)
+    return _flags(texts, _holdout_buckets(folder, call, bands), rows, num_perm)
+
+
+def _flags(texts: list[str], buckets: list[set[bytes]], rows: int, num_perm: int) -> list[bool]:
+    """Per text: does one band of its signature fall in the holdout's bucket of that band."""
     hit = np.zeros(len(texts), dtype=bool)
-    for b, keys in enumerate(band_keys(signatures(texts, num_perm), bands, rows)):
+    for b, keys in enumerate(band_keys(signatures(texts, num_perm), len(buckets), rows)):
         hit |= np.fromiter((k in buckets[b] for k in keys), dtype=bool, count=len(keys))
     return hit.tolist()
 
