@@ -169,14 +169,15 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
     """Train a LoRA adapter on the admitted batches, under the runtime guards. sft starts from the base
     model; dpo and grpo continue the SFT adapter (--start, checked against the hashes dvc.lock pins);
     agent-sft trains the tool-calling agent on the gold trajectories of data/agent (`clap agent-tasks`);
-    agent-dpo continues it on its own mistakes (`clap agent-pairs`)."""
+    agent-dpo continues it on its own mistakes (`clap agent-pairs`); agent-grpo continues it with GRPO on
+    whole episodes in the environment."""
     from clap import model
     from clap.io import check_output_dir
     from clap.serving import pinned_expectation
     from clap.stages import train_dpo, train_grpo, train_sft
 
-    if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo"):
-        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft or agent-dpo"))
+    if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo"):
+        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo or agent-grpo"))
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     if kind.startswith("agent-"):
@@ -202,11 +203,16 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
     from clap.io import check_output_dir, write_json
     from clap.serving import pinned_expectation
-    from clap.stages import train_agent_dpo, train_agent_sft
+    from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_sft
 
     if kind == "agent-sft":
         check_output_dir(out, (paths.AGENT_TASKS, base))
         m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints)
+    elif kind == "agent-grpo":
+        check_output_dir(out, (paths.AGENT_TASKS, paths.ASSETS, base))
+        start = paths.adapter("agent_sft")
+        m = train_agent_grpo.run(cfg, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
+                                 pinned_expectation(Path("."), start))
     else:
         check_output_dir(out, (paths.AGENT_PAIRS, base))
         start = paths.adapter("agent_sft")
@@ -259,14 +265,15 @@ def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Opt
 @app.command("evaluate-agent")
 def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
                    out: Path = typer.Option(paths.AGENT_EVAL), metrics: Path = typer.Option(paths.AGENT_METRICS)) -> None:
-    """The agent chain (agent SFT, then SFT→DPO when enabled) against the base model on the held-out
+    """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model on the held-out
     agent tasks: task success, tool-call accuracy (when / how), pass^k, hallucination, abstention,
     with paired-bootstrap CIs."""
+    from clap.gate import agent_chain
     from clap.stages import evaluate_agent as stage
     from clap.summary import agent_table
 
     cfg = _params()
-    adapters = ["agent_sft"] + (["agent_dpo"] if cfg["agent"]["dpo"]["enabled"] else [])
+    adapters = agent_chain(cfg)
     result = stage.run(cfg, tasks, assets, _agent_engine(cfg, adapters),
                        [("base", False), *[(a, a) for a in adapters]], out, metrics)
     console.print(agent_table(result))

@@ -292,6 +292,17 @@ class AgentDpo(_Section):
     gradient_accumulation: PosInt
 
 
+class AgentGrpo(_Section):
+    enabled: StrictBool
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
+    beta: NonNegFloat
+    num_generations: Annotated[StrictInt, Field(ge=2)]
+    temperature: PosFloat
+    max_steps: PosInt
+    logging_steps: PosInt
+    save_steps: PosInt
+
+
 class AgentEvaluate(_Section):
     max_tasks: PosInt | None
     batch_size: PosInt
@@ -308,6 +319,7 @@ class Agent(_Section):
     rewards: AgentRewards
     sft: AgentSft
     dpo: AgentDpo
+    grpo: AgentGrpo
     evaluate: AgentEvaluate
 
     @field_validator("evaluate")

@@ -278,7 +278,12 @@ def _chain_extraction_rules(fire, policy: dict, extraction: dict | None, step: s
         fire(f"extraction_hallucination_rate:{step}", rate, policy["max_hallucination_rate"], "hold")
 
 
-AGENT_CHAIN = ("agent_sft", "agent_dpo")
+AGENT_CHAIN = ("agent_sft", "agent_dpo", "agent_grpo")
+
+
+def agent_chain(cfg: dict) -> list[str]:
+    """The agent adapters this configuration trains and judges: agent SFT, then each enabled step continuing it."""
+    return ["agent_sft"] + [s for s in AGENT_CHAIN[1:] if cfg["agent"][s.removeprefix("agent_")]["enabled"]]
 
 
 def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:
@@ -287,7 +292,7 @@ def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate
     `agent_min_success_delta`, canary when the point estimate is or the CI lower bound is not above
     `agent_ci_lower_must_exceed`; its hallucination rate (a final answer no tool return supports) and
     its tool-call accuracy (BFCL's AST rules on the gold prefix) against their thresholds. A later step
-    of the agent chain (agent_dpo), with `chain_step_must_beat_start`, must also beat agent SFT (CI above 0)."""
+    of the agent chain (agent_dpo, agent_grpo), with `chain_step_must_beat_start`, must also beat agent SFT (CI above 0)."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome):

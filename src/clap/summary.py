@@ -130,7 +130,7 @@ def batch_table(root: Path, batches: list[str]) -> Table | None:
 
 def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None:
     """Everything after training: guards, per-batch deltas, ABCD, and the gate's decision with reasons."""
-    for kind in ("sft", "dpo", "grpo", "agent_sft", "agent_dpo"):
+    for kind in ("sft", "dpo", "grpo", "agent_sft", "agent_dpo", "agent_grpo"):
         g = _load(root / "models" / kind / "guard_report.json")
         if g:
             trip = g["trip"]

@@ -63,3 +63,19 @@ def test_episode_scores_flag_an_unsupported_answer(tools, lookup_task):
     guess = scoring.episode_scores(play(tools, [RIGHT]), lookup_task, 0.25,
                                    {"outcome": 0.5, "format": 0.1, "process": 0.3, "efficiency": 0.1})
     assert guess["success"] == 1.0 and guess["hallucinated"] == 1.0 and guess["n_calls"] == 0 and guess["n_steps"] == 1
+
+
+@pytest.mark.parametrize("chosen, rejected, reasons, agreement, margin, by_reason", [
+    ([2.0, 1.0, 0.5], [1.0, 3.0, 0.5], ["tool", "tool", "format"], 0.3333, -0.3333, {"format": 0.0, "tool": 0.5}),
+    ([1.0, 1.0], [0.0, -1.0], ["arguments", "arguments"], 1.0, 1.5, {"arguments": 1.0}),
+    ([0.0], [0.0], ["tool"], 0.0, 0.0, {"tool": 0.0}),  # a tie is no agreement: the model cannot tell them apart
+    ([], [], [], None, None, {}),
+])
+def test_reward_model_agreement_with_the_rule_rewards(chosen, rejected, reasons, agreement, margin, by_reason):
+    got = scoring.pairwise_agreement(chosen, rejected, reasons)
+    assert got == {"n": len(chosen), "agreement": agreement, "mean_margin": margin, "by_reason": by_reason}
+
+
+def test_agreement_needs_one_score_per_pair():
+    with pytest.raises(ValueError, match="one entry per pair"):
+        scoring.pairwise_agreement([1.0], [], ["tool"])

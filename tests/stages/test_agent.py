@@ -4,13 +4,13 @@ import copy
 import json
 
 import pytest
-from tests.stages.test_train import assert_lora_trained, base_weights
+from tests.stages.test_train import AtStart, _peft_key, assert_lora_trained, base_weights
 
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.generate import Engine
 from clap.io import OUTPUT_MARKER, read_jsonl
-from clap.stages import agent_pairs, agent_tasks, evaluate_agent, train_agent_dpo, train_agent_sft
+from clap.stages import agent_pairs, agent_tasks, evaluate_agent, train_agent_dpo, train_agent_grpo, train_agent_sft
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +157,60 @@ def test_a_capped_evaluation_still_covers_every_kind():
     picked = evaluate_agent.by_kind_round_robin(tasks, 4)
     assert [t["task_id"] for t in picked] == ["change0", "compare0", "lookup0", "change1"]
     assert evaluate_agent.by_kind_round_robin(tasks, None) == tasks == evaluate_agent.by_kind_round_robin(tasks, 50)
+
+
+def test_agent_grpo_trains_on_whole_episodes_from_the_sft_adapter(agent_cfg, tasks_dir, agent_adapter, small_loop,
+                                                                   tiny_dir, tmp_path):
+    """Step 0 = the agent SFT adapter (trained and reference copies); every rollout is an episode the tools
+    answered, scored by the composite agent reward; the LoRA moved, the base did not."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+
+    class Logs(TrainerCallback):
+        rows: list = []
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            self.rows.append(dict(logs or {}))
+
+    cfg = copy.deepcopy(agent_cfg)
+    cfg["agent"]["grpo"].update(max_steps=2, num_generations=4, save_steps=1, learning_rate=1e-2)
+    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    out, _, before = agent_adapter
+    start_dir = out / "adapter"
+    manifest = json.loads((start_dir / "manifest.json").read_text())
+    sft = load_file(str(start_dir / "adapter_model.safetensors"))
+    start, logs = AtStart(), Logs()
+    m = train_agent_grpo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "agent_grpo", tmp_path / "ckpt",
+                             start_dir, manifest, callbacks=[start, logs])
+    assert m["status"] == "ok" and m["steps"] == 2 and m["start_adapter_sha256"] == manifest["files"]["adapter_model.safetensors"]
+    for name, w in start.default.items():
+        assert torch.equal(w.cpu(), sft[_peft_key(name)]) and torch.equal(start.ref[name], w)
+    trained = load_file(str(tmp_path / "agent_grpo" / "adapter" / "adapter_model.safetensors"))
+    assert trained.keys() == sft.keys() and any(not torch.equal(trained[k], sft[k]) for k in sft)
+    assert_lora_trained(tmp_path / "agent_grpo", tiny_dir, before)
+    logged = [r for r in logs.rows if "kl" in r]
+    assert len(logged) == 2 and all(f"rewards/{p}/mean" in r for r in logged for p in train_agent_grpo.REWARD_PARTS)
+    assert json.loads((tmp_path / "agent_grpo" / "guard_report.json").read_text())["trainer"] == "agent_grpo"
+
+
+def test_an_episodes_completion_masks_the_tool_returns(tiny_dir):
+    """The completion GRPO trains on is the conversation after the question; only the agent's own tokens
+    (its actions and their end-of-turn) count, the tool returns and turn headers do not."""
+    from clap import model as base_model
+    from clap.agent import chat
+
+    tok = base_model.load_tokenizer(tiny_dir)
+    prompt = chat.start("What was Acme's revenue in FY2022?")
+    search = chat.Action("Search first.", "search_reports", {"query": "Acme revenue 2022", "k": 3})
+    done = chat.Action("Found it.", "finish", {"answer": "12.5 USD million"})
+    messages = [*prompt, search.message(), chat.tool_message("search_reports", "[c1] Acme annual report 2022"),
+                done.message()]
+    head = train_agent_grpo.render(tok, prompt, generation_prompt=True)["input_ids"]
+    ids, mask = train_agent_grpo.completion_of(tok, head, messages, last_turn_clipped=False)
+    assert len(ids) == len(mask) and ids[-1] == tok.eos_token_id and mask[-1] == 1
+    agent_text = tok.decode([t for t, m in zip(ids, mask) if m])
+    assert search.text() in agent_text and done.text() in agent_text and "Acme annual report" not in agent_text
+    assert "Acme annual report" in tok.decode([t for t, m in zip(ids, mask) if not m])
+    clipped, _ = train_agent_grpo.completion_of(tok, head, messages, last_turn_clipped=True)
+    assert clipped == ids[:-1]  # a turn cut at the cap has no end-of-turn token: TRL counts it clipped

@@ -83,3 +83,20 @@ def episode_scores(episode: dict, task: dict, per_extra_call: float, weights: di
             "abstained": float(rewards.is_abstention(episode["answer"])),
             "finished": float(episode["stop"] == "finish"),
             "n_calls": sum(1 for s in episode["steps"] if s["tool"] != "finish"), "n_steps": len(episode["steps"])}
+
+
+def pairwise_agreement(chosen: list[float], rejected: list[float], reasons: list[str]) -> dict:
+    """How often a reward model agrees with the rule rewards on preference pairs: the rules (BFCL's AST
+    checks, the gold trajectory) prefer every chosen action to its rejected one, so agreement is the share
+    of pairs the model scores chosen above rejected — overall and by why the rejected action failed
+    (format, tool, arguments) — with the mean score margin. A tie counts as disagreement."""
+    if not (len(chosen) == len(rejected) == len(reasons)):
+        raise ValueError("chosen, rejected and reasons must have one entry per pair")
+
+    def share(idx: list[int]) -> float | None:
+        return round(sum(chosen[i] > rejected[i] for i in idx) / len(idx), 4) if idx else None
+
+    every = list(range(len(chosen)))
+    return {"n": len(every), "agreement": share(every),
+            "mean_margin": round(sum(chosen[i] - rejected[i] for i in every) / len(every), 4) if every else None,
+            "by_reason": {r: share([i for i in every if reasons[i] == r]) for r in sorted(set(reasons))}}

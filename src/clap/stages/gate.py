@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.gate import choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
+from clap.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 from clap.io import read_json, read_json_if_exists, sha256_file, write_json
 from clap.schemas import GateDecision
 
@@ -47,7 +47,7 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
         judged[step] = decide_chain_step(cfg["gate"], step, guards[step], judged[candidate], decisions)
     decision = via_canary(cfg["gate"], choose(judged))
     agent_metrics = read_json_if_exists(root / paths.AGENT_METRICS)
-    steps = ["agent_sft"] + (["agent_dpo"] if cfg["agent"]["dpo"]["enabled"] else [])
+    steps = agent_chain(cfg)
     agent = choose_agent({s: decide_agent(cfg["gate"], agent_metrics,
                                           read_json_if_exists(root / paths.MODELS / s / "guard_report.json"), s)
                           for s in steps})

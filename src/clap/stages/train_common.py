@@ -137,7 +137,8 @@ def _log_csv(history: list[dict]) -> str:
     return buf.getvalue()
 
 
-_TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent", "agent_dpo": "tool-calling-agent"}
+_TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent", "agent_dpo": "tool-calling-agent",
+             "agent_grpo": "tool-calling-agent"}
 
 
 def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:

@@ -1,0 +1,180 @@
+"""train agent-grpo: the agent chain's RL step — GRPO on whole episodes in the environment, from agent SFT.
+
+    clap train agent-grpo       (DVC stage `train_agent_grpo`, writes models/agent_grpo/)
+
+A rollout is a multi-turn episode: the policy (the agent SFT adapter, loaded trainable through the
+serving check; TRL's frozen reference is that same SFT policy, so the KL term measures drift from it)
+writes an action, the sandboxed tools (`clap.agent.tools`) answer, and so on until `finish`,
+`agent.max_steps` turns or `agent.max_new_tokens` tokens — every turn sampled under the action grammar
+when `generate.constrained` is on, as evaluation and serving decode. The completion TRL trains on is the
+conversation after the question, rendered by the tool-calling template; `env_mask` marks the agent's
+own tokens (1) apart from the tool returns and the template's turn headers (0), so the policy loss and
+the KL count only what the policy wrote. The reward is the agent's composite reward
+(`clap.agent.rewards.parts`: outcome, format, process, efficiency) as four reward functions weighted by
+`agent.rewards.weights`, so TRL logs each part beside the total and the guards watch KL, reward
+std and clipped turns as for the extraction chain's GRPO.
+
+Why a `rollout_func` and not TRL 1.16's `tools=` / `environment_factory=`: TRL finds tool calls with the
+tokenizer's response template, which SmolLM2's chat template does not have and CLAP's action format (the
+whole turn is one JSON object {"thought", "tool", "arguments"}) would not match; TRL's own loop also
+cannot put a grammar on each turn. The rollout function runs `clap.agent.episode.rollout` — the loop
+evaluation uses — over the trainer's model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from clap import model as base_model
+from clap.agent import chat, rewards
+from clap.agent.episode import rollout as run_episodes
+from clap.agent.tools import ReportTools
+from clap.decoding import GrammarCache
+from clap.guards import GuardCallback
+from clap.stages.admit import NotAdmitted
+from clap.stages.agent_tasks import load
+from clap.stages.train_common import finish, resume_point, start_from
+
+REWARD_PARTS = ("outcome", "format", "process", "efficiency")
+
+
+@dataclass
+class Turn:
+    text: str
+    new_tokens: int
+    clipped: bool  # cut at agent.turn_tokens before its end-of-turn token
+
+
+def build_dataset(tasks: list[dict]):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": chat.start(t["question"]), "task_json": json.dumps(t, ensure_ascii=False)}
+                              for t in tasks])
+
+
+def part_reward(part: str, per_extra_call: float):
+    """One part of the agent reward as a TRL reward function (logged as rewards/<part>/mean), computed
+    from the episode the rollout function returned beside each completion."""
+    def reward(completions, episode, task_json, **_):
+        return [rewards.parts(ep, json.loads(t), per_extra_call)[part] for ep, t in zip(episode, task_json)]
+    reward.__name__ = part
+    return reward
+
+
+def render(tok, conversation: list[dict], generation_prompt: bool) -> dict:
+    """input_ids (and, for a whole conversation, the mask of the agent's own tokens) by the tool-calling template."""
+    return tok.apply_chat_template(conversation, tools=ReportTools.tool_schemas(), chat_template=chat.CHAT_TEMPLATE,
+                                   tokenize=True, return_dict=True, add_generation_prompt=generation_prompt,
+                                   return_assistant_tokens_mask=not generation_prompt)
+
+
+def completion_of(tok, prompt_ids: list[int], messages: list[dict], last_turn_clipped: bool) -> tuple[list, list]:
+    """(completion ids, env mask) of a finished episode: its conversation after the prompt, up to the
+    agent's last token. A last turn cut at the turn cap loses the end-of-turn token the template adds,
+    so TRL counts the completion as clipped (the guard's `completion_length_clipped`)."""
+    full = render(tok, messages, generation_prompt=False)
+    ids, mask = list(full["input_ids"]), list(full["assistant_masks"])
+    if ids[:len(prompt_ids)] != prompt_ids:
+        raise RuntimeError("agent-grpo: the tool-calling template does not render the prompt as a prefix of the episode")
+    end = max(i for i, m in enumerate(mask) if m) + 1
+    if last_turn_clipped and ids[end - 1] == tok.eos_token_id:
+        end -= 1
+    return ids[len(prompt_ids):end], mask[len(prompt_ids):end]
+
+
+def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: dict | None, agent: dict,
+                    temperature: float):
+    """A TRL `rollout_func`: one sampled episode per prompt of the (already repeated) slice, all episodes
+    stepped together (one batched generation per turn). Returns the completions with their `env_mask`
+    and, per completion, the episode (its steps and answer) for the reward functions. Log-probabilities
+    are left to TRL (`logprobs: None`: it scores the completions itself)."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    def rollout(prompts: list, trainer) -> dict:
+        tok = trainer.processing_class
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        stop = set(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])
+        last_clipped: dict[int, bool] = {}
+
+        def policy(conversations: list[list[dict]]) -> list[Turn]:
+            encoded = [render(tok, c, generation_prompt=True)["input_ids"] for c in conversations]
+            width, pad = max(map(len, encoded)), tok.pad_token_id
+            ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=model.device)
+            mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=model.device)
+            processors = LogitsProcessorList([grammars.processor([schema] * len(conversations))]) if grammars else None
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=agent["turn_tokens"],
+                                 do_sample=True, temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop),
+                                 logits_processor=processors)
+            turns = []
+            for conv, row in zip(conversations, out[:, width:].tolist()):
+                end = next((i for i, t in enumerate(row) if t in stop), None)
+                kept = row if end is None else row[:end]
+                last_clipped[id(conv)] = end is None
+                turns.append(Turn(tok.decode(kept, skip_special_tokens=True), len(kept) + (end is not None), end is None))
+            return turns
+
+        tasks = [{"task_id": str(i), "question": p[-1]["content"]} for i, p in enumerate(prompts)]
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                episodes = run_episodes(policy, tools, tasks, agent["max_steps"], agent["max_new_tokens"])
+        finally:
+            model.train(was_training)
+        prompt_ids, completion_ids, env_mask = [], [], []
+        for p, ep in zip(prompts, episodes):
+            head = render(tok, p, generation_prompt=True)["input_ids"]
+            ids, m = completion_of(tok, head, ep["messages"], last_clipped.get(id(ep["messages"]), False))
+            prompt_ids.append(head)
+            completion_ids.append(ids)
+            env_mask.append(m)
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "env_mask": env_mask,
+                "episode": [{k: ep[k] for k in ("steps", "answer", "stop", "new_tokens")} for ep in episodes]}
+
+    return rollout
+
+
+def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
+        start_expected: dict, callbacks: list | None = None) -> dict:
+    """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it."""
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+
+    started = time.time()
+    a, g, t = cfg["agent"], cfg["agent"]["grpo"], cfg["train"]
+    tasks = load(tasks_dir, "train")
+    if not tasks:
+        raise NotAdmitted(f"agent-grpo: no train task in {tasks_dir}")
+    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
+    tok = base_model.load_tokenizer(base_dir)
+    tok.padding_side = "left"
+    base_identity = base_model.identity(base_dir)
+    model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
+    cuda = torch.cuda.is_available()
+    weights = a["rewards"]["weights"]
+    args = GRPOConfig(output_dir=str(checkpoints), max_steps=g["max_steps"], learning_rate=g["learning_rate"],
+                      beta=g["beta"], num_generations=g["num_generations"], temperature=g["temperature"],
+                      max_completion_length=a["max_new_tokens"], reward_weights=[weights[p] for p in REWARD_PARTS],
+                      per_device_train_batch_size=g["num_generations"], logging_steps=g["logging_steps"],
+                      save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
+                      bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
+    guard = GuardCallback("agent_grpo", t["guards"], Path(out) / "guard_report.json")
+    constrained = cfg["generate"]["constrained"]
+    grammars = GrammarCache(tok, model.config.vocab_size) if constrained else None
+    schema = chat.action_schema(tools.schemas) if constrained else None
+    trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(tasks), processing_class=tok,
+                          reward_funcs=[part_reward(p, a["rewards"]["per_extra_call"]) for p in REWARD_PARTS],
+                          callbacks=[*(callbacks or []), guard],
+                          rollout_func=episode_rollout(tools, grammars, schema, a, g["temperature"]))
+    resume = resume_point(checkpoints, {"cfg": g, "agent": {k: a[k] for k in ("max_steps", "max_new_tokens",
+                                                                             "turn_tokens", "rewards")},
+                                        "seed": t["seed"], "start": start_sha, "tasks": [x["task_id"] for x in tasks],
+                                        "base": base_identity, "constrained": constrained})
+    trainer.train(resume_from_checkpoint=resume)
+    return finish(trainer, guard, out, "agent_grpo", base_identity,
+                  {"tasks": len(tasks), "resumed_from": resume, "beta": g["beta"], "start_adapter_sha256": start_sha,
+                   "constrained_rollouts": constrained}, started, start_adapter)
