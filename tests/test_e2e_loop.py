@@ -33,7 +33,8 @@ TINY_OVERRIDES = [
     "agent.sft.gradient_accumulation=1", "agent.sft.save_steps=1", "agent.max_steps=3", "agent.turn_tokens=16",
     "agent.max_new_tokens=40", "agent.evaluate.samples=2", "agent.evaluate.pass_k=[1,2]", "agent.dpo.max_steps=1",
     "agent.dpo.mine_samples=0", "agent.dpo.gradient_accumulation=1", "agent.evaluate.max_tasks=4",
-    "agent.grpo.max_steps=1", "agent.grpo.num_generations=2", "agent.grpo.save_steps=1",
+    "agent.grpo.max_steps=1", "agent.grpo.num_generations=2", "agent.grpo.save_steps=1", "agent.rm.max_steps=1",
+    "agent.rm.gradient_accumulation=1",
     # the agent chain on a random tiny model is judged, never promotable: the extraction release does not wait for it
 ]
 
@@ -101,7 +102,8 @@ def check_params_trace(root: Path, trace: Path) -> None:
     assert {stage_of(r["argv"]) for r in reads} >= {"materialize", "admit", "train_sft", "train_dpo", "train_grpo",
                                                      "index", "evaluate", "evaluate_decisions", "replay", "gate",
                                                      "bundle", "agent_tasks", "train_agent_sft", "agent_pairs",
-                                                     "train_agent_dpo", "train_agent_grpo", "evaluate_agent"}
+                                                     "train_agent_dpo", "train_agent_rm", "train_agent_grpo",
+                                                     "evaluate_agent"}
     undeclared = sorted({(stage_of(r["argv"]), k) for r in reads for k in r["reads"]
                          if not covered(k, declared[stage_of(r["argv"])])})
     assert not undeclared, f"stages read params their dvc.yaml entry does not declare: {undeclared}"

@@ -169,15 +169,16 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
     """Train a LoRA adapter on the admitted batches, under the runtime guards. sft starts from the base
     model; dpo and grpo continue the SFT adapter (--start, checked against the hashes dvc.lock pins);
     agent-sft trains the tool-calling agent on the gold trajectories of data/agent (`clap agent-tasks`);
-    agent-dpo continues it on its own mistakes (`clap agent-pairs`); agent-grpo continues it with GRPO on
-    whole episodes in the environment."""
+    agent-dpo continues it on its own mistakes (`clap agent-pairs`); agent-rm fits a reward model on those
+    pairs and checks it against the rule rewards; agent-grpo continues agent SFT with GRPO on whole
+    episodes in the environment (the reward model one of its rewards when its check passed)."""
     from clap import model
     from clap.io import check_output_dir
     from clap.serving import pinned_expectation
     from clap.stages import train_dpo, train_grpo, train_sft
 
-    if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo"):
-        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo or agent-grpo"))
+    if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo", "agent-rm"):
+        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo, agent-grpo or agent-rm"))
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     if kind.startswith("agent-"):
@@ -203,16 +204,20 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
     from clap.io import check_output_dir, write_json
     from clap.serving import pinned_expectation
-    from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_sft
+    from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_rm, train_agent_sft
 
     if kind == "agent-sft":
         check_output_dir(out, (paths.AGENT_TASKS, base))
         m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints)
+    elif kind == "agent-rm":
+        check_output_dir(out, (paths.AGENT_PAIRS, base))
+        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints)
     elif kind == "agent-grpo":
         check_output_dir(out, (paths.AGENT_TASKS, paths.ASSETS, base))
-        start = paths.adapter("agent_sft")
+        start, rm = paths.adapter("agent_sft"), paths.adapter("agent_rm")
         m = train_agent_grpo.run(cfg, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
-                                 pinned_expectation(Path("."), start))
+                                 pinned_expectation(Path("."), start), rm_dir=rm.parent,
+                                 rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None)
     else:
         check_output_dir(out, (paths.AGENT_PAIRS, base))
         start = paths.adapter("agent_sft")

@@ -292,8 +292,17 @@ class AgentDpo(_Section):
     gradient_accumulation: PosInt
 
 
+class AgentRm(_Section):
+    eval_fraction: OpenFraction
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
+    max_steps: PosInt
+    gradient_accumulation: PosInt
+    min_agreement: Fraction
+
+
 class AgentGrpo(_Section):
     enabled: StrictBool
+    reward_model_weight: NonNegFloat
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
     beta: NonNegFloat
     num_generations: Annotated[StrictInt, Field(ge=2)]
@@ -319,6 +328,7 @@ class Agent(_Section):
     rewards: AgentRewards
     sft: AgentSft
     dpo: AgentDpo
+    rm: AgentRm
     grpo: AgentGrpo
     evaluate: AgentEvaluate
 

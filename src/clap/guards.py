@@ -22,6 +22,7 @@ SIGNALS = {
     "sft": {"loss": "loss"},
     "agent_sft": {"loss": "loss"},
     "agent_dpo": {"loss": "loss", "margin": "rewards/margins"},
+    "agent_rm": {"loss": "loss"},
     "dpo": {"loss": "loss", "margin": "rewards/margins"},
     "grpo": {"loss": "loss", "kl": "kl", "reward": "reward", "reward_std": "reward_std",
              "clipped": "completions/clipped_ratio"},

@@ -10,7 +10,15 @@ from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.generate import Engine
 from clap.io import OUTPUT_MARKER, read_jsonl
-from clap.stages import agent_pairs, agent_tasks, evaluate_agent, train_agent_dpo, train_agent_grpo, train_agent_sft
+from clap.stages import (
+    agent_pairs,
+    agent_tasks,
+    evaluate_agent,
+    train_agent_dpo,
+    train_agent_grpo,
+    train_agent_rm,
+    train_agent_sft,
+)
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +222,84 @@ def test_an_episodes_completion_masks_the_tool_returns(tiny_dir):
     assert "Acme annual report" in tok.decode([t for t, m in zip(ids, mask) if not m])
     clipped, _ = train_agent_grpo.completion_of(tok, head, messages, last_turn_clipped=True)
     assert clipped == ids[:-1]  # a turn cut at the cap has no end-of-turn token: TRL counts it clipped
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(agent_cfg, mined, tiny_dir, tmp_path_factory):
+    _, pairs_dir = mined
+    cfg = copy.deepcopy(agent_cfg)
+    cfg["agent"]["rm"].update(max_steps=2, gradient_accumulation=1, eval_fraction=0.5, min_agreement=0.0)
+    root = tmp_path_factory.mktemp("agent_rm")
+    before = base_weights(tiny_dir)
+    metrics = train_agent_rm.run(cfg, pairs_dir, tiny_dir, root / "agent_rm", root / "ckpt")
+    return root / "agent_rm", metrics, before, pairs_dir
+
+
+def test_agent_reward_model_learns_on_the_pairs_and_is_checked_against_the_rules(reward_model_dir, tiny_dir):
+    from peft import PeftConfig
+    from safetensors.torch import load_file
+
+    out, metrics, before, pairs_dir = reward_model_dir
+    pairs = read_jsonl(pairs_dir / "pairs.jsonl")
+    assert metrics["status"] == "ok" and metrics["steps"] == 2
+    assert metrics["train_pairs"] + metrics["held_out_pairs"] == metrics["pairs"] == len(pairs)
+    assert metrics["train_pairs"] > 0 and metrics["held_out_pairs"] > 0
+    checked = metrics["agreement_with_rules"]
+    assert checked["train"]["n"] == metrics["train_pairs"] and checked["held_out"]["n"] == metrics["held_out_pairs"]
+    assert 0.0 <= checked["held_out"]["agreement"] <= 1.0
+    assert metrics["usable_as_reward"] is True  # min_agreement 0 here; the rule itself is table-tested below
+    adapter = out / "adapter"
+    weights = load_file(str(adapter / "adapter_model.safetensors"))
+    assert any("score" in k for k in weights) and any("lora_" in k for k in weights)  # the head is saved beside LoRA
+    assert PeftConfig.from_pretrained(str(adapter)).task_type == "SEQ_CLS"
+    assert all((before[k] == base_weights(tiny_dir)[k]).all() for k in before)
+    assert "text-classification" in (adapter / "README.md").read_text()
+
+
+def test_reward_model_pairs_split_by_task():
+    pairs = [{"task_id": f"t{i}", "pair_id": f"p{i}{j}"} for i in range(40) for j in range(3)]
+    train, held = train_agent_rm.split_pairs(pairs, 0.25, "agent-1")
+    assert train and held and len(train) + len(held) == len(pairs)
+    assert not {p["task_id"] for p in train} & {p["task_id"] for p in held}
+
+
+@pytest.mark.parametrize("weight, metrics, use, why", [
+    (0.0, {"usable_as_reward": True, "steps": 2}, False, "reward_model_weight is 0"),
+    (0.2, None, False, "no reward model"),
+    (0.2, {"usable_as_reward": False, "steps": 2, "agreement_with_rules": {"held_out": {"agreement": 0.4, "n": 10}}},
+     False, "agreement with the rule rewards 0.4 on 10 pairs is below agent.rm.min_agreement"),
+    (0.2, {"usable_as_reward": False, "steps": 0, "adapter_source": "none: no train pair to learn from"},
+     False, "not trained: none: no train pair"),
+    (0.2, {"usable_as_reward": True, "steps": 2, "agreement_with_rules": {"held_out": {"agreement": 0.9, "n": 10}}},
+     True, "used (held-out agreement 0.9)"),
+])
+def test_grpo_uses_the_reward_model_only_when_its_check_passed(weight, metrics, use, why, tmp_path):
+    if metrics is not None:
+        (tmp_path / "train_metrics.json").write_text(json.dumps(metrics))
+    got, note = train_agent_grpo.reward_model_use(weight, tmp_path)
+    assert got is use and why in note
+
+
+def test_agent_grpo_adds_the_reward_model_as_one_reward(agent_cfg, tasks_dir, agent_adapter, reward_model_dir, small_loop,
+                                                        tiny_dir, tmp_path):
+    from transformers import TrainerCallback
+
+    class Logs(TrainerCallback):
+        rows: list = []
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            self.rows.append(dict(logs or {}))
+
+    rm_dir, rm_metrics, _, _ = reward_model_dir
+    assert rm_metrics["usable_as_reward"]
+    cfg = copy.deepcopy(agent_cfg)
+    cfg["agent"]["grpo"].update(max_steps=1, num_generations=2, save_steps=1)
+    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    out, _, _ = agent_adapter
+    logs = Logs()
+    m = train_agent_grpo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "g", tmp_path / "ckpt",
+                             out / "adapter", json.loads((out / "adapter" / "manifest.json").read_text()), callbacks=[logs],
+                             rm_dir=rm_dir, rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
+    assert m["status"] == "ok" and m["reward_model"].startswith("reward model used")
+    scored = [r["rewards/reward_model/mean"] for r in logs.rows if "rewards/reward_model/mean" in r]
+    assert scored and all(0.0 < s < 1.0 for s in scored)  # mean sigmoid over turns

@@ -12,7 +12,10 @@ own tokens (1) apart from the tool returns and the template's turn headers (0), 
 the KL count only what the policy wrote. The reward is the agent's composite reward
 (`clap.agent.rewards.parts`: outcome, format, process, efficiency) as four reward functions weighted by
 `agent.rewards.weights`, so TRL logs each part beside the total and the guards watch KL, reward
-std and clipped turns as for the extraction chain's GRPO.
+std and clipped turns as for the extraction chain's GRPO. A fifth reward, weighted by
+`agent.grpo.reward_model_weight`, is the learned reward model's episode score (`clap train agent-rm`:
+the mean over turns of sigmoid(score), a learned process reward) — used only when that model's
+agreement with the rule rewards on held-out pairs passed its check; the metrics say whether it was.
 
 Why a `rollout_func` and not TRL 1.16's `tools=` / `environment_factory=`: TRL finds tool calls with the
 tokenizer's response template, which SmolLM2's chat template does not have and CLAP's action format (the
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clap import model as base_model
-from clap.agent import chat, rewards
+from clap.agent import chat, reward_model, rewards
 from clap.agent.episode import rollout as run_episodes
 from clap.agent.tools import ReportTools
 from clap.decoding import GrammarCache
@@ -62,6 +65,31 @@ def part_reward(part: str, per_extra_call: float):
         return [rewards.parts(ep, json.loads(t), per_extra_call)[part] for ep, t in zip(episode, task_json)]
     reward.__name__ = part
     return reward
+
+
+def learned_reward(model, tok):
+    """The reward model's episode score as a TRL reward function (logged as rewards/reward_model/mean)."""
+    def reward_model_score(completions, episode, **_):
+        return [reward_model.episode_reward(model, tok, ep["messages"], ep["steps"]) for ep in episode]
+    reward_model_score.__name__ = "reward_model"
+    return reward_model_score
+
+
+def reward_model_use(weight: float, rm_dir: Path | None) -> tuple[bool, str]:
+    """Whether GRPO adds the learned reward, and why: from the weight and the reward model's own metrics
+    (its held-out agreement check, `clap train agent-rm`)."""
+    if weight == 0:
+        return False, "agent.grpo.reward_model_weight is 0"
+    metrics_file = None if rm_dir is None else Path(rm_dir) / "train_metrics.json"
+    if metrics_file is None or not metrics_file.exists():
+        return False, "no reward model (models/agent_rm)"
+    m = json.loads(metrics_file.read_text())
+    if not m.get("usable_as_reward"):
+        held = (m.get("agreement_with_rules") or {}).get("held_out") or {}
+        return False, (f"reward model not used: held-out agreement with the rule rewards {held.get('agreement')} "
+                       f"on {held.get('n', 0)} pairs is below agent.rm.min_agreement" if m.get("steps")
+                       else f"reward model not trained: {m.get('adapter_source')}")
+    return True, f"reward model used (held-out agreement {m['agreement_with_rules']['held_out']['agreement']})"
 
 
 def render(tok, conversation: list[dict], generation_prompt: bool) -> dict:
@@ -133,14 +161,16 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
             completion_ids.append(ids)
             env_mask.append(m)
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "env_mask": env_mask,
-                "episode": [{k: ep[k] for k in ("steps", "answer", "stop", "new_tokens")} for ep in episodes]}
+                "episode": [{k: ep[k] for k in ("messages", "steps", "answer", "stop", "new_tokens")} for ep in episodes]}
 
     return rollout
 
 
 def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
-        start_expected: dict, callbacks: list | None = None) -> dict:
-    """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it."""
+        start_expected: dict, callbacks: list | None = None, rm_dir: Path | None = None,
+        rm_expected: dict | None = None) -> dict:
+    """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it; `rm_dir`/
+    `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter."""
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
@@ -156,9 +186,17 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
     cuda = torch.cuda.is_available()
     weights = a["rewards"]["weights"]
+    funcs = [part_reward(p, a["rewards"]["per_extra_call"]) for p in REWARD_PARTS]
+    func_weights = [weights[p] for p in REWARD_PARTS]
+    use_rm, rm_note = reward_model_use(g["reward_model_weight"], rm_dir)
+    if use_rm:
+        funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
+                                    base_model.load_tokenizer(base_dir)))
+        func_weights.append(g["reward_model_weight"])
+    print(f"clap: agent-grpo: {rm_note}")
     args = GRPOConfig(output_dir=str(checkpoints), max_steps=g["max_steps"], learning_rate=g["learning_rate"],
                       beta=g["beta"], num_generations=g["num_generations"], temperature=g["temperature"],
-                      max_completion_length=a["max_new_tokens"], reward_weights=[weights[p] for p in REWARD_PARTS],
+                      max_completion_length=a["max_new_tokens"], reward_weights=func_weights,
                       per_device_train_batch_size=g["num_generations"], logging_steps=g["logging_steps"],
                       save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
                       bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
@@ -167,14 +205,15 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     grammars = GrammarCache(tok, model.config.vocab_size) if constrained else None
     schema = chat.action_schema(tools.schemas) if constrained else None
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(tasks), processing_class=tok,
-                          reward_funcs=[part_reward(p, a["rewards"]["per_extra_call"]) for p in REWARD_PARTS],
+                          reward_funcs=funcs,
                           callbacks=[*(callbacks or []), guard],
                           rollout_func=episode_rollout(tools, grammars, schema, a, g["temperature"]))
     resume = resume_point(checkpoints, {"cfg": g, "agent": {k: a[k] for k in ("max_steps", "max_new_tokens",
                                                                              "turn_tokens", "rewards")},
                                         "seed": t["seed"], "start": start_sha, "tasks": [x["task_id"] for x in tasks],
-                                        "base": base_identity, "constrained": constrained})
+                                        "base": base_identity, "constrained": constrained,
+                                        "reward_model": rm_expected if use_rm else None})
     trainer.train(resume_from_checkpoint=resume)
     return finish(trainer, guard, out, "agent_grpo", base_identity,
                   {"tasks": len(tasks), "resumed_from": resume, "beta": g["beta"], "start_adapter_sha256": start_sha,
-                   "constrained_rollouts": constrained}, started, start_adapter)
+                   "constrained_rollouts": constrained, "reward_model": rm_note}, started, start_adapter)

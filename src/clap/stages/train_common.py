@@ -138,13 +138,14 @@ def _log_csv(history: list[dict]) -> str:
 
 
 _TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent", "agent_dpo": "tool-calling-agent",
-             "agent_grpo": "tool-calling-agent"}
+             "agent_grpo": "tool-calling-agent", "agent_rm": "reward-model"}
 
 
 def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
     """A Hugging Face model card: metadata the Hub and PEFT read, then CLAP's provenance. The release
     (version, gate decision, bundle hash) is in the git tag and the bundle that pin this file's hash."""
-    front = {"library_name": "peft", "base_model": base["hub_id"], "pipeline_tag": "text-generation",
+    front = {"library_name": "peft", "base_model": base["hub_id"],
+             "pipeline_tag": "text-classification" if kind == "agent_rm" else "text-generation",
              "tags": ["clap", "lora", kind, _TASK_TAG.get(kind, "decision")]}
     return ("---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n"
             f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {base['hub_id']} "

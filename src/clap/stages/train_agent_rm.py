@@ -1,0 +1,105 @@
+"""train agent-rm: a reward model on the agent's preference pairs, checked against the rule rewards.
+
+    clap train agent-rm         (DVC stage `train_agent_rm`, writes models/agent_rm/ and metrics/train_agent_rm.json)
+
+TRL's `RewardTrainer` fits a scalar head (LoRA on SmolLM2, the head saved beside it) so that the gold
+action in a state scores above the agent SFT adapter's own wrong action there (`agent_pairs`: the
+on-policy hard negatives). The pairs are split by task (`agent.rm.eval_fraction`, the tasks' split
+seed): the held-out tasks' pairs measure how often the model agrees with the rule rewards, which
+prefer every chosen action to its rejected one — overall and by why the rejected action failed.
+`clap train agent-grpo` adds the model's episode score to its reward only when that agreement reaches
+`agent.rm.min_agreement`; below it, or without pairs to learn from, the rule rewards stand alone and
+the metrics say why.
+
+TRL 1.16 no longer ships a PPO trainer, so the reward model serves GRPO (as one of its rewards) rather
+than PPO's value/reward pair.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from clap import model as base_model
+from clap.agent import reward_model, scoring
+from clap.agent.tasks import split_of
+from clap.guards import GuardCallback
+from clap.io import atomic_dir, read_jsonl, write_json
+from clap.stages.train_common import finish, resume_point
+
+
+def split_pairs(pairs: list[dict], eval_fraction: float, seed: str) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) pairs, split by task so no held-out state comes from a task the model trained on."""
+    held = [p for p in pairs if split_of(p["task_id"], eval_fraction, seed) == "eval"]
+    return [p for p in pairs if split_of(p["task_id"], eval_fraction, seed) != "eval"], held
+
+
+def build_dataset(pairs: list[dict], tok):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": reward_model.state_action_text(tok, p["prompt_messages"], "")
+                               .removesuffix(tok.eos_token),
+                               "chosen": p["chosen"] + tok.eos_token, "rejected": p["rejected"] + tok.eos_token}
+                              for p in pairs])
+
+
+def agreement(model, tok, pairs: list[dict]) -> dict:
+    """The reward model against the rule rewards on `pairs` (`clap.agent.scoring.pairwise_agreement`)."""
+    chosen = reward_model.scores(model, tok, [reward_model.state_action_text(tok, p["prompt_messages"], p["chosen"])
+                                              for p in pairs])
+    rejected = reward_model.scores(model, tok, [reward_model.state_action_text(tok, p["prompt_messages"], p["rejected"])
+                                                for p in pairs])
+    return scoring.pairwise_agreement(chosen, rejected, [p["reason"] for p in pairs])
+
+
+def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None) -> dict:
+    import torch
+    from peft import LoraConfig
+    from trl import RewardConfig, RewardTrainer
+
+    started = time.time()
+    rm, t = cfg["agent"]["rm"], cfg["train"]
+    lora = {k: cfg["agent"]["sft"][k] for k in ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "max_length")}
+    pairs = read_jsonl(Path(pairs_dir) / "pairs.jsonl")
+    train, held = split_pairs(pairs, rm["eval_fraction"], cfg["agent"]["tasks"]["seed"])
+    base_identity = base_model.identity(base_dir)
+    if not train:
+        return _untrained(out, base_identity, started, len(pairs), len(held))
+    tok = base_model.load_tokenizer(base_dir)
+    model = reward_model.load_base(base_dir)
+    cuda = torch.cuda.is_available()
+    args = RewardConfig(output_dir=str(checkpoints), max_steps=rm["max_steps"], learning_rate=rm["learning_rate"],
+                        per_device_train_batch_size=1, gradient_accumulation_steps=rm["gradient_accumulation"],
+                        logging_steps=1, save_steps=max(1, rm["max_steps"] // 2), save_total_limit=2, report_to=[],
+                        seed=t["seed"], bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
+                        max_length=lora["max_length"], dataloader_num_workers=0)
+    peft = LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
+                      target_modules=lora["target_modules"], task_type="SEQ_CLS", modules_to_save=["score"], bias="none")
+    guard = GuardCallback("agent_rm", t["guards"], Path(out) / "guard_report.json")
+    trainer = RewardTrainer(model=model, args=args, train_dataset=build_dataset(train, tok), processing_class=tok,
+                            peft_config=peft, callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t["seed"], "pairs": train, "base": base_identity})
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.model.eval()
+    checked = {"train": agreement(trainer.model, tok, train), "held_out": agreement(trainer.model, tok, held)}
+    usable = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm["min_agreement"]
+    return finish(trainer, guard, out, "agent_rm", base_identity,
+                  {"pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held),
+                   "agreement_with_rules": checked, "usable_as_reward": usable, "resumed_from": resume}, started)
+
+
+def _untrained(out: Path, base_identity: dict, started: float, pairs: int, held: int) -> dict:
+    """No train pair (the SFT adapter made no mistake the AST rules catch on the train tasks' states):
+    no reward model; the folder says so, and agent GRPO keeps the rule rewards alone."""
+    from clap.schemas import GuardReport
+
+    metrics = {"trainer": "agent_rm", "status": "ok", "steps": 0, "train_loss": None, "pairs": pairs, "train_pairs": 0,
+               "held_out_pairs": held, "agreement_with_rules": None, "usable_as_reward": False,
+               "train_runtime_s": round(time.time() - started, 2), "tokens_seen": 0, "tokens_per_s": 0.0,
+               "adapter_source": "none: no train pair to learn from", "base": base_identity["hub_id"]}
+    with atomic_dir(out) as tmp:
+        write_json(tmp / "train_metrics.json", metrics)
+        write_json(tmp / "guard_report.json", GuardReport(trainer="agent_rm", status="ok", trip=None, peaks={},
+                                                          last_good_checkpoint=None, steps=0).model_dump())
+        (tmp / "train_log.csv").write_text("step\n")
+    return metrics
