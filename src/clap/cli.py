@@ -180,6 +180,9 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
     if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo", "agent-rm"):
         _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo, agent-grpo or agent-rm"))
     cfg = _params()
+    if not _enabled(cfg, kind):
+        return _disabled(kind, out or paths.MODELS / kind.replace("-", "_"),
+                         checkpoints or paths.CHECKPOINTS / kind.replace("-", "_"))
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     if kind.startswith("agent-"):
         name = kind.replace("-", "_")
@@ -199,6 +202,35 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
     write_json(paths.METRICS / f"train_{kind}.json", m)
     console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, "
                   f"{m['tokens_per_s']} tokens/s")
+
+
+def _enabled(cfg: dict, kind: str) -> bool:
+    """A chain step's `enabled` switch (train.dpo, train.grpo, agent.dpo, agent.grpo); SFT and the reward model always run."""
+    if kind in ("dpo", "grpo"):
+        return cfg["train"][kind]["enabled"]
+    if kind in ("agent-dpo", "agent-grpo"):
+        return cfg["agent"][kind.removeprefix("agent-")]["enabled"]
+    return True
+
+
+def _disabled(kind: str, out: Path, checkpoints: Path) -> None:
+    """A switched-off chain step trains nothing: its folder says so (status `disabled` in its guard report and
+    metrics, an empty log) so that the pipeline's outputs exist, and evaluation and the gate leave it out."""
+    from clap.io import atomic_dir, write_json
+    from clap.schemas import GuardReport
+
+    name = kind.replace("-", "_")
+    section = f"train.{kind}" if "-" not in kind else f"agent.{kind.removeprefix('agent-')}"
+    metrics = {"trainer": name, "status": "disabled", "steps": 0, "train_loss": None,
+               "note": f"{section}.enabled is false: not trained, not evaluated, not judged"}
+    with atomic_dir(out) as tmp:
+        write_json(tmp / "train_metrics.json", metrics)
+        write_json(tmp / "guard_report.json", GuardReport(trainer=name, status="disabled", trip=None, peaks={},
+                                                          last_good_checkpoint=None, steps=0).model_dump())
+        (tmp / "train_log.csv").write_text("step\n")
+    Path(checkpoints).mkdir(parents=True, exist_ok=True)
+    write_json(paths.METRICS / f"train_{name}.json", metrics)
+    console.print(f"{kind}: disabled ({section}.enabled is false)")
 
 
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:

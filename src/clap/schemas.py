@@ -330,7 +330,7 @@ class GuardTrip(_Doc):
 
 class GuardReport(_Doc):
     trainer: str
-    status: Literal["ok", "stopped"]
+    status: Literal["ok", "stopped", "disabled"]  # disabled: `enabled: false` in conf/, the trainer did not run
     trip: GuardTrip | None
     peaks: dict[str, float | None]
     last_good_checkpoint: str | None

@@ -220,3 +220,25 @@ def test_grpo_rollouts_sample_under_the_decision_schema(params, small_loop, tiny
     parsed = [(json.loads(text), causes) for text, causes in seen]
     assert len(parsed) == 2 and all(p["action"] in actions and p["risk_focus"] in RISK_FOCUS and p["cause"] in causes
                                     for p, causes in parsed)
+
+
+@pytest.mark.parametrize("kind, switch", [("dpo", ("train", "dpo")), ("grpo", ("train", "grpo")),
+                                          ("agent-dpo", ("agent", "dpo")), ("agent-grpo", ("agent", "grpo"))])
+def test_a_disabled_chain_step_trains_nothing_and_says_so(kind, switch, params, tmp_path, monkeypatch):
+    """`enabled: false` is obeyed by the trainer itself (not only by evaluation and the gate): no model is
+    loaded, no adapter written; the outputs DVC expects exist and say `disabled`."""
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+
+    cfg = copy.deepcopy(params)
+    cfg[switch[0]][switch[1]]["enabled"] = False
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["train", kind], catch_exceptions=False)
+    name = kind.replace("-", "_")
+    assert r.exit_code == 0 and f"{switch[0]}.{switch[1]}.enabled is false" in r.output
+    folder = tmp_path / "models" / name
+    assert json.loads((folder / "guard_report.json").read_text())["status"] == "disabled"
+    assert not (folder / "adapter").exists() and (tmp_path / "models" / "checkpoints" / name).is_dir()
+    assert json.loads((tmp_path / "metrics" / f"train_{name}.json").read_text())["status"] == "disabled"
