@@ -145,18 +145,22 @@ class Dpo(_Section):
     logging_steps: PosInt
 
 
-class Grpo(_Section):
+class _GrpoRun(_Section):
+    """What every GRPO step has: the switch, its optimisation and its group sampling."""
     enabled: StrictBool
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
     beta: NonNegFloat
     num_generations: Annotated[StrictInt, Field(ge=2)]
     temperature: PosFloat
-    max_completion_length: PosInt
-    constrained_rollouts: StrictBool
     max_steps: PosInt
-    per_device_batch_size: PosInt
     logging_steps: PosInt
     save_steps: PosInt
+
+
+class Grpo(_GrpoRun):
+    max_completion_length: PosInt
+    constrained_rollouts: StrictBool
+    per_device_batch_size: PosInt
 
 
 class Guards(_Section):
@@ -300,16 +304,8 @@ class AgentRm(_Section):
     min_agreement: Fraction
 
 
-class AgentGrpo(_Section):
-    enabled: StrictBool
+class AgentGrpo(_GrpoRun):
     reward_model_weight: NonNegFloat
-    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
-    beta: NonNegFloat
-    num_generations: Annotated[StrictInt, Field(ge=2)]
-    temperature: PosFloat
-    max_steps: PosInt
-    logging_steps: PosInt
-    save_steps: PosInt
 
 
 class AgentEvaluate(_Section):

@@ -243,7 +243,7 @@ def test_agent_reward_model_learns_on_the_pairs_and_is_checked_against_the_rules
     pairs = read_jsonl(pairs_dir / "pairs.jsonl")
     assert metrics["status"] == "ok" and metrics["steps"] == 2
     assert metrics["train_pairs"] + metrics["held_out_pairs"] == metrics["pairs"] == len(pairs)
-    assert metrics["train_pairs"] > 0 and metrics["held_out_pairs"] > 0
+    assert metrics["train_pairs"] > 0 and metrics["held_out_pairs"] > 0 and metrics["tokens_seen"] > 0
     checked = metrics["agreement_with_rules"]
     assert checked["train"]["n"] == metrics["train_pairs"] and checked["held_out"]["n"] == metrics["held_out_pairs"]
     assert 0.0 <= checked["held_out"]["agreement"] <= 1.0

@@ -83,8 +83,12 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     trainer.model.eval()
     checked = {"train": agreement(trainer.model, tok, train), "held_out": agreement(trainer.model, tok, held)}
     usable = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm["min_agreement"]
+    logged = [h for h in trainer.state.log_history if "num_tokens" in h]  # RewardTrainer counts its own tokens
+    tokens = int(float(logged[-1]["num_tokens"])) if logged else 0
+    runtime = next((h["train_runtime"] for h in trainer.state.log_history if "train_runtime" in h), None)
     return finish(trainer, guard, out, "agent_rm", base_identity,
-                  {"pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held),
+                  {"tokens_seen": tokens, "tokens_per_s": round(tokens / runtime, 2) if runtime else 0.0,
+                   "pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held),
                    "agreement_with_rules": checked, "usable_as_reward": usable, "resumed_from": resume}, started)
 
 
