@@ -159,7 +159,7 @@ def base_model_cmd() -> None:
 
 
 @app.command()
-def train(kind: str = typer.Argument(..., help="sft | dpo | grpo"),
+def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | agent-dpo | agent-rm | agent-grpo"),
           batches: list[str] = typer.Option(None, "--batch", help="default: all batches in params"),
           materialized: Path = typer.Option(paths.MATERIALIZED),
           admission: Path = typer.Option(paths.ADMISSION),
