@@ -217,17 +217,14 @@ def _disabled(kind: str, out: Path, checkpoints: Path) -> None:
     """A switched-off chain step trains nothing: its folder says so (status `disabled` in its guard report and
     metrics, an empty log) so that the pipeline's outputs exist, and evaluation and the gate leave it out."""
     from clap.io import atomic_dir, write_json
-    from clap.schemas import GuardReport
+    from clap.stages.train_common import write_untrained
 
     name = kind.replace("-", "_")
     section = f"train.{kind}" if "-" not in kind else f"agent.{kind.removeprefix('agent-')}"
     metrics = {"trainer": name, "status": "disabled", "steps": 0, "train_loss": None,
                "note": f"{section}.enabled is false: not trained, not evaluated, not judged"}
     with atomic_dir(out) as tmp:
-        write_json(tmp / "train_metrics.json", metrics)
-        write_json(tmp / "guard_report.json", GuardReport(trainer=name, status="disabled", trip=None, peaks={},
-                                                          last_good_checkpoint=None, steps=0).model_dump())
-        (tmp / "train_log.csv").write_text("step\n")
+        write_untrained(tmp, name, metrics, status="disabled")
     Path(checkpoints).mkdir(parents=True, exist_ok=True)
     write_json(paths.METRICS / f"train_{name}.json", metrics)
     console.print(f"{kind}: disabled ({section}.enabled is false)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cached_property
+from functools import cache, cached_property
 
 import pandas as pd
 
@@ -56,8 +56,10 @@ class ReportTools:
         return cls(chunks[chunks["batch"].isin(batches)])
 
     @classmethod
+    @cache
     def tool_schemas(cls) -> list[dict]:
-        """The tools' schemas as the model sees them; they depend on no data."""
+        """The tools' schemas as the model sees them; they depend on no data, so they are built once (every
+        rendered turn of training, mining and evaluation lists them)."""
         return cls(pd.DataFrame({"chunk_id": [], "text": []})).schemas
 
     # ------------------------------------------------------------------ the tools

@@ -19,7 +19,7 @@ from clap.agent import chat
 from clap.agent.tools import ReportTools
 from clap.guards import GuardCallback
 from clap.io import atomic_dir, read_jsonl, write_json
-from clap.stages.train_common import finish, resume_point, start_from
+from clap.stages.train_common import finish, resume_point, start_from, write_untrained
 
 
 def build_dataset(rows: list[dict], tok):
@@ -67,7 +67,6 @@ def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identi
     cannot beat the adapter it is)."""
     import shutil
 
-    from clap.schemas import GuardReport
     from clap.serving import adapter_manifest, verify_adapter
 
     verify_adapter(Path(start_adapter), start_expected, base_identity)
@@ -77,8 +76,5 @@ def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identi
     with atomic_dir(out) as tmp:
         shutil.copytree(start_adapter, tmp / "adapter")
         write_json(tmp / "adapter" / "manifest.json", adapter_manifest(tmp / "adapter", base_identity))
-        write_json(tmp / "train_metrics.json", metrics)
-        write_json(tmp / "guard_report.json", GuardReport(trainer="agent_dpo", status="ok", trip=None, peaks={},
-                                                          last_good_checkpoint=None, steps=0).model_dump())
-        (tmp / "train_log.csv").write_text("step\n")
+        write_untrained(tmp, "agent_dpo", metrics)
     return metrics

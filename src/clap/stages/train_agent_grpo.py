@@ -48,7 +48,6 @@ REWARD_PARTS = ("outcome", "format", "process", "efficiency")
 class Turn:
     text: str
     new_tokens: int
-    clipped: bool  # cut at agent.turn_tokens before its end-of-turn token
 
 
 def build_dataset(tasks: list[dict]):
@@ -141,8 +140,8 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
             for conv, row in zip(conversations, out[:, width:].tolist()):
                 end = next((i for i, t in enumerate(row) if t in stop), None)
                 kept = row if end is None else row[:end]
-                last_clipped[id(conv)] = end is None
-                turns.append(Turn(tok.decode(kept, skip_special_tokens=True), len(kept) + (end is not None), end is None))
+                last_clipped[id(conv)] = end is None  # cut at agent.turn_tokens before its end-of-turn token
+                turns.append(Turn(tok.decode(kept, skip_special_tokens=True), len(kept) + (end is not None)))
             return turns
 
         tasks = [{"task_id": str(i), "question": p[-1]["content"]} for i, p in enumerate(prompts)]
@@ -191,7 +190,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     use_rm, rm_note = reward_model_use(g["reward_model_weight"], rm_dir)
     if use_rm:
         funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
-                                    base_model.load_tokenizer(base_dir)))
+                                    tok))  # scores() pads right whatever the policy's padding side
         func_weights.append(g["reward_model_weight"])
     print(f"clap: agent-grpo: {rm_note}")
     args = GRPOConfig(output_dir=str(checkpoints), max_steps=g["max_steps"], learning_rate=g["learning_rate"],

@@ -24,14 +24,14 @@ from clap import model as base_model
 from clap.agent import reward_model, scoring
 from clap.agent.tasks import split_of
 from clap.guards import GuardCallback
-from clap.io import atomic_dir, read_jsonl, write_json
-from clap.stages.train_common import finish, resume_point
+from clap.io import atomic_dir, read_jsonl
+from clap.stages.train_common import finish, resume_point, write_untrained
 
 
 def split_pairs(pairs: list[dict], eval_fraction: float, seed: str) -> tuple[list[dict], list[dict]]:
     """(train, held-out) pairs, split by task so no held-out state comes from a task the model trained on."""
-    held = [p for p in pairs if split_of(p["task_id"], eval_fraction, seed) == "eval"]
-    return [p for p in pairs if split_of(p["task_id"], eval_fraction, seed) != "eval"], held
+    side = {t: split_of(t, eval_fraction, seed) for t in {p["task_id"] for p in pairs}}
+    return [p for p in pairs if side[p["task_id"]] != "eval"], [p for p in pairs if side[p["task_id"]] == "eval"]
 
 
 def build_dataset(pairs: list[dict], tok):
@@ -95,15 +95,10 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
 def _untrained(out: Path, base_identity: dict, started: float, pairs: int, held: int) -> dict:
     """No train pair (the SFT adapter made no mistake the AST rules catch on the train tasks' states):
     no reward model; the folder says so, and agent GRPO keeps the rule rewards alone."""
-    from clap.schemas import GuardReport
-
     metrics = {"trainer": "agent_rm", "status": "ok", "steps": 0, "train_loss": None, "pairs": pairs, "train_pairs": 0,
                "held_out_pairs": held, "agreement_with_rules": None, "usable_as_reward": False,
                "train_runtime_s": round(time.time() - started, 2), "tokens_seen": 0, "tokens_per_s": 0.0,
                "adapter_source": "none: no train pair to learn from", "base": base_identity["hub_id"]}
     with atomic_dir(out) as tmp:
-        write_json(tmp / "train_metrics.json", metrics)
-        write_json(tmp / "guard_report.json", GuardReport(trainer="agent_rm", status="ok", trip=None, peaks={},
-                                                          last_good_checkpoint=None, steps=0).model_dump())
-        (tmp / "train_log.csv").write_text("step\n")
+        write_untrained(tmp, "agent_rm", metrics)
     return metrics

@@ -127,6 +127,17 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
     return metrics
 
 
+def write_untrained(folder: Path, trainer: str, metrics: dict, status: str = "ok") -> None:
+    """The record of a trainer that ran no step (disabled, nothing to learn from): its metrics, a guard report
+    that watched nothing, an empty log — the files the pipeline and the gate read of every trainer."""
+    from clap.schemas import GuardReport
+
+    write_json(folder / "train_metrics.json", metrics)
+    write_json(folder / "guard_report.json", GuardReport(trainer=trainer, status=status, trip=None, peaks={},
+                                                        last_good_checkpoint=None, steps=0).model_dump())
+    (folder / "train_log.csv").write_text("step\n")
+
+
 def _log_csv(history: list[dict]) -> str:
     keys = ["step"] + sorted({k for h in history for k in h if k not in ("step", "epoch")})
     buf = io.StringIO()
