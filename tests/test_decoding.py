@@ -1,7 +1,9 @@
 import json
 
+import jsonschema
 import pytest
 
+from clap import normalize as nz
 from clap import prompts
 from clap.decoding import answer_schema, contract_valid, sentences
 from clap.generate import Engine
@@ -28,18 +30,41 @@ CHUNKS = [{"chunk_id": "c1-p1", "doc_id": "c1", "page": 1, "text": "Revenue was 
 
 def test_answer_schema_is_built_from_what_the_model_was_shown():
     s = answer_schema(CHUNKS, with_location=True)
-    p = s["properties"]
-    assert list(p) == [*prompts.ANSWER_KEYS, *prompts.LOCATION_KEYS] == s["required"]
-    assert p["evidence"]["enum"] == ["Revenue was 1,200.5 RMB 10k.", "Margin was 7%.", "毛利率为42.7%。"]
-    assert p["value"]["enum"] == [7, 10, 42.7, 1200.5]  # every number written there, as targets write it (7 not 7.0)
-    assert p["chunk_id"]["enum"] == ["c1-p1", "c2-p3"] and p["doc_id"]["enum"] == ["c1", "c2"]
-    assert p["page"]["enum"] == [1, 3] and "%" in p["unit"]["enum"]
-    assert s["additionalProperties"] is False
+    alts = s["anyOf"]
+    for alt in alts:
+        assert list(alt["properties"]) == [*prompts.ANSWER_KEYS, *prompts.LOCATION_KEYS] == alt["required"]
+        assert alt["additionalProperties"] is False
+    picks = [(a["properties"]["evidence"]["const"], a["properties"]["value"]["enum"], a["properties"]["unit"]["enum"],
+              a["properties"]["chunk_id"]["const"], a["properties"]["page"]["const"]) for a in alts]
+    anything = sorted(nz.UNITS)
+    assert picks == [  # each sentence with its own numbers, each number with the unit written beside it
+        ("Revenue was 1,200.5 RMB 10k.", [1200.5], ["万元"], "c1-p1", 1),
+        ("Revenue was 1,200.5 RMB 10k.", [10], anything, "c1-p1", 1),   # the 10 of "10k": no unit follows it
+        ("Margin was 7%.", [7], ["%"], "c1-p1", 1),                    # as targets write it (7 not 7.0)
+        ("毛利率为42.7%。", [42.7], ["%"], "c2-p3", 3)]
+    assert answer_schema(CHUNKS[1:], with_location=False)["properties"]["value"] == {"enum": [42.7]}  # one: no anyOf
     free = answer_schema([], with_location=True)["properties"]  # the no-RAG arms: bounded, not extractive
     assert free["evidence"]["maxLength"] > 0 and free["value"] == {"type": "number"} and "enum" not in free["chunk_id"]
+    no_numbers = answer_schema([{"text": "Nothing to quote."}], with_location=False)["properties"]
+    assert no_numbers["value"] == {"type": "number"}  # no sentence can carry a value: the bounded free shape
 
 
-GOOD = {"entity": "A", "metric": "m", "period": "2021", "value": 1.5, "unit": "%", "evidence": "e"}
+@pytest.mark.parametrize("answer, admitted", [
+    ({"evidence": "Revenue was 1,200.5 RMB 10k.", "value": 1200.5, "unit": "万元"}, True),
+    ({"evidence": "Revenue was 1,200.5 RMB 10k.", "value": 1200.5, "unit": "元"}, False),  # not the unit written
+    ({"evidence": "Revenue was 1,200.5 RMB 10k.", "value": 7, "unit": "%"}, False),        # another sentence's number
+    ({"evidence": "Margin was 7%.", "value": 7, "unit": "%", "chunk_id": "c2-p3", "page": 3}, False),  # wrong chunk
+    ({"evidence": "Revenue was 1,200.5.", "value": 1200.5, "unit": "万元"}, False),         # not a sentence shown
+])
+def test_answer_schema_ties_value_unit_and_location_to_the_quote(answer, admitted):
+    full = {"entity": "A", "metric": "m", "period": "2021", "chunk_id": "c1-p1", "doc_id": "c1", "page": 1} | answer
+    doc_id = "c2" if full["chunk_id"] == "c2-p3" else "c1"
+    ordered = {k: full[k] for k in (*prompts.ANSWER_KEYS, *prompts.LOCATION_KEYS)} | {"doc_id": doc_id}
+    errors = list(jsonschema.Draft202012Validator(answer_schema(CHUNKS, with_location=True)).iter_errors(ordered))
+    assert (not errors) is admitted
+
+
+GOOD = {"entity": "A", "metric": "m", "period": "2021", "evidence": "e", "value": 1.5, "unit": "%"}
 
 
 @pytest.mark.parametrize("answer, with_location, ok", [
@@ -70,8 +95,7 @@ def test_constrained_generation_keeps_a_random_model_inside_the_schema(tiny_dir)
     for g, schema in zip(gens, schemas):
         answer = json.loads(g.text)
         assert contract_valid(answer, with_location=True), g.text
-        for key in ("evidence", "value", "chunk_id", "doc_id", "page", "unit"):
-            assert answer[key] in schema["properties"][key]["enum"]
+        jsonschema.validate(answer, schema)  # the quote, its number and unit, its chunk: one alternative
     with pytest.raises(ValueError, match="1 schemas for 2 conversations"):
         engine.generate(convs, use_adapter=False, schemas=schemas[:1], progress=False)
 

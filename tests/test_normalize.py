@@ -91,3 +91,18 @@ def test_formatted_numbers_round_trip(x):
 ])
 def test_unit_agrees(value, unit, text, agrees):
     assert nz.unit_agrees(value, unit, text) is agrees
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Average delivery delay for FY2021 was 16.5 days.", [(2021.0, None), (16.5, ("天", 16.5))]),
+    ("Net profit for FY2021 was -6,478.72 RMB 10k.", [(2021.0, None), (-6478.72, ("万元", 6478.72)), (10.0, None)]),  # the 10 of "10k" read as written
+    ("2021年，公司平均交付延迟为22.5天。", [(2021.0, None), (22.5, ("天", 22.5))]),        # 年 is no unit
+    ("原材料采购总额为6,076.97万元，占比12%", [(6076.97, ("万元", 6076.97)), (12.0, ("%", 12.0))]),
+    ("Loss was (35.0) tons; page 2", [(-35.0, ("吨", 35.0)), (2.0, None)]),            # brackets are a minus
+    ("sales were 3.4 million yuan", [(3.4, ("百万元", 3.4))]),                          # the multiplier word absorbed
+    ("shipped 3.2 million tons", [(3.2, ("吨", 3.2e6))]),                              # ... or multiplied out
+    ("No numbers here.", []),
+])
+def test_written_quantities(text, expected):
+    got = [(n, None if q is None else (q.unit, q.value)) for n, q in nz.written_quantities(text)]
+    assert got == expected

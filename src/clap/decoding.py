@@ -3,19 +3,23 @@
 Evaluation and replay decode the way serving does: vLLM's default structured-output backend is
 xgrammar, and `Engine.generate(..., schemas=...)` applies the same grammars through xgrammar's
 Hugging Face logits processor. The schema comes from the contract (`prompts.ANSWER_KEYS`, the
-canonical units) and, because the task is extractive, from what the model was shown: the evidence
-is one sentence of the given sources, the value one of the numbers written in them, and `chunk_id` /
-`doc_id` / `page` those of the retrieved chunks. A constrained model can still pick the wrong sentence or number; it can no longer invent a
-quote, repeat a key or write `c08-annual-2022-p2 doc_id=… page=2` as a chunk id.
+canonical units) and, because the task is extractive, from what the model was shown: the evidence is
+one sentence of the given sources, the value a number written in *that* sentence, the unit the one
+written beside it, and `chunk_id` / `doc_id` / `page` those of the chunk the sentence comes from. A
+constrained model can still pick the wrong sentence (a comparative year, another metric, another
+company's chunk); it can no longer invent a quote, quote one sentence and take another's number, give
+a number another unit than its source writes, repeat a key or write `c08-annual-2022-p2 doc_id=… page=2`
+as a chunk id.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 
-from clap.normalize import UNITS, numbers_in
+from clap.normalize import UNITS, written_quantities
 from clap.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
 
 # A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
@@ -38,25 +42,51 @@ def sentences(text: str) -> list[str]:
     return out
 
 
+def _readings(sentence: str) -> list[tuple[list, list[str]]]:
+    """The (values, units) a quote of `sentence` may carry: each number it writes with the unit written beside
+    it (`16.5 days` → 16.5 with 天), numbers without a readable unit (a year, a page) with any unit; numbers
+    that share their units in one group. A sentence without a number cannot be the evidence of a value."""
+    groups: dict[tuple[str, ...], set] = {}
+    for number, reading in written_quantities(sentence):
+        exact = reading is not None and math.isclose(reading.value, abs(number), rel_tol=1e-9)
+        units = (reading.unit,) if exact else tuple(sorted(UNITS))
+        groups.setdefault(units, set()).add(json_number(number))
+    return [(sorted(values), list(units)) for units, values in groups.items()]
+
+
 def answer_schema(sources: list[dict], with_location: bool) -> dict:
     """JSON schema of one answer to a question over `sources` (chunks with text, and for the
-    application chain chunk_id / doc_id / page). No sources (the no-RAG arms) leaves evidence and
-    location free but bounded: the model must still answer in the contract's shape."""
-    quotes = [s for src in sources for s in sentences(src["text"])]
-    numbers = sorted({json_number(v) for src in sources for v in numbers_in(src["text"])})
+    application chain chunk_id / doc_id / page).
+
+    With sources the answer is extractive: one alternative per sentence of the sources (and reading of its
+    numbers), in which the evidence is that sentence, the value a number it writes, the unit the one written
+    beside that number, and the location the chunk the sentence comes from. The model chooses the sentence
+    and writes entity, metric and period; it can no longer quote one sentence and take another's number.
+    No sources (the no-RAG arms) leaves evidence, value and location free but bounded: the model must
+    still answer in the contract's shape."""
     short = {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS}
-    props = {"entity": short, "metric": short,
-             "period": {"type": "string", "minLength": 1, "maxLength": MAX_PERIOD_CHARS},
-             "value": {"enum": numbers} if numbers else {"type": "number"},
-             "unit": {"enum": sorted(UNITS)},
-             "evidence": {"enum": quotes} if quotes else {"type": "string", "minLength": 1, "maxLength": MAX_FREE_QUOTE_CHARS}}
+    head = {"entity": short, "metric": short,
+            "period": {"type": "string", "minLength": 1, "maxLength": MAX_PERIOD_CHARS}}
+    alternatives: dict[str, dict] = {}
+    for src in sources:
+        location = ({"chunk_id": {"const": src["chunk_id"]}, "doc_id": {"const": src["doc_id"]},
+                     "page": {"const": int(src["page"])}} if with_location else {})
+        for quote in sentences(src["text"]):
+            for values, units in _readings(quote):
+                props = head | {"evidence": {"const": quote}, "value": {"enum": values}, "unit": {"enum": units}}
+                alt = _object(props | location)
+                alternatives.setdefault(json.dumps(alt, ensure_ascii=False, sort_keys=True), alt)
+    if alternatives:
+        alts = list(alternatives.values())
+        return alts[0] if len(alts) == 1 else {"anyOf": alts}
+    props = head | {"evidence": {"type": "string", "minLength": 1, "maxLength": MAX_FREE_QUOTE_CHARS},
+                    "value": {"type": "number"}, "unit": {"enum": sorted(UNITS)}}
     if with_location:
-        if sources:
-            props |= {"chunk_id": {"enum": sorted({s["chunk_id"] for s in sources})},
-                      "doc_id": {"enum": sorted({s["doc_id"] for s in sources})},
-                      "page": {"enum": sorted({int(s["page"]) for s in sources})}}
-        else:
-            props |= {"chunk_id": short, "doc_id": short, "page": {"type": "integer", "minimum": 1}}
+        props |= {"chunk_id": short, "doc_id": short, "page": {"type": "integer", "minimum": 1}}
+    return _object(props)
+
+
+def _object(props: dict) -> dict:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
@@ -64,12 +94,11 @@ def decision_schema(cause_fields: list[str], actions: list[str] | None = None) -
     """JSON schema of a recommendation: the action one of the playbook's `actions` (a bounded free
     sentence without one), the cause one of the case's cause fields, the risk focus one of the
     contract's (`prompts.RISK_FOCUS`); keys in `prompts.DECISION_KEYS` order."""
-    props = {"action": {"enum": list(actions)} if actions else
-             {"type": "string", "minLength": 1, "maxLength": MAX_ACTION_CHARS},
-             "cause": {"enum": list(cause_fields)} if cause_fields else
-             {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS},
-             "risk_focus": {"enum": list(RISK_FOCUS)}}
-    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    return _object({"action": {"enum": list(actions)} if actions else
+                    {"type": "string", "minLength": 1, "maxLength": MAX_ACTION_CHARS},
+                    "cause": {"enum": list(cause_fields)} if cause_fields else
+                    {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS},
+                    "risk_focus": {"enum": list(RISK_FOCUS)}})
 
 
 def contract_valid(answer: dict | None, with_location: bool = False) -> bool:

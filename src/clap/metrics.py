@@ -10,7 +10,6 @@ import json
 
 from clap import normalize as nz
 
-TARGET_FIELDS = ("entity", "metric", "period", "value", "unit", "evidence")
 TEXT_FIELDS = ("entity", "metric", "period", "unit")
 
 

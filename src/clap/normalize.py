@@ -262,6 +262,32 @@ def value_among(value: float, numbers, rel_tol: float = 1e-6) -> bool:
 _UNIT_STOP = re.compile(r"[;:!?()\[\]{}。；：！？（）、\"]|,(?!\d{3})|\.(?!\d)|\s{2,}")
 
 
+def written_quantities(text: object) -> list[tuple[float, Quantity | None]]:
+    """Every number written in a text (signed, as `numbers_in` reads it) with the quantity the words right
+    after it make of it — `16.5 days` → 16.5 天, `1,200.5 RMB 10k` → 1200.5 万元 — or None where no
+    readable unit follows (a year, a page number, a unit written in a header). The reading stops at the
+    clause's end. Pure; what admission's unit check and the per-quote answer grammar read units from."""
+    folded = fold(text)
+    out: list[tuple[float, Quantity | None]] = []
+    for m in _NUM_PARTS.finditer(folded):
+        opening, minus, digits, closing = m.groups()
+        number = float(digits.replace(",", ""))
+        if not math.isfinite(number):
+            continue
+        tail = folded[m.end():m.end() + 24]
+        stop = _UNIT_STOP.search(tail)
+        tail = tail[:stop.start()] if stop else tail
+        reading = None
+        for end in sorted({i for i in range(1, len(tail) + 1) if i == len(tail) or tail[i] == " "
+                           or not tail[i - 1].isascii()}, reverse=True):
+            q = parse_quantity(digits, tail[:end].strip())
+            if q is not None and q.unit != "":
+                reading = q
+                break
+        out.append((-number if minus or (opening and closing) else number, reading))
+    return out
+
+
 def unit_agrees(value: float, unit: str, text: object) -> bool | None:
     """Does `text` write `value` with `unit` (equal in base units)? None when the value is written
     without a readable unit beside it (nothing to disagree with).
@@ -269,24 +295,14 @@ def unit_agrees(value: float, unit: str, text: object) -> bool | None:
     The admission check against poisoned exports: a row whose unit was shifted (`元` for `万元`)
     still has its number in the source, but the source writes another unit next to it.
     """
-    folded = fold(text)
     want = Quantity(abs(value), unit)
     seen_unit = False
-    for m in _NUM_PARTS.finditer(folded):
-        number = float(m.group(3).replace(",", ""))
-        if not math.isclose(abs(number), abs(value), rel_tol=1e-6, abs_tol=1e-9):
+    for number, reading in written_quantities(text):
+        if reading is None or not math.isclose(abs(number), abs(value), rel_tol=1e-6, abs_tol=1e-9):
             continue
-        tail = folded[m.end():m.end() + 24]
-        stop = _UNIT_STOP.search(tail)
-        tail = tail[:stop.start()] if stop else tail
-        for end in sorted({i for i in range(1, len(tail) + 1) if i == len(tail) or tail[i] == " "
-                           or not tail[i - 1].isascii()}, reverse=True):
-            q = parse_quantity(m.group(3), tail[:end].strip())
-            if q is not None and q.unit != "":
-                seen_unit = True
-                if same_quantity(Quantity(number, q.unit), want):
-                    return True
-                break
+        seen_unit = True
+        if same_quantity(Quantity(abs(number), reading.unit), want):
+            return True
     return False if seen_unit else None
 
 

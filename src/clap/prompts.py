@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 
 SYSTEM_EXTRACT = ("Extract the asked fact from the source. Reply with one JSON object with keys entity, metric, "
-                  "period, value, unit, evidence. value is a number as written in the source; unit is one of "
-                  "元 千元 万元 百万元 亿元 % 吨 千克 件 天; evidence quotes the source verbatim.")
+                  "period, evidence, value, unit. evidence quotes the source sentence verbatim; value is its number "
+                  "as written; unit is one of 元 千元 万元 百万元 亿元 % 吨 千克 件 天.")
 SYSTEM_APP = ("Answer from the retrieved sources. Reply with one JSON object with keys entity, metric, period, "
-              "value, unit, evidence, chunk_id, doc_id, page. evidence quotes the source verbatim.")
+              "evidence, value, unit, chunk_id, doc_id, page. evidence quotes the source sentence verbatim; value "
+              "is its number as written.")
 SYSTEM_DECIDE = ("Recommend how to handle the case. Reply with one JSON object with keys action, cause, "
                  "risk_focus; cause is the cause field that drives the case; risk_focus is one of delivery, cash, "
                  "customer, compliance.")
@@ -20,7 +21,9 @@ DECISION_KEYS = ("action", "cause", "risk_focus")  # the order a recommendation 
 RISK_FOCUS = ("delivery", "cash", "customer", "compliance")
 
 
-ANSWER_KEYS = ("entity", "metric", "period", "value", "unit", "evidence")  # the order targets write them in
+# The order targets write them in: the quote before the number, so the model copies the value from the sentence it
+# has just quoted instead of committing to a number first (the per-quote grammar, clap.decoding, ties the two).
+ANSWER_KEYS = ("entity", "metric", "period", "evidence", "value", "unit")
 LOCATION_KEYS = ("chunk_id", "doc_id", "page")  # the application chain's answer adds where the evidence is
 
 
@@ -53,8 +56,8 @@ def decision_cause_fields(prompt: str) -> list[str]:
 
 
 def target_json(fact: dict, with_location: bool = False) -> str:
-    obj = {"entity": fact["entity"], "metric": fact["metric"], "period": fact["period"],
-           "value": json_number(fact["value"]), "unit": fact["unit"], "evidence": fact["evidence"]}
+    obj = {"entity": fact["entity"], "metric": fact["metric"], "period": fact["period"], "evidence": fact["evidence"],
+           "value": json_number(fact["value"]), "unit": fact["unit"]}
     if with_location:
         obj.update(chunk_id=fact["chunk_id"], doc_id=fact["doc_id"], page=int(fact["page"]))
     return json.dumps(obj, ensure_ascii=False)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from clap import normalize as nz
 from clap import prompts
-from clap.metrics import TARGET_FIELDS, evidence_correct, field_equal, parse_answer, value_correct
+from clap.metrics import evidence_correct, field_equal, parse_answer, value_correct
 
 DECISION_FIELDS = prompts.DECISION_KEYS
 
 
-def format_reward(completion: str, required=TARGET_FIELDS) -> float:
+def format_reward(completion: str, required=prompts.ANSWER_KEYS) -> float:
     """1 for a JSON object with every required field, 0.5 for JSON missing some, 0 otherwise."""
     obj = parse_answer(completion)
     if obj is None:
