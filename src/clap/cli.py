@@ -343,7 +343,17 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
     if backend == "vllm":
         return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
                           prod_dir=prod_dir, prod_expected=prod_expected)
-    return Engine(base, adapter, expected, prod_dir, prod_expected)
+    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=_answer_store(cfg))
+
+
+def _answer_store(cfg: dict) -> Path | None:
+    return paths.ANSWER_STORE if cfg["generate"]["reuse_answers"] else None
+
+
+def _say_reused(engine) -> None:
+    store = getattr(engine, "store", None)
+    if store is not None and store.hits + store.misses:
+        console.print(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} greedy requests")
 
 
 def _prod(prod: Path | None) -> tuple[Path | None, dict | None]:
@@ -393,8 +403,10 @@ def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
     from clap.stages import evaluate as stage
 
     cfg = _params()
-    r = stage.run(cfg, materialized / batch / "sft_eval.jsonl", _engine(cfg, adapter, prod),
-                  out or paths.EVAL / batch, batch, metrics / f"{batch}.json")
+    engine = _engine(cfg, adapter, prod)
+    r = stage.run(cfg, materialized / batch / "sft_eval.jsonl", engine, out or paths.EVAL / batch, batch,
+                  metrics / f"{batch}.json")
+    _say_reused(engine)
     d = r["deltas"]["overall_score"]
     console.print(f"{batch}: overall base {r['metrics']['baseline']['overall_score']:.4f} → candidate "
                   f"{r['metrics']['candidate']['overall_score']:.4f} (Δ {d['delta']:+.4f}, "
@@ -423,12 +435,14 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     steps = [s for s in CHAIN if s == "sft" or cfg["train"][s]["enabled"]]
     others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
     prod_dir, prod_expected = _prod(prod)
-    engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others)
+    engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others,
+                    answer_store=_answer_store(cfg))
     models = ["base"] + (["prod"] if prod_dir else []) + steps
     result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
                        engine, models, out, metrics,
                        {b: (materialized / b / "sft_eval.jsonl", paths.EVAL / b / "records.jsonl")
                         for b in cfg["data"]["batches"]})
+    _say_reused(engine)
     console.print(decision_table(result))
 
 
@@ -455,7 +469,9 @@ def replay(adapter: Path = typer.Option(paths.adapter("sft")),
     from clap.summary import abcd_table, contrast_lines
 
     cfg = _params()
-    result = stage.run(cfg, assets, materialized, index_dir, _engine(cfg, adapter, prod), out, metrics)
+    engine = _engine(cfg, adapter, prod)
+    result = stage.run(cfg, assets, materialized, index_dir, engine, out, metrics)
+    _say_reused(engine)
     console.print(abcd_table(result["arms"]))
     for name, line in contrast_lines(result).items():
         console.print(f"{name}: {line}")

@@ -186,6 +186,7 @@ class Generate(_Section):
     constrained: StrictBool
     gpu_memory_utilization: OpenFraction
     ray_workers: Annotated[StrictInt, Field(ge=0, le=4096)]
+    reuse_answers: StrictBool
 
 
 class EvalWeights(_Section):

@@ -50,6 +50,7 @@ class Generation:
     text: str
     new_tokens: int
     latency_ms: float
+    reused: bool = False  # taken from the answer store (`clap.answer_store`), not decoded in this run
 
 
 class Engine:
@@ -64,10 +65,12 @@ class Engine:
     def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
-                 tools: list[dict] | None = None):
+                 tools: list[dict] | None = None, answer_store: Path | None = None):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
-        render every conversation (the agent track's tool-calling template, `clap.agent.chat`)."""
+        render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
+        `answer_store`: a folder of greedy answers reused by content address (`clap.answer_store`)."""
+        from clap.answer_store import AnswerStore, model_id
         from clap.serving import attach
 
         self.tok = base_model.load_tokenizer(base_dir)
@@ -76,10 +79,13 @@ class Engine:
         self.model = base_model.load_model(base_dir)
         ident = base_model.identity(base_dir)
         self.adapters = []
+        self.store = AnswerStore(answer_store) if answer_store is not None else None
+        self._model_ids = {None: model_id(ident["weights_sha256"])}  # what answers, by content: the store's key
         for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected), *others):
             if folder is not None:
                 self.model = attach(self.model, name, Path(folder), pinned, ident)
                 self.adapters.append(name)
+                self._model_ids[name] = model_id(ident["weights_sha256"], pinned["files"])
         self.has_adapter = "candidate" in self.adapters
         self.model.eval()
         self.device = next(self.model.parameters()).device
@@ -94,8 +100,12 @@ class Engine:
             self._grammars = GrammarCache(self.tok, self.model.config.vocab_size)
         return self._grammars
 
+    @staticmethod
+    def _name(use_adapter: bool | str) -> str | None:
+        return "candidate" if use_adapter is True else (use_adapter or None)
+
     def _context(self, use_adapter: bool | str):
-        name = "candidate" if use_adapter is True else use_adapter
+        name = self._name(use_adapter)
         if not name:
             return self.model.disable_adapter() if self.adapters else contextlib.nullcontext()
         if name not in self.adapters:
@@ -136,9 +146,15 @@ class Engine:
         if schemas is not None and len(schemas) != len(conversations):
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         encoded = [self.encode(m) for m in conversations]
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         out: list[Generation | None] = [None] * len(encoded)
-        bar = _progress(len(encoded), progress)
+        keys = self._store_keys(encoded, use_adapter, schemas, max_new_tokens) if temperature == 0 else None
+        if keys:
+            for i, key in enumerate(keys):
+                hit = self.store.get(key)
+                if hit is not None:
+                    out[i] = Generation(hit["text"], hit["new_tokens"], hit["latency_ms"], reused=True)
+        order = sorted((i for i in range(len(encoded)) if out[i] is None), key=lambda i: len(encoded[i]))
+        bar = _progress(len(order), progress)
         started = time.perf_counter()
         with self._context(use_adapter):
             for s in range(0, len(order), batch_size):
@@ -161,6 +177,8 @@ class Engine:
                     text = truncate_at_json_end(self.tok.decode(new, skip_special_tokens=True))
                     n = int((new != pad).sum())
                     out[i] = Generation(text=text, new_tokens=n, latency_ms=ms)
+                    if keys:
+                        self.store.put(keys[i], {"text": text, "new_tokens": n, "latency_ms": round(ms, 2)})
                 if bar:
                     done = min(s + batch_size, len(order))
                     bar.update(len(idx))
@@ -168,6 +186,14 @@ class Engine:
         if bar:
             bar.close()
         return out  # type: ignore[return-value]
+
+    def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
+                    max_new_tokens: int) -> list[str] | None:
+        model = self._model_ids.get(self._name(use_adapter))
+        if self.store is None or model is None:  # an unknown adapter name: `_context` says which
+            return None
+        return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens)
+                for i, ids in enumerate(encoded)]
 
 
 def _progress(total: int, enabled: bool):

@@ -54,7 +54,7 @@ def answer(cfg: dict, samples: list[dict], engine, use_adapter, name: str, batch
         rows.append({"sample_id": s["sample_id"], "batch": batch, "model": name,
                      "input_hash": hashlib.sha256((s["system"] + s["prompt"]).encode()).hexdigest(),
                      "output": g.text, "parsed": pred, "new_tokens": g.new_tokens,
-                     "latency_ms": round(g.latency_ms, 2), **scores})
+                     "latency_ms": round(g.latency_ms, 2), "reused": g.reused, **scores})
     return rows
 
 

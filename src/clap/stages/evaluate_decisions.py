@@ -135,7 +135,7 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
                for role in ("chosen", "near_miss", "rejected")}
         per_model[name] = [
             {"case_id": c["case_id"], "record_id": c["record_id"], "batch": c["batch"], "model": name,
-             "output": g.text, "parsed": parse_answer(g.text), "latency_ms": round(g.latency_ms, 2),
+             "output": g.text, "parsed": parse_answer(g.text), "latency_ms": round(g.latency_ms, 2), "reused": g.reused,
              "logprob": {role: round(lps[role][i], 4) for role in lps},
              **score_case(g.text, c, {role: lps[role][i] for role in lps}, rewards)}
             for i, (c, g) in enumerate(zip(cases, gens))]

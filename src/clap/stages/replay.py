@@ -78,7 +78,7 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
         for c, ctx, g in zip(cases, contexts, gens):
             scores = score_case(parse_answer(g.text), json.loads(c["target"]), ctx)
             rows.append({"case_id": c["case_id"], "batch": c["batch"], "arm": arm, "output": g.text,
-                         "retrieved": [x["chunk_id"] for x in ctx], "latency_ms": round(g.latency_ms, 2), **scores})
+                         "retrieved": [x["chunk_id"] for x in ctx], "latency_ms": round(g.latency_ms, 2), "reused": g.reused, **scores})
         n = len(rows) or 1
         table[arm] = {m: round(sum(x[m] for x in rows) / n, 4) for m in METRICS}
         table[arm]["p95_latency_ms"] = p95([x["latency_ms"] for x in rows])

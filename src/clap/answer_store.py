@@ -1,0 +1,85 @@
+"""Answers reused by content address: a greedy answer is a function of the model's bytes, the prompt's
+tokens, the grammar and the decoding code, so the same request is never decoded twice.
+
+    dvc exp run -S generate.reuse_answers=false   # decode everything again (the store is left as it is)
+
+Round after round the base model answers the same holdouts and replay questions, and prod answers what it
+answered as the last round's candidate: `generate.Engine` looks every greedy request up here first and
+decodes only the rest (evaluate, replay, the decision evaluation). The key hashes everything the answer
+depends on — the base weights, the active adapter's pinned file hashes, the prompt's token ids (chat
+template included), the JSON schema, `max_new_tokens`, the decoding code (`generate.py`, `decoding.py`,
+`metrics.py`) and the torch / transformers / peft / xgrammar versions — so a change to any of them is a
+miss, never a stale answer. Sampled answers (temperature > 0) are not stored. A reused answer keeps the
+latency measured when it was decoded; records say which answers were reused.
+
+The store lives outside DVC's outputs (`paths.ANSWER_STORE`, one small JSON file per answer, each written
+atomically), like a compiler cache: deleting it costs time, never results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+from clap.io import atomic_write_text
+
+_CODE = ("generate.py", "decoding.py", "metrics.py")  # what turns a prompt into the stored text
+_LIBRARIES = ("torch", "transformers", "peft", "xgrammar")
+
+
+@cache
+def _code_salt() -> str:
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in _CODE:
+        h.update((here / name).read_bytes())
+    for lib in _LIBRARIES:
+        try:
+            h.update(f"{lib}=={metadata.version(lib)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{lib} absent".encode())
+    return h.hexdigest()
+
+
+def model_id(base_weights_sha256: dict, adapter_files: dict | None = None) -> str:
+    """Content identity of what answers: the base weights' hashes, plus the adapter's pinned file hashes."""
+    parts = [json.dumps(base_weights_sha256, sort_keys=True), json.dumps(adapter_files or {}, sort_keys=True)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+class AnswerStore:
+    """`store.get(key)` / `store.put(key, answer)` with `key = store.key(model, prompt_ids, schema, max_new_tokens)`."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, model: str, prompt_ids: list[int], schema: dict | None, max_new_tokens: int) -> str:
+        h = hashlib.sha256()
+        for part in (_code_salt(), model, json.dumps(prompt_ids), json.dumps(schema, ensure_ascii=False),
+                     str(max_new_tokens)):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        """The stored answer (text, new_tokens, latency_ms), or None; an unreadable file counts as absent."""
+        try:
+            answer = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            answer = None
+        if not (isinstance(answer, dict) and isinstance(answer.get("text"), str)):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return answer
+
+    def put(self, key: str, answer: dict) -> None:
+        atomic_write_text(self._path(key), json.dumps(answer, ensure_ascii=False))

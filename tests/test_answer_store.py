@@ -1,0 +1,62 @@
+import json
+
+from clap import prompts
+from clap.answer_store import AnswerStore, model_id
+from clap.decoding import answer_schema
+from clap.generate import Engine
+
+CHUNK = {"chunk_id": "c1-p1", "doc_id": "c1", "page": 1, "text": "Revenue was 1,200.5 RMB 10k. Margin was 7%."}
+CONVS = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt(q, [CHUNK])) for q in ("Revenue?", "Margin?", "Both?")]
+
+
+def _files(root):
+    return sorted(p.name for p in root.rglob("*.json"))
+
+
+def test_a_greedy_answer_is_decoded_once_and_reused_as_it_was(tiny_dir, tmp_path):
+    store = tmp_path / "answers"
+    engine = Engine(tiny_dir, answer_store=store)
+    first = engine.generate(CONVS[:2], use_adapter=False, max_new_tokens=16, batch_size=2, progress=False)
+    assert not any(g.reused for g in first) and len(_files(store)) == 2
+    again = Engine(tiny_dir, answer_store=store)  # a later run: only the third question is new
+    second = again.generate(CONVS, use_adapter=False, max_new_tokens=16, batch_size=2, progress=False)
+    assert [g.reused for g in second] == [True, True, False]
+    assert [(g.text, g.new_tokens, g.latency_ms) for g in second[:2]] == \
+        [(g.text, g.new_tokens, round(g.latency_ms, 2)) for g in first]
+    assert (again.store.hits, again.store.misses) == (2, 1) and len(_files(store)) == 3
+    plain = Engine(tiny_dir).generate(CONVS, use_adapter=False, max_new_tokens=16, batch_size=1, progress=False)
+    assert [g.text for g in second] == [g.text for g in plain]  # reuse never changes an answer
+
+
+def test_what_the_answer_depends_on_is_in_the_key(tiny_dir, tmp_path):
+    engine = Engine(tiny_dir, answer_store=tmp_path / "answers")
+    engine.generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False)
+    schema = [answer_schema([CHUNK], with_location=True)]
+    for kwargs in ({"max_new_tokens": 8}, {"max_new_tokens": 16, "schemas": schema}):
+        assert not engine.generate(CONVS[:1], use_adapter=False, progress=False, **kwargs)[0].reused
+    sampled = engine.generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False, temperature=0.7)
+    assert not sampled[0].reused and len(_files(tmp_path / "answers")) == 3  # a sampled answer is never stored
+    store = AnswerStore(tmp_path / "x")
+    base = model_id({"model.safetensors": "aa"})
+    keys = {store.key(m, [1, 2], None, 16) for m in (base, model_id({"model.safetensors": "ab"}),
+                                                       model_id({"model.safetensors": "aa"}, {"adapter": "cc"}))}
+    assert len(keys) == 3 and store.key(base, [1, 2], None, 16) == store.key(base, [1, 2], None, 16)
+    assert store.key(base, [1, 2], None, 16) != store.key(base, [1, 3], None, 16)
+
+
+def test_a_torn_store_file_is_decoded_again(tiny_dir, tmp_path):
+    store = tmp_path / "answers"
+    engine = Engine(tiny_dir, answer_store=store)
+    text = engine.generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False)[0].text
+    (path,) = store.rglob("*.json")
+    path.write_text('{"text": "half')
+    g = Engine(tiny_dir, answer_store=store).generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False)[0]
+    assert not g.reused and g.text == text and json.loads(path.read_text())["text"] == text
+
+
+def test_the_candidate_and_the_base_model_do_not_share_answers(tiny_dir, sft_start, tmp_path):
+    adapter, manifest = sft_start
+    engine = Engine(tiny_dir, adapter, manifest, answer_store=tmp_path / "answers")
+    engine.generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False)
+    assert not engine.generate(CONVS[:1], use_adapter=True, max_new_tokens=16, progress=False)[0].reused
+    assert engine.generate(CONVS[:1], use_adapter=True, max_new_tokens=16, progress=False)[0].reused
