@@ -150,9 +150,13 @@ def test_loop_threshold_change_release_rollback(clone):
     # prod changed: exactly the stages that depend on prod re-run, and the candidate is judged against it
     out = run(root, "dvc", "repro", env=env)
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
-    assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "evaluate_decisions", "replay", "gate", "bundle",
-                   "repair_queue"}, ran
+    assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "evaluate_decisions", "replay", "evaluate_agent",
+                   "gate", "bundle", "repair_queue"}, ran
     assert (root / "models/prod/adapter/adapter_model.safetensors").read_bytes() == v1_adapter
+    assert hashlib.sha256((root / "models/prod/agent_adapter/adapter_model.safetensors").read_bytes()).hexdigest() \
+        == pinned
+    agent = json.loads((root / "metrics/agent.json").read_text())  # the agent chain judged against prod's agent too
+    assert "prod" in agent["models"] and set(agent["deltas_vs_prod"]) == set(agent["deltas_vs_base"]) - {"prod"}
     ev = json.loads((root / "metrics/eval/b1.json").read_text())
     assert {"prod", "deltas_vs_prod", "prod_vs_base"} <= set(ev)
     decisions = json.loads((root / "metrics/decisions.json").read_text())

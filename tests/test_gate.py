@@ -267,11 +267,14 @@ def test_release_via_canary_turns_promote_into_canary_only():
     assert via_canary(POLICY | {"release_via_canary": True}, held).decision == "hold"
 
 
-def agent_metrics(delta, ci_half=0.05, halluc=0.05, tool_calls=0.8):
-    return {"models": {"base": {"success": 0.0, "hallucinated": 0.0, "tool_call_accuracy": 0.1},
-                       "agent_sft": {"success": delta, "hallucinated": halluc, "tool_call_accuracy": tool_calls}},
-            "deltas_vs_base": {"agent_sft": {"success": {"delta": delta, "ci_low": delta - ci_half,
-                                                         "ci_high": delta + ci_half, "n": 28}}}}
+def agent_metrics(delta, ci_half=0.05, halluc=0.05, tool_calls=0.8, vs_prod=None):
+    """`vs_prod`: the candidate's success delta against the agent adapter in prod (None: nothing in prod)."""
+    def ci(d):
+        return {"success": {"delta": d, "ci_low": d - ci_half, "ci_high": d + ci_half, "n": 28}}
+    out = {"models": {"base": {"success": 0.0, "hallucinated": 0.0, "tool_call_accuracy": 0.1},
+                      "agent_sft": {"success": delta, "hallucinated": halluc, "tool_call_accuracy": tool_calls}},
+           "deltas_vs_base": {"agent_sft": ci(delta)}}
+    return out if vs_prod is None else out | {"deltas_vs_prod": {"agent_sft": ci(vs_prod)}}
 
 
 @pytest.mark.parametrize("case, metrics_, guard, expected, rule", [
@@ -286,6 +289,9 @@ def agent_metrics(delta, ci_half=0.05, halluc=0.05, tool_calls=0.8):
      "guard:agent_sft:non_finite:loss"),
     ("never evaluated", None, OK, "hold", "agent_eval_missing"),
     ("never trained", agent_metrics(0.4), None, "hold", "guard_report_missing:agent_sft"),
+    ("beats base, as good as prod", agent_metrics(0.4, vs_prod=0.2), OK, "promote", None),
+    ("beats base, worse than prod", agent_metrics(0.4, vs_prod=-0.3), OK, "hold", "agent_success_minus_prod"),
+    ("beats base, prod's equal", agent_metrics(0.4, vs_prod=0.0), OK, "canary", "agent_success_minus_prod_ci_low"),
 ])
 def test_agent_verdict_table(case, metrics_, guard, expected, rule):
     from clap.gate import decide_agent

@@ -255,9 +255,9 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
     console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, {m['tokens_per_s']} tokens/s")
 
 
-def _agent_engine(cfg: dict, adapters: list[str]):
+def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):
     """One base model serving the named agent adapters (each through the serving check), with the
-    tool-calling template and the tools' schemas."""
+    tool-calling template and the tools' schemas; `prod`: the agent adapter in prod, from `_prod_agent`."""
     from clap import model
     from clap.agent.chat import CHAT_TEMPLATE
     from clap.agent.tools import ReportTools
@@ -265,8 +265,9 @@ def _agent_engine(cfg: dict, adapters: list[str]):
     from clap.serving import pinned_expectation
 
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
-    others = [(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]
-    return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
+    others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
+    return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas(),
+                  answer_store=_answer_store(cfg))
 
 
 @app.command("agent-pairs")
@@ -279,7 +280,9 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
 
     cfg = _params()
     tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
-    report = stage.run(cfg, tasks, _agent_engine(cfg, ["agent_sft"]), tools, out)
+    engine = _agent_engine(cfg, ["agent_sft"])
+    report = stage.run(cfg, tasks, engine, tools, out)
+    _say_reused(engine)
     console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
                   f"by reason {report['by_reason']}")
 
@@ -298,18 +301,22 @@ def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Opt
 
 @app.command("evaluate-agent")
 def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
-                   out: Path = typer.Option(paths.AGENT_EVAL), metrics: Path = typer.Option(paths.AGENT_METRICS)) -> None:
-    """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model on the held-out
-    agent tasks: task success, tool-call accuracy (when / how), pass^k, hallucination, abstention,
-    with paired-bootstrap CIs."""
+                   out: Path = typer.Option(paths.AGENT_EVAL), metrics: Path = typer.Option(paths.AGENT_METRICS),
+                   prod: Path = typer.Option(paths.PROD_ADAPTER, help="restored prod (clap prod-adapter)")) -> None:
+    """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model and the
+    agent adapter in prod on the held-out agent tasks: task success, tool-call accuracy (when / how), pass^k,
+    hallucination, abstention, with paired-bootstrap CIs."""
     from clap.gate import agent_chain
     from clap.stages import evaluate_agent as stage
     from clap.summary import agent_table
 
     cfg = _params()
     adapters = agent_chain(cfg)
-    result = stage.run(cfg, tasks, assets, _agent_engine(cfg, adapters),
-                       [("base", False), *[(a, a) for a in adapters]], out, metrics)
+    in_prod = _prod_agent(prod)
+    engine = _agent_engine(cfg, adapters, in_prod)
+    result = stage.run(cfg, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
+                       prod=bool(in_prod))
+    _say_reused(engine)
     console.print(agent_table(result))
 
 
@@ -367,6 +374,19 @@ def _prod(prod: Path | None) -> tuple[Path | None, dict | None]:
     console.print(f"baseline: prod {ptr['version']} ({ptr['version_tag']}) and the base model")
     folder = prod / "adapter"
     return folder, pinned_expectation(Path("."), folder, ptr["version_tag"])
+
+
+def _prod_agent(prod: Path) -> list[tuple[str, Path, dict]]:
+    """[("prod", folder, pinned manifest)] when the release in prod shipped an agent adapter, else []."""
+    from clap.io import read_json_if_exists
+    from clap.serving import pinned_expectation
+
+    ptr = read_json_if_exists(prod / "prod.json") or {}
+    folder = paths.prod_agent_adapter(prod)
+    if not (ptr.get("version") and folder.is_dir()):
+        return []
+    console.print(f"agent baseline: prod {ptr['version']} ({ptr.get('agent_candidate')}) and the base model")
+    return [("prod", folder, pinned_expectation(Path("."), folder, ptr["version_tag"], "agent_adapter"))]
 
 
 @app.command("prod-adapter")

@@ -287,8 +287,9 @@ def agent_chain(cfg: dict) -> list[str]:
 
 
 def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:
-    """A tool-calling agent adapter (its own track: `evaluate_agent` → metrics/agent.json) against the
-    base model on the held-out agent tasks: its guards; task success — hold when the whole CI is below
+    """A tool-calling agent adapter (its own track: `evaluate_agent` → metrics/agent.json) against the agent
+    adapter in prod (the base model before a release shipped one) on the held-out agent tasks: its guards;
+    task success — hold when the whole CI is below
     `agent_min_success_delta`, canary when the point estimate is or the CI lower bound is not above
     `agent_ci_lower_must_exceed`; its hallucination rate (a final answer no tool return supports) and
     its tool-call accuracy (BFCL's AST rules on the gold prefix) against their thresholds. A later step
@@ -304,16 +305,18 @@ def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate
         trip = guard.get("trip") or {}
         fire(f"guard:{candidate}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), "hold")
     model = (agent or {}).get("models", {}).get(candidate)
-    d = (agent or {}).get("deltas_vs_base", {}).get(candidate, {}).get("success")
+    reference = "prod" if "deltas_vs_prod" in (agent or {}) else "base"
+    d = (agent or {}).get(f"deltas_vs_{reference}", {}).get(candidate, {}).get("success")
     if model is None or d is None or d["delta"] is None:
         fire("agent_eval_missing", None, "metrics/agent.json with the candidate", "hold")
     else:
+        rule = f"agent_success_minus_{reference}"
         if d["ci_high"] < policy["agent_min_success_delta"]:
-            fire("agent_success_minus_base", _with_ci(d), policy["agent_min_success_delta"], "hold")
+            fire(rule, _with_ci(d), policy["agent_min_success_delta"], "hold")
         elif d["delta"] < policy["agent_min_success_delta"]:
-            fire("agent_success_minus_base_not_significant", _with_ci(d), policy["agent_min_success_delta"], "canary")
+            fire(f"{rule}_not_significant", _with_ci(d), policy["agent_min_success_delta"], "canary")
         elif d["ci_low"] <= policy["agent_ci_lower_must_exceed"]:
-            fire("agent_success_minus_base_ci_low", _with_ci(d), policy["agent_ci_lower_must_exceed"], "canary")
+            fire(f"{rule}_ci_low", _with_ci(d), policy["agent_ci_lower_must_exceed"], "canary")
         if model["hallucinated"] > policy["agent_max_hallucination_rate"]:
             fire("agent_hallucination_rate", model["hallucinated"], policy["agent_max_hallucination_rate"], "hold")
         if model["tool_call_accuracy"] < policy["agent_min_tool_call_accuracy"]:

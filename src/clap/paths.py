@@ -50,6 +50,11 @@ def adapter(kind: str) -> Path:
     return MODELS / kind / "adapter"
 
 
+def prod_agent_adapter(prod: Path = PROD_ADAPTER) -> Path:
+    """The tool-calling agent adapter the release in prod shipped, restored beside its extraction adapter."""
+    return Path(prod) / "agent_adapter"
+
+
 def admission(batch: str) -> Path:
     return ADMISSION / f"{batch}.json"
 

@@ -50,7 +50,9 @@ def pointer(root: Path) -> dict:
 
 
 def restore(root: Path, out: Path) -> dict:
-    """Write `out`/prod.json and, when a version is in prod, `out`/adapter/ restored and checked."""
+    """Write `out`/prod.json and, when a version is in prod, `out`/adapter/ restored and checked — and
+    `out`/agent_adapter/ when that release also shipped a tool-calling agent adapter (the agent
+    evaluation's prod arm)."""
     root = Path(root)
     ptr = pointer(root)
     with atomic_dir(out) as tmp:
@@ -58,6 +60,11 @@ def restore(root: Path, out: Path) -> dict:
             bundle = EvidenceBundle.model_validate_json(_show(root, ptr["version_tag"], str(paths.BUNDLE)))
             _restore_adapter(root, ptr, bundle, tmp / "adapter")
             ptr = ptr | {"candidate": bundle.candidate}
+            agent = next((f.path for f in bundle.files if f.role == "agent_adapter"
+                          and f.path.endswith("adapter_model.safetensors")), None)
+            if agent is not None:
+                _restore_adapter(root, ptr, bundle, paths.prod_agent_adapter(tmp), "agent_adapter")
+                ptr = ptr | {"agent_candidate": Path(agent).parent.parent.name}
         write_json(tmp / "prod.json", ptr)
     return ptr
 

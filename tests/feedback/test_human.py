@@ -130,7 +130,8 @@ def test_export_leaves_out_answers_of_an_older_candidate(project):
 
 
 def _with_agent_episodes(root, n_tasks=3):
-    """Held-out agent tasks, each with a greedy episode of the base model and the agent SFT adapter."""
+    """Held-out agent tasks, each with a greedy episode of the base model, the agent adapter in prod and the
+    agent SFT adapter."""
     import pandas as pd
 
     from clap.io import write_jsonl
@@ -143,7 +144,7 @@ def _with_agent_episodes(root, n_tasks=3):
          "needed_chunks": ["c1-p1"]} for i in range(n_tasks)])
     episodes = []
     for i in range(n_tasks):
-        for model, answer in (("base", None), ("agent_sft", "7")):
+        for model, answer in (("base", None), ("prod", None), ("agent_sft", "7")):
             steps = [{"text": "", "valid": True, "tool": "read_chunk", "arguments": {"chunk_id": "c1-p1"},
                       "observation": "Sales were 7."}] if answer else [{"text": "Sales?", "valid": False}]
             for run in ("greedy", "sample0"):
@@ -158,7 +159,7 @@ def test_agent_episodes_are_exported_blind_and_rated_against_the_base_model(proj
     _with_agent_episodes(root)
     tasks, key = _export(root, cfg)
     agent = [t for t in tasks if key["tasks"][t["data"]["uid"]]["kind"] == "agent"]
-    assert len(agent) == 6  # 3 tasks × 2 models, greedy runs only
+    assert len(agent) == 9  # 3 tasks × 3 models, greedy runs only
     texts = {key["tasks"][t["data"]["uid"]]["model"]: t["data"]["answer"] for t in agent}
     assert "read_chunk(chunk_id='c1-p1')" in texts["agent_sft"] and "→ Sales were 7." in texts["agent_sft"]
     assert texts["agent_sft"].endswith("Final answer: 7") and "(not a valid action) Sales?" in texts["agent_base"]
@@ -169,7 +170,9 @@ def test_agent_episodes_are_exported_blind_and_rated_against_the_base_model(proj
     r = _import(root, cfg, export)
     d = r["deltas"]["agent_sft-agent_base"]["usefulness"]
     assert (d["delta"], d["n"]) == (2.0, 3) and r["deltas"]["candidate-base"]["usefulness"]["n"] == N_ITEMS
+    assert r["deltas"]["agent_sft-agent_prod"]["usefulness"]["delta"] == 2.0
     assert r["models"]["agent_base"]["usefulness"]["mean"] == 2.0  # not pooled with the extraction base model
+    assert "prod" not in r["models"] and r["models"]["agent_prod"]["usefulness"]["n"] == 3  # nor prod's agent
     assert r["calibration"]["agent"]["success~usefulness"]["agreement_rate"] == 1.0
 
 

@@ -4,6 +4,7 @@ import copy
 import json
 
 import pytest
+from rich.console import Console
 from tests.stages.test_train import AtStart, _peft_key, assert_lora_trained, base_weights
 
 from clap.agent.chat import CHAT_TEMPLATE
@@ -19,6 +20,7 @@ from clap.stages import (
     train_agent_rm,
     train_agent_sft,
 )
+from clap.summary import agent_table
 
 
 @pytest.fixture(scope="module")
@@ -117,34 +119,41 @@ def test_agent_dpo_continues_the_sft_adapter_on_the_pairs(agent_cfg, mined, agen
     assert json.loads((tmp_path / "agent_dpo" / "guard_report.json").read_text())["trainer"] == "agent_dpo"
 
 
-def test_evaluate_agent_scores_base_and_adapter_with_full_trajectories(agent_cfg, tasks_dir, agent_adapter, small_loop,
-                                                                      tiny_dir, tmp_path):
+def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(agent_cfg, tasks_dir, agent_adapter,
+                                                                           small_loop, tiny_dir, tmp_path):
     out, _, _ = agent_adapter
     adapter = out / "adapter"
     manifest = json.loads((adapter / "manifest.json").read_text())
-    engine = Engine(tiny_dir, others=[("agent_sft", adapter, manifest), ("agent_dpo", adapter, manifest)],
+    engine = Engine(tiny_dir, others=[("prod", adapter, manifest), ("agent_sft", adapter, manifest),
+                                      ("agent_dpo", adapter, manifest)],
                     chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
     arms = [("base", False), ("agent_sft", "agent_sft"), ("agent_dpo", "agent_dpo")]
     result = evaluate_agent.run(agent_cfg, tasks_dir, small_loop / "assets", engine, arms, tmp_path / "eval",
-                                tmp_path / "agent.json")
+                                tmp_path / "agent.json", prod=True)
     n = result["n_tasks"]
     assert n == len([t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval"])
     for m in result["models"].values():
         assert set(m["pass_hat_k"]) == {"1", "2"} and 0 <= m["tool_call_accuracy"] <= m["tool_selection_accuracy"] <= 1
         assert m["n_steps"] <= agent_cfg["agent"]["max_steps"]
     assert result["deltas_vs_base"]["agent_sft"]["success"]["n"] == n
-    same = result["deltas_chain"]["agent_dpo-agent_sft"]["success"]  # one adapter under two names: identical runs
-    assert same["delta"] == same["ci_low"] == same["ci_high"] == 0.0
+    for same in (result["deltas_chain"]["agent_dpo-agent_sft"]["success"],  # one adapter under three names
+                 result["deltas_vs_prod"]["agent_sft"]["success"], result["deltas_vs_prod"]["agent_dpo"]["success"]):
+        assert same["delta"] == same["ci_low"] == same["ci_high"] == 0.0
+    assert set(result["deltas_vs_prod"]) == {"agent_sft", "agent_dpo"} and "prod" in result["deltas_vs_base"]
+    console = Console(width=250, record=True)
+    console.print(agent_table(result))
+    table = console.export_text()
+    assert "Δ success vs prod" in table and "+0.00 [+0.00, +0.00]" in table
     episodes = read_jsonl(tmp_path / "eval" / "episodes.jsonl")
-    assert len(episodes) == 3 * n * (1 + agent_cfg["agent"]["evaluate"]["samples"])
+    assert len(episodes) == 4 * n * (1 + agent_cfg["agent"]["evaluate"]["samples"])
     assert all(e["messages"][1]["role"] == "user" and len(e["steps"]) >= 1 for e in episodes)
     calls = read_jsonl(tmp_path / "eval" / "next_calls.jsonl")
     gold_turns = sum(t["gold_steps"] for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval")
-    assert len(calls) == 3 * gold_turns
+    assert len(calls) == 4 * gold_turns
     failed = read_jsonl(tmp_path / "eval" / "failed_episodes.jsonl")
     assert len(failed) == sum(1 for e in episodes if e["model"] == "agent_dpo" and e["run"] == "greedy" and not e["success"])
     assert all(f["reason"].startswith(("no_finish", "wrong_")) for f in failed)
-    assert json.loads((tmp_path / "agent.json").read_text())["models"].keys() == {"base", "agent_sft", "agent_dpo"}
+    assert json.loads((tmp_path / "agent.json").read_text())["models"].keys() == {"base", "prod", "agent_sft", "agent_dpo"}
 
 
 def test_agent_dpo_without_pairs_keeps_its_start_and_says_so(agent_cfg, agent_adapter, tiny_dir, tmp_path):

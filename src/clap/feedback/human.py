@@ -39,10 +39,12 @@ from clap.stats import paired_bootstrap
 
 EVAL_MODELS = {"baseline": "base", "candidate": "candidate", "prod": "prod"}  # evaluate's model names
 REPLAY_ARMS = {"A": "base", "B": "candidate", "P": "prod"}  # the replay's RAG arms: the application's answers
-AGENT_MODELS = {"base": "agent_base", "agent_sft": "agent_sft", "agent_dpo": "agent_dpo", "agent_grpo": "agent_grpo"}  # evaluate_agent's models
+AGENT_MODELS = {"base": "agent_base", "prod": "agent_prod",  # evaluate_agent's models: prod is the agent adapter in prod
+                "agent_sft": "agent_sft", "agent_dpo": "agent_dpo", "agent_grpo": "agent_grpo"}
 AUTOMATIC = {"extraction": ("pass_rate", "overall_score"), "application": ("core_fields_exact", "value_exact"),
              "agent": ("success", "reward")}
-COMPARED = (("candidate", None), ("agent_sft", "agent_base"), ("agent_dpo", "agent_base"), ("agent_grpo", "agent_base"))  # None: prod, else base
+COMPARED = (("candidate", None), ("agent_sft", "agent_base"), ("agent_dpo", "agent_base"), ("agent_grpo", "agent_base"),
+            ("agent_sft", "agent_prod"), ("agent_dpo", "agent_prod"), ("agent_grpo", "agent_prod"))  # None: prod, else base
 SOURCES = (("evaluate@{batch}", "models/sft", "train_sft"), ("replay", "models/sft", "train_sft"),
            ("evaluate_agent", "models/agent_sft", "train_agent_sft"))  # stage, adapter dep, the stage writing it
 AGENT_EPISODES = paths.AGENT_EVAL / "episodes.jsonl"
@@ -280,7 +282,7 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
                         sub.loc[ok, metric].tolist(), target[ok].tolist(), h["calibration_threshold"])
     # flagged: rated low, or no majority of its raters called it correct
     flagged = per_task[(per_task["usefulness"] <= h["flag_usefulness_at_most"]) | (per_task[CORRECTNESS] <= 0.5)]
-    flagged = flagged[flagged["model"].isin(["candidate", "prod", "agent_sft", "agent_dpo", "agent_grpo"])]
+    flagged = flagged[flagged["model"].isin(["candidate", "prod", "agent_prod", "agent_sft", "agent_dpo", "agent_grpo"])]
     inbox_rows = [{"source": "human_flagged", "export_id": key["export_id"], "uid": u,
                    "reason": "rated incorrect" if r[CORRECTNESS] <= 0.5 else f"usefulness {r['usefulness']:.1f}",
                    "record_id": key["tasks"][u]["record_id"], "item_id": r["item_id"], "model": r["model"]}

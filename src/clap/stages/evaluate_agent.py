@@ -1,15 +1,17 @@
-"""evaluate agent: the agent adapter against the base model on the held-out agent tasks.
+"""evaluate agent: the agent adapters against the base model and prod on the held-out agent tasks.
 
-    clap evaluate-agent         (DVC stage `evaluate_agent`, writes data/eval_agent/ and metrics/agent.json)
+    clap evaluate-agent --prod models/prod   (DVC stage `evaluate_agent`: data/eval_agent/, metrics/agent.json)
 
-Three measurements per model (base, then each agent adapter), every turn under the action grammar
+Three measurements per model (base, the agent adapter in prod when the release in prod shipped one, then
+each agent adapter of the chain), every turn under the action grammar
 when `generate.constrained` is on, as serving would decode:
   1. free-running greedy episodes → task success, the reward parts, hallucination (a final answer no
      tool return supports), abstention on unanswerable tasks, calls and steps per task;
   2. `agent.evaluate.samples` sampled episodes per task → τ-bench's pass^k;
   3. next-call accuracy on the gold prefix (BFCL's AST rules) → "when" (the right tool) apart from
      "how" (its arguments).
-Per batch and overall, with the candidate − base paired-bootstrap CI on success and reward.
+Per batch and overall, with paired-bootstrap CIs on success and reward: every adapter − base, every chain
+step − prod (the gate's reference when there is one), the later steps − agent SFT.
 Every episode is written with its full trajectory to data/eval_agent/episodes.jsonl; the last model's
 failed greedy episodes, with why, to failed_episodes.jsonl (the repair queue takes them).
 """
@@ -31,9 +33,10 @@ SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "ha
 
 
 def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, bool | str]], out: Path,
-        metrics_file: Path) -> dict:
+        metrics_file: Path, prod: bool = False) -> dict:
     """`arms`: (name, use_adapter) per model: the base model first (`("base", False)`), then the chain
-    in order (agent SFT, then the steps that continue it, each also compared with agent SFT)."""
+    in order (agent SFT, then the steps that continue it, each also compared with agent SFT). `prod`: the
+    engine also serves the agent adapter in prod (adapter `prod`), every chain step's reference."""
     check_output_dir(out, (Path(tasks_dir),))
     a, e = cfg["agent"], cfg["agent"]["evaluate"]
     tasks = by_kind_round_robin(load(tasks_dir, "eval"), e["max_tasks"])
@@ -41,7 +44,9 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
     schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
     by_id = {t["task_id"]: t for t in tasks}
     episodes, calls, per_arm = [], [], {}
-    for name, use_adapter in arms:
+    chain = arms[1:]
+    models = arms[:1] + ([("prod", "prod")] if prod else []) + chain
+    for name, use_adapter in models:
         greedy = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema)
         runs = [("greedy", rollout(greedy, tools, tasks, a["max_steps"], a["max_new_tokens"]))]
         sampled = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema, e["temperature"])
@@ -61,11 +66,12 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
     def delta(ref, name):
         return {m: paired_bootstrap(*_paired(episodes, ref, name, m), n=cfg["evaluate"]["bootstrap"],
                                     ci=cfg["evaluate"]["ci"], seed=17) for m in ("success", "reward")}
-    chain = {f"{name}-{arms[1][0]}": delta(arms[1][0], name) for name, _ in arms[2:]}
-    result = {"n_tasks": len(tasks), "models": per_arm, "deltas_vs_base": {n: delta(base, n) for n, _ in arms[1:]},
-              "deltas_chain": chain,
+    result = {"n_tasks": len(tasks), "models": per_arm,
+              "deltas_vs_base": {n: delta(base, n) for n, _ in models[1:]},
+              "deltas_chain": {f"{n}-{chain[0][0]}": delta(chain[0][0], n) for n, _ in chain[1:]},
+              **({"deltas_vs_prod": {n: delta("prod", n) for n, _ in chain}} if prod else {}),
               "per_batch": {b: {name: _means([x for x in episodes if x["model"] == name and x["run"] == "greedy"
-                                              and x["batch"] == b]) for name, _ in arms}
+                                              and x["batch"] == b]) for name, _ in models}
                             for b in sorted({t["batch"] for t in tasks})}}
     failed = [{"task_id": x["task_id"], "batch": x["batch"], "kind": x["kind"], "model": x["model"],
                "reason": failure_reason(x), "question": by_id[x["task_id"]]["question"],
