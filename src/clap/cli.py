@@ -257,7 +257,8 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
 
 def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):
     """One base model serving the named agent adapters (each through the serving check), with the
-    tool-calling template and the tools' schemas; `prod`: the agent adapter in prod, from `_prod_agent`."""
+    tool-calling template and the tools' schemas; `prod`: [("prod", folder, pinned manifest)] of the agent
+    adapter in prod (`_prod(…, "agent_adapter")`), or nothing."""
     from clap import model
     from clap.agent.chat import CHAT_TEMPLATE
     from clap.agent.tools import ReportTools
@@ -312,7 +313,8 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
 
     cfg = _params()
     adapters = agent_chain(cfg)
-    in_prod = _prod_agent(prod)
+    prod_dir, prod_expected = _prod(prod, "agent_adapter")
+    in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
     engine = _agent_engine(cfg, adapters, in_prod)
     result = stage.run(cfg, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
                        prod=bool(in_prod))
@@ -363,30 +365,18 @@ def _say_reused(engine) -> None:
         console.print(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} greedy requests")
 
 
-def _prod(prod: Path | None) -> tuple[Path | None, dict | None]:
-    """The restored prod adapter folder and the manifest its release tag's bundle pins (None, None: no prod)."""
+def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None]:
+    """The restored prod adapter folder and the manifest its release tag's bundle pins (None, None: no prod,
+    or, for `role="agent_adapter"`, a release in prod that shipped no agent adapter)."""
     from clap.io import read_json_if_exists
     from clap.serving import pinned_expectation
 
     ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
-    if not (ptr and ptr.get("version")):
+    folder = None if prod is None else prod / "adapter" if role == "adapter" else paths.prod_agent_adapter(prod)
+    if not (ptr and ptr.get("version")) or (role != "adapter" and not folder.is_dir()):
         return None, None
-    console.print(f"baseline: prod {ptr['version']} ({ptr['version_tag']}) and the base model")
-    folder = prod / "adapter"
-    return folder, pinned_expectation(Path("."), folder, ptr["version_tag"])
-
-
-def _prod_agent(prod: Path) -> list[tuple[str, Path, dict]]:
-    """[("prod", folder, pinned manifest)] when the release in prod shipped an agent adapter, else []."""
-    from clap.io import read_json_if_exists
-    from clap.serving import pinned_expectation
-
-    ptr = read_json_if_exists(prod / "prod.json") or {}
-    folder = paths.prod_agent_adapter(prod)
-    if not (ptr.get("version") and folder.is_dir()):
-        return []
-    console.print(f"agent baseline: prod {ptr['version']} ({ptr.get('agent_candidate')}) and the base model")
-    return [("prod", folder, pinned_expectation(Path("."), folder, ptr["version_tag"], "agent_adapter"))]
+    console.print(f"baseline: prod {ptr['version']} ({ptr['version_tag']}, {role.replace('_', ' ')}) and the base model")
+    return folder, pinned_expectation(Path("."), folder, ptr["version_tag"], role)
 
 
 @app.command("prod-adapter")
