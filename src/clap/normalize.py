@@ -266,7 +266,13 @@ def written_quantities(text: object) -> list[tuple[float, Quantity | None]]:
     """Every number written in a text (signed, as `numbers_in` reads it) with the quantity the words right
     after it make of it — `16.5 days` → 16.5 天, `1,200.5 RMB 10k` → 1200.5 万元 — or None where no
     readable unit follows (a year, a page number, a unit written in a header). The reading stops at the
-    clause's end. Pure; what admission's unit check and the per-quote answer grammar read units from."""
+    clause's end. Pure; what admission's unit check and the per-quote answer grammar read units from.
+    Cached: the grammar reads the same retrieved sentences for every arm and round."""
+    return list(_written_cached(text if isinstance(text, str) else fold(text)))
+
+
+@lru_cache(maxsize=1 << 16)
+def _written_cached(text: str) -> tuple[tuple[float, Quantity | None], ...]:
     folded = fold(text)
     out: list[tuple[float, Quantity | None]] = []
     for m in _NUM_PARTS.finditer(folded):
@@ -285,7 +291,7 @@ def written_quantities(text: object) -> list[tuple[float, Quantity | None]]:
                 reading = q
                 break
         out.append((-number if minus or (opening and closing) else number, reading))
-    return out
+    return tuple(out)
 
 
 def unit_agrees(value: float, unit: str, text: object) -> bool | None:
