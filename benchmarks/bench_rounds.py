@@ -3,10 +3,10 @@ conf/config.yaml above `train:`) beside continued from the prod adapter on the n
 demo's real data and model, both scored against the prod adapter (round 1's) on every batch's holdout:
 old batches are where forgetting shows, the new one is where the new data should help.
 
-    .venv/bin/python benchmarks/bench_rounds.py [--old b1,b2,b3] [--new b4] [--train-per-batch 8] [--eval-per-batch 6]
+    .venv/bin/python benchmarks/bench_rounds.py [--old b1,b2,b3] [--new b4] [--train-per-batch N] [--eval-per-batch N]
 
 Reads data/materialized/ and params.yaml (run `dvc repro` first); trains three LoRA adapters with the
-demo's SFT settings (round 1 from base on the old batches; round 2 both ways) and prints training time,
+stage's SFT settings (round 1 from base on the old batches; round 2 both ways) and prints training time,
 and per batch the overall score of prod and of each candidate with the candidate − prod delta and its
 95 % paired-bootstrap CI. Writes benchmarks/runs/rounds.json. Run it alone: two torch jobs on two cores
 slow each other down ~5×.
@@ -26,42 +26,42 @@ from clap.config import load
 from clap.generate import Engine
 from clap.io import read_jsonl, write_jsonl
 from clap.serving import adapter_manifest
-from clap.stages import evaluate
+from clap.stages import evaluate, train_sft
 from clap.stages.train_common import lora_config
-from clap.stages.train_sft import build_dataset
 
 
 def train(cfg: dict, base: Path, rows: list[dict], out: Path, start: Path | None) -> dict:
-    """LoRA SFT with the pipeline's settings; `start`: continue that adapter instead of a fresh LoRA."""
+    """LoRA SFT with the stage's settings (`train_sft.sft_config`: bf16 autocast where native, length grouping);
+    `start`: continue that adapter (trainable, its LoRA shape) instead of a fresh LoRA."""
     import torch
     from peft import PeftModel
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
-    s = cfg["train"]["sft"]
+    s = dict(cfg["train"]["sft"], save_steps=10**6)  # no checkpoints: nothing resumes here
+    cuda = torch.cuda.is_available()
+    tok = base_model.load_tokenizer(base)
+    rows, too_long = train_sft.split_by_length(rows, tok, s["max_length"])
     t0 = time.perf_counter()
     model = base_model.load_model(base)
     if start is not None:
         model = PeftModel.from_pretrained(model, str(start), is_trainable=True, use_safetensors=True)
-    args = SFTConfig(output_dir=str(out / "ckpt"), num_train_epochs=s["epochs"], learning_rate=s["learning_rate"],
-                     per_device_train_batch_size=s["per_device_batch_size"],
-                     gradient_accumulation_steps=s["gradient_accumulation"], max_length=s["max_length"],
-                     completion_only_loss=True, report_to=[], seed=cfg["train"]["seed"], save_strategy="no",
-                     gradient_checkpointing=False,  # as the stage: TRL's default recomputes, ≈ 30 % slower here
-                     use_cpu=not torch.cuda.is_available(), lr_scheduler_type="linear", disable_tqdm=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=build_dataset(rows),
-                         processing_class=base_model.load_tokenizer(base),
+    args = train_sft.sft_config(s, cfg["train"]["seed"], out / "ckpt", padding_free=False,
+                                bf16=base_model.use_bf16(s["bf16"]), cuda=cuda)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train_sft.build_dataset(rows), processing_class=tok,
                          peft_config=None if start is not None else lora_config(s))
     trainer.train()
     trainer.model.save_pretrained(str(out / "adapter"))
-    return {"rows": len(rows), "steps": trainer.state.global_step, "s": round(time.perf_counter() - t0, 1)}
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {"rows": len(rows), "set_aside_too_long": len(too_long), "steps": trainer.state.global_step,
+            "last_logged_loss": losses[-1] if losses else None, "s": round(time.perf_counter() - t0, 1)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--old", default="b1,b2,b3")
     ap.add_argument("--new", default="b4")
-    ap.add_argument("--train-per-batch", type=int, default=8)
-    ap.add_argument("--eval-per-batch", type=int, default=6)
+    ap.add_argument("--train-per-batch", type=int, default=None, help="default: every materialized train row")
+    ap.add_argument("--eval-per-batch", type=int, default=None, help="default: the whole holdout")
     args = ap.parse_args()
     cfg = load(Path("params.yaml"))
     cfg["evaluate"]["unconstrained_format_check"] = False  # the format question is not this benchmark's
@@ -86,7 +86,7 @@ def main() -> None:
         training[mode] = train(cfg, base, rows, work / mode, start)
         cand = work / mode / "adapter"
         engine = Engine(base, cand, adapter_manifest(cand, identity), prod_dir=prod_dir,
-                        prod_expected=adapter_manifest(prod_dir, identity))
+                        prod_expected=adapter_manifest(prod_dir, identity), answer_store=work / "answers")
         per_batch = {}
         for b in old + new:
             m = evaluate.run(cfg, samples[b], engine, work / mode / "eval" / b, b, work / mode / "metrics" / f"{b}.json")

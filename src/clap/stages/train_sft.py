@@ -50,7 +50,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
         checkpoints: Path, callbacks: list | None = None) -> dict:
     import torch
     from peft import prepare_model_for_kbit_training
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     started = time.time()
     s, t = cfg["train"]["sft"], cfg["train"]
@@ -70,17 +70,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     model = base_model.load_model(base_dir, quantize_4bit=qlora)
     if qlora:
         model = prepare_model_for_kbit_training(model)
-    args = SFTConfig(
-        output_dir=str(checkpoints), num_train_epochs=s["epochs"], max_steps=s["max_steps"],
-        learning_rate=s["learning_rate"], per_device_train_batch_size=s["per_device_batch_size"],
-        gradient_accumulation_steps=s["gradient_accumulation"], logging_steps=s["logging_steps"],
-        save_steps=s["save_steps"], save_total_limit=2,
-        max_length=None if padding_free else s["max_length"],  # padding-free: TRL cannot truncate; demo rows are short
-        padding_free=padding_free, completion_only_loss=True,
-        train_sampling_strategy="group_by_length" if s["group_by_length"] else "random", report_to=[], seed=t["seed"],
-        bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
-        lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",
-        disable_tqdm=False, gradient_checkpointing=False)  # 135M fits easily; recomputation costs ~30%
+    args = sft_config(s, t["seed"], checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
     guard = GuardCallback("sft", t["guards"], Path(out) / "guard_report.json")
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                          peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
@@ -93,6 +83,23 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                   {"samples": len(rows), "samples_set_aside_too_long": [f"{r['batch']}/{r['sample_id']}" for r in too_long],
                    "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
                    "padding_free": padding_free, "bf16": bf16}, started)
+
+
+def sft_config(s: dict, seed: int, checkpoints: Path, padding_free: bool, bf16: bool, cuda: bool):
+    """TRL's SFTConfig from `train.sft`: the stage's and `benchmarks/bench_rounds.py`'s one setting."""
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(checkpoints), num_train_epochs=s["epochs"], max_steps=s["max_steps"],
+        learning_rate=s["learning_rate"], per_device_train_batch_size=s["per_device_batch_size"],
+        gradient_accumulation_steps=s["gradient_accumulation"], logging_steps=s["logging_steps"],
+        save_steps=s["save_steps"], save_total_limit=2,
+        max_length=None if padding_free else s["max_length"],  # padding-free: TRL cannot truncate; demo rows are short
+        padding_free=padding_free, completion_only_loss=True,
+        train_sampling_strategy="group_by_length" if s["group_by_length"] else "random", report_to=[], seed=seed,
+        bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
+        lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",
+        disable_tqdm=False, gradient_checkpointing=False)  # 135M fits easily; recomputation costs ~30%
 
 
 def _padding_free(setting, cuda: bool) -> bool:
