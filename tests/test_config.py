@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import yaml
 from tests.conftest import ROOT
@@ -22,3 +24,25 @@ def test_hydra_overrides_compose():
     p = compose(["train.sft.learning_rate=1e-4", "gate=default", "data.batches=[b2]"])
     assert p["train"]["sft"]["learning_rate"] == 1e-4 and p["data"]["batches"] == ["b2"]
     assert p["gate"]["name"] == "default"
+
+
+@pytest.mark.parametrize("kind, switches, expected", [
+    ("sft", {"agent": False, "dpo": False}, None),                     # SFT always trains
+    ("dpo", {"dpo": False}, "train.dpo.enabled"),
+    ("grpo", {}, None),
+    ("agent-sft", {"agent": False}, "agent.enabled"),                 # the track's switch turns off every agent trainer
+    ("agent-rm", {"agent": False}, "agent.enabled"),
+    ("agent-dpo", {"agent": False, "agent_dpo": False}, "agent.enabled"),  # the track's switch is named first
+    ("agent-dpo", {"agent_dpo": False}, "agent.dpo.enabled"),
+    ("agent-grpo", {"agent_grpo": False}, "agent.grpo.enabled"),
+    ("agent-rm", {"agent_dpo": False, "agent_grpo": False}, None),
+])
+def test_the_switch_that_keeps_a_trainer_off_is_named(params, kind, switches, expected):
+    from clap.cli import _switched_off
+
+    cfg = copy.deepcopy(params)
+    cfg["agent"]["enabled"] = switches.get("agent", True)
+    for step in ("dpo", "grpo"):
+        cfg["train"][step]["enabled"] = switches.get(step, True)
+        cfg["agent"][step]["enabled"] = switches.get(f"agent_{step}", True)
+    assert _switched_off(cfg, kind) == expected

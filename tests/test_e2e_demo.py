@@ -2,7 +2,9 @@
 model, new data plus rows the simulated annotator repaired judged against prod, a poisoned batch that
 admission stops — then the rollback drill and the timeline. (The gate's own `rollback`, prod regressed against
 the base model on new evidence, is table-tested in tests/test_gate.py: a random tiny model scores the same
-as its adapters, Δ 0.000, so no prod of it can regress for real.)"""
+as its adapters, Δ 0.000, so no prod of it can regress for real.) The demo runs the extraction loop alone
+(`agent.enabled=false`, as `make demo` can): every agent stage writes its marked, empty output and the
+releases ship no agent adapter; tests/test_e2e_loop.py releases one."""
 
 import json
 
@@ -13,7 +15,8 @@ ROUNDS = "demo.rounds=[{batches:[b1]},{batches:[b1,b2],repair_share:0.5},{batche
 
 def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
     root = tmp_path / "clap"
-    overrides = [o for o in TINY_OVERRIDES if not o.startswith("data.batches=")] + [f"model.base={tiny_dir}", ROUNDS]
+    overrides = [o for o in TINY_OVERRIDES if not o.startswith("data.batches=")] + [f"model.base={tiny_dir}", ROUNDS,
+                                                                                 "agent.enabled=false"]
     env = make_clone(root, overrides)
     out = run(root, "clap", "demo", *[a for o in overrides for a in ("-S", o)], env=env)
 
@@ -35,6 +38,16 @@ def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
     assert effect["fixed_rows"] > 0 and effect["repaired_rows_in"] == effect["fixed_rows"], effect
     assert effect["in_training"] + effect["in_holdout"] > 0 and effect["before_model"] == "prod"
     assert "repair (SIMULATED annotator)" in out
+
+    # the agent track switched off: each agent stage said so, wrote its outputs empty, and no release ships one
+    for command in ("agent-tasks", "agent-sft", "agent-pairs", "agent-dpo", "agent-rm", "agent-grpo", "evaluate-agent"):
+        assert f"{command}: disabled (agent.enabled is false)" in out, command
+    assert json.loads((root / "metrics/agent.json").read_text())["status"] == "disabled"
+    assert (root / "data/agent/tasks.jsonl").read_text() == ""
+    assert json.loads(run(root, "git", "show", "HEAD~2:metrics/gate.json", env=env))["agent"] == {}
+    roles = {f["role"] for f in json.loads(run(root, "git", "show", "clap-adapter@v0.0.2:release/bundle.json",
+                                               env=env))["files"]}
+    assert "adapter" in roles and "agent_adapter" not in roles, roles
 
     # the drill: prod back to v0.0.1, its adapter restored byte for byte and verified
     assert "rollback drill: prod v0.0.2 → v0.0.1" in out and "adapter bytes identical to v0.0.1's: True" in out

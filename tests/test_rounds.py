@@ -4,7 +4,7 @@ import pytest
 from tests.conftest import ROOT
 
 from clap.config import ConfigError, check, compose
-from clap.rounds import RoundError, repair_effect, set_round
+from clap.rounds import RoundError, demo_overrides, repair_effect, set_round
 
 CONF_TEXT = (ROOT / "conf/config.yaml").read_text(encoding="utf-8")
 
@@ -30,6 +30,11 @@ def test_set_round_refuses_a_layout_it_cannot_edit_in_place(conf):
 def test_a_round_whose_poisoned_batch_is_not_among_its_batches_is_a_config_error():
     with pytest.raises(ConfigError, match=r"demo\.rounds\.0\.poisoned_batch.*not one of the round's batches"):
         check(compose(["demo.rounds=[{batches:[b1,b2],poisoned_batch:b3}]"]))
+
+
+def test_a_demo_override_that_is_not_key_equals_value_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"demo\.overrides\.0"):
+        check(compose(["demo.overrides=[agent.enabled]"]))
 
 
 def _row(rid, sid=None):
@@ -58,3 +63,16 @@ def test_repair_effect_before_the_first_release_compares_with_the_base_model_and
     assert (e["before_model"], e["overall_before"], e["overall_after"], e["repaired_rows_in"]) == ("baseline", 0.1, 0.3, 0)
     none = repair_effect([{"record_id": "f7"}], {}, {"b1": {"train": [], "eval": [_row("f1")]}}, records)
     assert (none["scored"], none["overall_before"], none["overall_after"]) == (0, None, None)
+
+
+@pytest.mark.parametrize("from_conf, from_command_line, expected", [
+    (["agent.enabled=false", "train.dpo.enabled=false"], [], ["agent.enabled=false", "train.dpo.enabled=false"]),
+    (["agent.enabled=false", "train.dpo.enabled=false"], ["agent.enabled=true"],   # the command line wins, once
+     ["train.dpo.enabled=false", "agent.enabled=true"]),
+    (["agent.enabled=false"], ["+extra.key=1", "train.sft.epochs=2"], ["agent.enabled=false", "+extra.key=1",
+                                                                      "train.sft.epochs=2"]),
+    (["train.sft.epochs=1"], ["~train.sft.epochs=1"], ["~train.sft.epochs=1"]),        # a deletion is the same key
+    ([], [], []),
+])
+def test_demo_overrides_conf_first_the_command_line_replaces(from_conf, from_command_line, expected):
+    assert demo_overrides(from_conf, from_command_line) == expected

@@ -96,7 +96,7 @@ def build(root: Path, params: dict, candidate: str = "sft", hashes: dict[str, st
     one candidate's bundle computed to the next: the candidates share every file but their adapter."""
     root = Path(root)
     decision = read_json(root / GATE_PATH)
-    files = _pinned_files(root, candidate, (decision.get("agent") or {}).get("candidate", "agent_sft"),
+    files = _pinned_files(root, candidate, (decision.get("agent") or {}).get("candidate"),
                           {} if hashes is None else hashes)
     base = base or base_identity(root, params)
     bundle = EvidenceBundle(candidate=candidate, code_commit=git_commit(root), base_model=base,
@@ -106,9 +106,12 @@ def build(root: Path, params: dict, candidate: str = "sft", hashes: dict[str, st
     return bundle.model_copy(update={"signature": sign(bundle, key)}) if key else bundle
 
 
-def _pinned_files(root: Path, candidate: str, agent_candidate: str, hashes: dict[str, str]) -> list[BundleFile]:
+def _pinned_files(root: Path, candidate: str, agent_candidate: str | None, hashes: dict[str, str]) -> list[BundleFile]:
+    """Every file of ROLES that exists; no agent adapter when the gate judged none (`agent.enabled: false`)."""
     files = []
     for pattern, role in ROLES:
+        if agent_candidate is None and "{a}" in pattern:
+            continue
         for p in sorted(root.glob(pattern.format(c=candidate, a=agent_candidate))):
             path = str(p.relative_to(root))
             if path not in hashes:

@@ -180,8 +180,8 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo", "agent-rm"):
         _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo, agent-grpo or agent-rm"))
     cfg = _params()
-    if not _enabled(cfg, kind):
-        return _disabled(kind, out or paths.MODELS / kind.replace("-", "_"),
+    if switch := _switched_off(cfg, kind):
+        return _disabled(kind, switch, out or paths.MODELS / kind.replace("-", "_"),
                          checkpoints or paths.CHECKPOINTS / kind.replace("-", "_"))
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     if kind.startswith("agent-"):
@@ -204,30 +204,32 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
                   f"{m['tokens_per_s']} tokens/s")
 
 
-def _enabled(cfg: dict, kind: str) -> bool:
-    """A chain step's `enabled` switch (train.dpo, train.grpo, agent.dpo, agent.grpo); SFT and the reward model always run."""
-    if kind in ("dpo", "grpo"):
-        return cfg["train"][kind]["enabled"]
-    if kind in ("agent-dpo", "agent-grpo"):
-        return cfg["agent"][kind.removeprefix("agent-")]["enabled"]
-    return True
+def _switched_off(cfg: dict, kind: str) -> str | None:
+    """The `enabled` switch that keeps this trainer from running (`agent.enabled` for every agent trainer, then
+    train.dpo, train.grpo, agent.dpo, agent.grpo for a chain step), or None when it runs."""
+    if kind.startswith("agent-") and not cfg["agent"]["enabled"]:
+        return "agent.enabled"
+    if kind in ("dpo", "grpo") and not cfg["train"][kind]["enabled"]:
+        return f"train.{kind}.enabled"
+    if kind in ("agent-dpo", "agent-grpo") and not cfg["agent"][kind.removeprefix("agent-")]["enabled"]:
+        return f"agent.{kind.removeprefix('agent-')}.enabled"
+    return None
 
 
-def _disabled(kind: str, out: Path, checkpoints: Path) -> None:
-    """A switched-off chain step trains nothing: its folder says so (status `disabled` in its guard report and
+def _disabled(kind: str, switch: str, out: Path, checkpoints: Path) -> None:
+    """A switched-off trainer trains nothing: its folder says so (status `disabled` in its guard report and
     metrics, an empty log) so that the pipeline's outputs exist, and evaluation and the gate leave it out."""
     from clap.io import atomic_dir, write_json
     from clap.stages.train_common import write_untrained
 
     name = kind.replace("-", "_")
-    section = f"train.{kind}" if "-" not in kind else f"agent.{kind.removeprefix('agent-')}"
     metrics = {"trainer": name, "status": "disabled", "steps": 0, "train_loss": None,
-               "note": f"{section}.enabled is false: not trained, not evaluated, not judged"}
+               "note": f"{switch} is false: not trained, not evaluated, not judged"}
     with atomic_dir(out) as tmp:
         write_untrained(tmp, name, metrics, status="disabled")
     Path(checkpoints).mkdir(parents=True, exist_ok=True)
     write_json(paths.METRICS / f"train_{name}.json", metrics)
-    console.print(f"{kind}: disabled ({section}.enabled is false)")
+    console.print(f"{kind}: disabled ({switch} is false)")
 
 
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
@@ -280,12 +282,26 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
     from clap.stages import agent_pairs as stage
 
     cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("agent-pairs", out, ("pairs.jsonl",))
     tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
     engine = _agent_engine(cfg, ["agent_sft"])
     report = stage.run(cfg, tasks, engine, tools, out)
     _say_reused(engine)
     console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
                   f"by reason {report['by_reason']}")
+
+
+def _agent_off(command: str, out: Path, empty_files: tuple[str, ...], metrics: Path | None = None) -> None:
+    """`agent.enabled: false`: an agent stage writes its outputs empty, each saying why (and its metrics file,
+    when it has one), so the pipeline runs on and the gate judges no agent adapter."""
+    from clap.io import write_json, write_switched_off
+
+    report = {"status": "disabled", "note": "agent.enabled is false: the agent track did not run"}
+    write_switched_off(out, empty_files, report)
+    if metrics is not None:
+        write_json(metrics, report)
+    console.print(f"{command}: disabled (agent.enabled is false)")
 
 
 @app.command("agent-tasks")
@@ -295,6 +311,8 @@ def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Opt
     from clap.stages import agent_tasks as stage
 
     cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("agent-tasks", out, ("tasks.jsonl",))
     report = stage.run(cfg, assets, cfg["data"]["batches"], out)
     console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
     console.print(", ".join(f"{k}={v}" for k, v in report["by_split_kind"].items()))
@@ -312,6 +330,8 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     from clap.summary import agent_table
 
     cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
     adapters = agent_chain(cfg)
     prod_dir, prod_expected = _prod(prod, "agent_adapter")
     in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
@@ -802,13 +822,16 @@ def report(base: str = typer.Option(None, help="git revision to diff metrics aga
 def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra override on top of conf/, every round")
          ) -> None:
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
-    then a rollback drill and the timeline. See `clap.rounds`."""
+    then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
+    `clap.rounds`."""
     from clap import rounds, summary
     from clap import timeline as tl
     from clap.config import check, compose
+    from clap.rounds import demo_overrides
 
-    overrides = override or []
-    schedule = check(compose(overrides), "conf/ (composed)")["demo"]["rounds"]
+    overrides = demo_overrides(check(compose([]), "conf/ (composed)")["demo"]["overrides"], override or [])
+    schedule = check(compose(overrides), f"conf/ with {' '.join(overrides)}")["demo"]["rounds"]
+    console.print(f"demo overrides: {' '.join(overrides) or '(none)'}", soft_wrap=True)
 
     def after_round(k: int) -> None:
         summary.print_summary(console, Path("."))

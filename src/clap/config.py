@@ -59,6 +59,7 @@ class Demo(_Section):
     scale: Annotated[float, Field(gt=0.0, le=100.0)]
     poisoned_batch: BatchId  # `none`, or the batch whose export is poisoned
     rounds: Annotated[list[DemoRound], Field(min_length=1)]  # `clap demo`: one commit each
+    overrides: list[Annotated[str, Field(pattern=r"^[+~]?[A-Za-z_][\w.]*=")]]  # `clap demo`: Hydra overrides, every round
 
 
 class Data(_Section):
@@ -318,6 +319,7 @@ class AgentEvaluate(_Section):
 
 
 class Agent(_Section):
+    enabled: StrictBool
     tasks: AgentTasks
     max_steps: Annotated[StrictInt, Field(ge=2, le=32)]
     max_new_tokens: PosInt

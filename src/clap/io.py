@@ -151,6 +151,15 @@ def atomic_dir(out: Path, inputs: tuple[Path, ...] = ()) -> Iterator[Path]:
         tmp.rename(out)
 
 
+def write_switched_off(out: Path, empty_files: tuple[str, ...], report: dict) -> None:
+    """The output folder of a stage whose switch is off (`agent.enabled: false`): its files, empty, beside
+    report.json saying why — the outputs DVC tracks exist, and no reader mistakes an old run's for this one's."""
+    with atomic_dir(out) as tmp:
+        for name in empty_files:
+            (tmp / name).write_text("")
+        write_json(tmp / "report.json", report)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

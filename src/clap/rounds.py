@@ -1,7 +1,7 @@
 """The demo's closed loop, round after round, each round a commit: what `make demo` runs.
 
     clap demo                      # the rounds of `demo.rounds` in conf/, then a rollback drill, then the timeline
-    clap demo -S train.sft.epochs=1   # the same with Hydra overrides on top of conf/ (checked by the schema)
+    clap demo -S agent.enabled=true   # the same with Hydra overrides on top of conf/ and demo.overrides (checked)
 
 Round k edits `data.batches` and `demo.poisoned_batch` in conf/config.yaml — the change a person would make
 in a pull request when new batches arrive — composes params.yaml, runs `dvc repro`, and commits the round's
@@ -48,6 +48,16 @@ def set_round(conf_text: str, batches: list[str], poisoned_batch: str) -> str:
         missing = "data.batches (a flow list under `data:`)" if not n_batches else "demo.poisoned_batch"
         raise RoundError(f"{CONF}: cannot set {missing} for the demo's rounds; restore the layout of conf/config.yaml")
     return text
+
+
+def demo_overrides(from_conf: list[str], from_command_line: list[str]) -> list[str]:
+    """The Hydra overrides of every demo round: conf/'s `demo.overrides`, less those whose key the command
+    line sets again, then the command line's (`clap demo -S agent.enabled=true` turns the agent track back on)."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    given = {key(o) for o in from_command_line}
+    return [o for o in from_conf if key(o) not in given] + list(from_command_line)
 
 
 def repair_effect(fixed: list[dict], report: dict, materialized: dict[str, dict[str, list[dict]]],

@@ -153,7 +153,9 @@ def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None
     if decisions:
         console.print(decision_table(decisions))
     agent = _load(root / paths.AGENT_METRICS)
-    if agent:
+    if agent and agent.get("status") == "disabled":
+        console.print(f"agent track: {agent['note']}")
+    elif agent:
         console.print(agent_table(agent))
     gate = _load(root / paths.GATE)
     if gate:

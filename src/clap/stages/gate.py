@@ -11,7 +11,8 @@ and the candidate cannot replace it, the decision is `rollback`. The human verdi
 `clap human import`) counts for the adapter it rated; `release_via_canary` sends a promote to canary first.
 The tool-calling agent adapter (metrics/agent.json) is judged on its own track (`decide_agent`) and
 recorded under `agent`; the bundle pins it with its evidence, so its tag, verification and rollback
-are the release's.
+are the release's. With `agent.enabled: false` no agent adapter is judged and `agent` stays empty: the
+release ships none.
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
     for step in trainers[1:]:
         judged[step] = decide_chain_step(cfg["gate"], step, guards[step], judged[candidate], decisions)
     decision = via_canary(cfg["gate"], choose(judged))
-    agent_metrics = read_json_if_exists(root / paths.AGENT_METRICS)
-    steps = agent_chain(cfg)
-    agent = choose_agent({s: decide_agent(cfg["gate"], agent_metrics,
-                                          read_json_if_exists(root / paths.MODELS / s / "guard_report.json"), s)
-                          for s in steps})
-    decision = decision.model_copy(update={"agent": agent, "summary": {
-        **decision.summary, "agent_decision_code": agent["summary"]["decision_code"],
-        "agent_success_delta": agent["summary"]["success_delta"]}})
+    if cfg["agent"]["enabled"]:
+        agent_metrics = read_json_if_exists(root / paths.AGENT_METRICS)
+        agent = choose_agent({s: decide_agent(cfg["gate"], agent_metrics,
+                                              read_json_if_exists(root / paths.MODELS / s / "guard_report.json"), s)
+                              for s in agent_chain(cfg)})
+        decision = decision.model_copy(update={"agent": agent, "summary": {
+            **decision.summary, "agent_decision_code": agent["summary"]["decision_code"],
+            "agent_success_delta": agent["summary"]["success_delta"]}})
     write_json(out, decision.model_dump())
     return decision
