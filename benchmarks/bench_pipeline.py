@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_pipeline.py      # after one full `dvc repro`
 
 The no-op figure is `dvc repro` on an up-to-date pipeline (median of 3). The demo split reads the
-stage timings that `dvc repro` printed into `benchmarks/last_demo_timing.json` (written by
-`benchmarks/time_demo.sh`): model stages (train, evaluate, replay) versus everything else.
+per-round stage timings of the last timed demo, `benchmarks/last_demo_timing.json` (written by
+`benchmarks/time_demo.py`): model stages (train, evaluate, replay) versus everything else.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ def main() -> None:
     out = {"noop_repro_s": round(statistics.median(runs), 2), "noop_runs_s": [round(x, 2) for x in runs]}
     timing = Path("benchmarks/last_demo_timing.json")
     if timing.exists():
-        stages = json.loads(timing.read_text())
+        rounds = json.loads(timing.read_text())["rounds"]
+        stages = {f"round {k} {name}": s for k, r in rounds.items() for name, s in r["stages"].items()}
         total = sum(stages.values())
-        model = sum(v for k, v in stages.items() if k.startswith(MODEL_STAGES))
+        model = sum(v for k, v in stages.items() if k.split(" ", 2)[2].startswith(MODEL_STAGES))
         out.update(demo_total_s=round(total, 1), model_compute_s=round(model, 1),
                    orchestration_share=round((total - model) / total, 4))
     print(json.dumps(out, indent=2))
