@@ -38,8 +38,8 @@ def test_what_the_answer_depends_on_is_in_the_key(tiny_dir, tmp_path):
     assert not sampled[0].reused and len(_files(tmp_path / "answers")) == 3  # a sampled answer is never stored
     store = AnswerStore(tmp_path / "x")
     base = model_id({"model.safetensors": "aa"})
-    keys = {store.key(m, [1, 2], None, 16) for m in (base, model_id({"model.safetensors": "ab"}),
-                                                       model_id({"model.safetensors": "aa"}, {"adapter": "cc"}))}
+    adapter = model_id({"model.safetensors": "aa"}, {"adapter_model.safetensors": "cc"})
+    keys = {store.key(m, [1, 2], None, 16) for m in (base, model_id({"model.safetensors": "ab"}), adapter)}
     assert len(keys) == 3 and store.key(base, [1, 2], None, 16) == store.key(base, [1, 2], None, 16)
     assert store.key(base, [1, 2], None, 16) != store.key(base, [1, 3], None, 16)
 
@@ -60,3 +60,21 @@ def test_the_candidate_and_the_base_model_do_not_share_answers(tiny_dir, sft_sta
     engine.generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False)
     assert not engine.generate(CONVS[:1], use_adapter=True, max_new_tokens=16, progress=False)[0].reused
     assert engine.generate(CONVS[:1], use_adapter=True, max_new_tokens=16, progress=False)[0].reused
+
+
+def test_prod_reuses_what_it_answered_as_the_candidate(tiny_dir, sft_start, tmp_path):
+    """Round k's candidate is round k+1's prod: the same adapter bytes, pinned by its manifest then by the
+    release bundle, which pins the model card too. Only what PEFT loads is in the key."""
+    from clap.io import sha256_file
+
+    adapter, manifest = sft_start
+    store = tmp_path / "answers"
+    first = Engine(tiny_dir, adapter, manifest, answer_store=store).generate(CONVS[:1], use_adapter=True,
+                                                                             max_new_tokens=16, progress=False)[0]
+    released = manifest | {"files": manifest["files"] | {"README.md": sha256_file(adapter / "README.md")}}
+    prod = Engine(tiny_dir, prod_dir=adapter, prod_expected=released, answer_store=store)
+    again = prod.generate(CONVS[:1], use_adapter="prod", max_new_tokens=16, progress=False)[0]
+    assert again.reused and again.text == first.text
+    weights = {"adapter_config.json": "c", "adapter_model.safetensors": "w"}
+    assert model_id({"m": "a"}, weights) == model_id({"m": "a"}, weights | {"README.md": "r", "manifest.json": "m"})
+    assert model_id({"m": "a"}, weights) != model_id({"m": "a"}, weights | {"adapter_model.safetensors": "x"})

@@ -44,9 +44,15 @@ def _code_salt() -> str:
     return h.hexdigest()
 
 
+_ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # what PEFT loads: all that decides an answer
+
+
 def model_id(base_weights_sha256: dict, adapter_files: dict | None = None) -> str:
-    """Content identity of what answers: the base weights' hashes, plus the adapter's pinned file hashes."""
-    parts = [json.dumps(base_weights_sha256, sort_keys=True), json.dumps(adapter_files or {}, sort_keys=True)]
+    """Content identity of what answers: the base weights' hashes, plus the hashes of the adapter files PEFT
+    loads. A pin may list more (a release bundle pins the model card too, the candidate's manifest does not):
+    they change no answer, so prod reuses what it answered as the last round's candidate."""
+    loaded = {k: v for k, v in (adapter_files or {}).items() if k in _ADAPTER_FILES}
+    parts = [json.dumps(base_weights_sha256, sort_keys=True), json.dumps(loaded, sort_keys=True)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

@@ -593,11 +593,11 @@ def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER
 
 
 @app.command()
-def timeline() -> None:
+def timeline(since: str = typer.Option(None, help="only the rounds committed after this revision")) -> None:
     """The loop round by round from the committed evidence: data, refusals, Δ vs prod, decision, tags."""
     from clap import timeline as tl
 
-    console.print(tl.table(tl.rounds(Path("."))))
+    console.print(tl.table(tl.rounds(Path("."), since)))
 
 
 @app.command("demo-annotate")
@@ -824,6 +824,8 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
     then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
     `clap.rounds`."""
+    import subprocess
+
     from clap import rounds, summary
     from clap import timeline as tl
     from clap.config import check, compose
@@ -837,6 +839,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         summary.print_summary(console, Path("."))
         summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
 
+    start = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
     result = rounds.run(schedule, overrides, lambda line: console.rule(escape(line)), after_round)
     for r in result["rounds"]:
         rel = r.get("release")
@@ -856,7 +859,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     else:
         console.print(f"rollback drill: prod {d['from']} → {d['to']} ({d['tag']}); restored from the DVC cache, bundle "
                       f"verified, adapter bytes identical to {d['to']}'s: {d['adapter_files_identical']}", soft_wrap=True)
-    console.print(tl.table(tl.rounds(Path("."))))
+    console.print(tl.table(tl.rounds(Path("."), since=start)))
 
 
 if __name__ == "__main__":

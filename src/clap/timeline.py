@@ -38,14 +38,19 @@ def _json_at(root: Path, commit: str, path: Path | str) -> dict | None:
     return json.loads(text) if text else None
 
 
-def rounds(root: Path) -> list[dict]:
-    """Every committed gate decision, oldest first (see the module docstring for the fields)."""
+def rounds(root: Path, since: str | None = None) -> list[dict]:
+    """Every committed gate decision, oldest first (see the module docstring for the fields); `since`: only
+    those committed after that revision (`clap demo` shows its own rounds, not the history it started from)."""
     root = Path(root)
-    log = subprocess.run(["git", "log", "--reverse", "--format=%H %ct", "--", paths.GATE.as_posix()], cwd=root,
+    span = [f"{since}..HEAD"] if since else []
+    log = subprocess.run(["git", "log", "--reverse", "--format=%H %ct", *span, "--", paths.GATE.as_posix()], cwd=root,
                          capture_output=True, text=True)
     commits = [line.split() for line in log.stdout.splitlines()] if log.returncode == 0 else []
     events = release.assignments(root)  # one `git rev-list` per tag: read once, shared with `stage_events`
     undone = stage_events(root, events)
+    if since:
+        inside = set(subprocess.run(["git", "rev-list", *span], cwd=root, capture_output=True, text=True).stdout.split())
+        undone = [r for r in undone if any(c.startswith(r["commit"]) for c in inside)]
     event_tags = {t for r in undone for t in r["tags"]}
     tags: dict[str, list[str]] = {}
     for version, commit in release.versions(root).items():
