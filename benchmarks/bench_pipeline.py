@@ -30,9 +30,9 @@ def main() -> None:
     timing = Path("benchmarks/last_demo_timing.json")
     if timing.exists():
         rounds = json.loads(timing.read_text())["rounds"]
-        stages = {f"round {k} {name}": s for k, r in rounds.items() for name, s in r["stages"].items()}
-        total = sum(stages.values())
-        model = sum(v for k, v in stages.items() if k.split(" ", 2)[2].startswith(MODEL_STAGES))
+        stages = [(name, s) for r in rounds.values() for name, s in r["stages"].items()]
+        total = sum(s for _, s in stages)
+        model = sum(s for name, s in stages if name.startswith(MODEL_STAGES))
         out.update(demo_total_s=round(total, 1), model_compute_s=round(model, 1),
                    orchestration_share=round((total - model) / total, 4))
     print(json.dumps(out, indent=2))

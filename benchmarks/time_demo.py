@@ -34,7 +34,8 @@ def stamp(lines, out) -> None:
 
 
 def split(log: list[str]) -> dict:
-    """{"setup_s", "rounds": {k: {"stages": {stage: s}, "total_s"}}, "after_rounds_s", "wall_s"} from a stamped log."""
+    """{"setup_s", "rounds": {k: {"stages": {stage: s}, "total_s"}}, "wall_s"} from a stamped log (the last round's
+    total runs to the end of the log: the drill and the timeline)."""
     events: list[tuple[int, str, str]] = []  # (t, kind, name)
     wall = 0
     for line in log:

@@ -824,8 +824,6 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
     then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
     `clap.rounds`."""
-    import subprocess
-
     from clap import rounds, summary
     from clap import timeline as tl
     from clap.config import check, compose
@@ -839,7 +837,6 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         summary.print_summary(console, Path("."))
         summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
 
-    start = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
     result = rounds.run(schedule, overrides, lambda line: console.rule(escape(line)), after_round)
     for r in result["rounds"]:
         rel = r.get("release")
@@ -859,7 +856,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     else:
         console.print(f"rollback drill: prod {d['from']} → {d['to']} ({d['tag']}); restored from the DVC cache, bundle "
                       f"verified, adapter bytes identical to {d['to']}'s: {d['adapter_files_identical']}", soft_wrap=True)
-    console.print(tl.table(tl.rounds(Path("."), since=start)))
+    console.print(tl.table(tl.rounds(Path("."), since=result["since"])))
 
 
 if __name__ == "__main__":

@@ -121,12 +121,14 @@ def _measure_repair(root: Path, batches: list[str]) -> dict:
 
 def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
         after_round: Callable[[int], None] = lambda k: None) -> dict:
-    """Run the rounds from the project root (see the module docstring); returns what each did."""
+    """Run the rounds from the project root (see the module docstring); returns what each did, the drill, and
+    `since`: the commit the demo started from (its timeline is the rounds after it)."""
     from clap import demo_annotator, demo_data, release
     from clap.config import check, compose, dump
     from clap.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
 
     root = Path(".")
+    start = _git("rev-parse", "HEAD", check=False).stdout.strip() or None  # the history before the demo's rounds
     done = []
     for k, rnd in enumerate(rounds, start=1):
         poisoned = rnd.get("poisoned_batch", "none")
@@ -161,7 +163,7 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
                 entry["release_refused"] = str(exc)
         done.append(entry)
         after_round(k)
-    return {"rounds": done, "drill": drill(root)}
+    return {"rounds": done, "drill": drill(root), "since": start}
 
 
 def drill(root: Path) -> dict:

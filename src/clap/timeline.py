@@ -49,8 +49,9 @@ def rounds(root: Path, since: str | None = None) -> list[dict]:
     events = release.assignments(root)  # one `git rev-list` per tag: read once, shared with `stage_events`
     undone = stage_events(root, events)
     if since:
-        inside = set(subprocess.run(["git", "rev-list", *span], cwd=root, capture_output=True, text=True).stdout.split())
-        undone = [r for r in undone if any(c.startswith(r["commit"]) for c in inside)]
+        inside = {c[:10] for c in subprocess.run(["git", "rev-list", *span], cwd=root, capture_output=True,
+                                                  text=True).stdout.split()}
+        undone = [r for r in undone if r["commit"] in inside]  # rows carry 10-character commits
     event_tags = {t for r in undone for t in r["tags"]}
     tags: dict[str, list[str]] = {}
     for version, commit in release.versions(root).items():
