@@ -1,5 +1,7 @@
 import json
 
+import torch
+
 from clap import prompts
 from clap.answer_store import AnswerStore, model_id
 from clap.decoding import answer_schema
@@ -42,6 +44,16 @@ def test_what_the_answer_depends_on_is_in_the_key(tiny_dir, tmp_path):
     keys = {store.key(m, [1, 2], None, 16) for m in (base, model_id({"model.safetensors": "ab"}), adapter)}
     assert len(keys) == 3 and store.key(base, [1, 2], None, 16) == store.key(base, [1, 2], None, 16)
     assert store.key(base, [1, 2], None, 16) != store.key(base, [1, 3], None, 16)
+    assert store.key(base, [1, 2], None, 16, "float32") != store.key(base, [1, 2], None, 16, "bfloat16")
+
+
+def test_an_answer_decoded_in_fp32_is_not_reused_in_bf16(tiny_dir, tmp_path):
+    fp32 = Engine(tiny_dir, answer_store=tmp_path / "answers", dtype="float32")
+    fp32.generate(CONVS[:1], use_adapter=False, max_new_tokens=8, progress=False)
+    bf16 = Engine(tiny_dir, answer_store=tmp_path / "answers", dtype="bfloat16")
+    assert next(bf16.model.parameters()).dtype == torch.bfloat16 and bf16.precision == "bfloat16"
+    assert not bf16.generate(CONVS[:1], use_adapter=False, max_new_tokens=8, progress=False)[0].reused
+    assert fp32.generate(CONVS[:1], use_adapter=False, max_new_tokens=8, progress=False)[0].reused
 
 
 def test_a_torn_store_file_is_decoded_again(tiny_dir, tmp_path):

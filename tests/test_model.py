@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from clap.model import use_bf16
+from clap.model import inference_dtype, use_bf16
 
 
 @pytest.mark.parametrize("setting, cuda, cuda_bf16, avx512_bf16, amx, expected", [
@@ -30,3 +30,19 @@ def test_a_torch_without_the_cpu_probes_means_fp32(monkeypatch):
     monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
     assert use_bf16("auto") is False
+
+
+@pytest.mark.parametrize("setting, cuda, cuda_bf16, avx512_bf16, expected", [
+    ("float32", True, True, True, torch.float32),     # asked for: whatever the machine
+    ("bfloat16", False, False, False, torch.bfloat16),
+    ("auto", False, False, True, torch.bfloat16),     # a CPU with native bf16: the demo machine
+    ("auto", False, False, False, torch.float32),     # a CPU without: emulated bf16 is slower
+    ("auto", True, True, False, torch.bfloat16),      # CUDA with bf16
+    ("auto", True, False, True, torch.float16),       # CUDA without bf16 (T4): fp16, the GPU decides
+])
+def test_answers_decode_in_bf16_where_it_is_native(setting, cuda, cuda_bf16, avx512_bf16, expected, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert inference_dtype(setting) is expected

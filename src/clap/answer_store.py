@@ -57,17 +57,20 @@ def model_id(base_weights_sha256: dict, adapter_files: dict | None = None) -> st
 
 
 class AnswerStore:
-    """`store.get(key)` / `store.put(key, answer)` with `key = store.key(model, prompt_ids, schema, max_new_tokens)`."""
+    """`store.get(key)` / `store.put(key, answer)` with `key = store.key(model, prompt_ids, schema, max_new_tokens, precision)`."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
         self.hits = 0
         self.misses = 0
 
-    def key(self, model: str, prompt_ids: list[int], schema: dict | None, max_new_tokens: int) -> str:
+    def key(self, model: str, prompt_ids: list[int], schema: dict | None, max_new_tokens: int,
+            precision: str = "float32") -> str:
+        """`precision`: the dtype the model decodes in — bf16 and fp32 may pick different tokens where the model
+        is unsure, so an answer is reused only under the precision that produced it."""
         h = hashlib.sha256()
         for part in (_code_salt(), model, json.dumps(prompt_ids), json.dumps(schema, ensure_ascii=False),
-                     str(max_new_tokens)):
+                     str(max_new_tokens), precision):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()

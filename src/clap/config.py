@@ -188,6 +188,7 @@ class Generate(_Section):
     gpu_memory_utilization: OpenFraction
     ray_workers: Annotated[StrictInt, Field(ge=0, le=4096)]
     reuse_answers: StrictBool
+    dtype: Literal["auto", "float32", "bfloat16"]
 
 
 class EvalWeights(_Section):

@@ -65,18 +65,20 @@ class Engine:
     def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
-                 tools: list[dict] | None = None, answer_store: Path | None = None):
+                 tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
-        `answer_store`: a folder of greedy answers reused by content address (`clap.answer_store`)."""
+        `answer_store`: a folder of greedy answers reused by content address (`clap.answer_store`).
+        `dtype`: `generate.dtype` (auto | float32 | bfloat16, `model.inference_dtype`); None keeps fp32 on CPU."""
         from clap.answer_store import AnswerStore, model_id
         from clap.serving import attach
 
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"
         self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
-        self.model = base_model.load_model(base_dir)
+        self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
+        self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # part of the store's key
         ident = base_model.identity(base_dir)
         self.adapters = []
         self.store = AnswerStore(answer_store) if answer_store is not None else None
@@ -192,7 +194,7 @@ class Engine:
         model = self._model_ids.get(self._name(use_adapter))
         if self.store is None or model is None:  # an unknown adapter name: `_context` says which
             return None
-        return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens)
+        return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, self.precision)
                 for i, ids in enumerate(encoded)]
 
 

@@ -136,12 +136,30 @@ def load_tokenizer(path: Path):
     return tok
 
 
-def load_model(path: Path, quantize_4bit: bool = False):
-    """Load the base model; 4-bit NF4 (bitsandbytes) only when asked and CUDA is present."""
+def inference_dtype(setting: str):
+    """The dtype answers are decoded in (`generate.dtype`): `auto` is bf16 wherever it is native — CUDA with
+    bf16 (else fp16), a CPU with AVX512-BF16 or AMX — and fp32 elsewhere. On this project's 2-core CPU bf16
+    decoded the demo's replay 1.9× faster with the candidate's answers unchanged (benchmarks/README.md §
+    generation precision)."""
+    import torch
+
+    if setting == "float32":
+        return torch.float32
+    if setting == "bfloat16":
+        return torch.bfloat16
+    if torch.cuda.is_available():
+        return device_and_dtype()[1]
+    return torch.bfloat16 if use_bf16("auto") else torch.float32
+
+
+def load_model(path: Path, quantize_4bit: bool = False, dtype=None):
+    """Load the base model; 4-bit NF4 (bitsandbytes) only when asked and CUDA is present. `dtype`: the weights'
+    dtype for inference (`inference_dtype`); None keeps the training default (fp32 on CPU, bf16/fp16 on CUDA)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    device, dtype = device_and_dtype()
+    device, default_dtype = device_and_dtype()
+    dtype = default_dtype if dtype is None else dtype
     kwargs = {"dtype": dtype, "trust_remote_code": False, "use_safetensors": True}
     if quantize_4bit:
         from transformers import BitsAndBytesConfig
