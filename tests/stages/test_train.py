@@ -164,6 +164,18 @@ def test_killed_run_resumes_from_last_checkpoint(params, small_loop, tiny_dir, t
     assert [int(line.split(",")[0]) for line in log[1:]][-2:] == [3, 4]
 
 
+def test_a_run_already_at_its_last_step_is_taken_not_trained_again(params, small_loop, tiny_dir, tmp_path):
+    """The demo's round 3: its admitted data equal round 2's, so the run key matches a checkpoint that already
+    holds the last step. The adapter is that checkpoint's, byte for byte — the answers stored for it stay valid."""
+    cfg = tiny_cfg(params, max_steps=2, save_steps=2)
+    args = (small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir)
+    first = train_sft.run(cfg, *args, tmp_path / "o1", tmp_path / "c")
+    again = train_sft.run(cfg, *args, tmp_path / "o2", tmp_path / "c")
+    assert first["steps"] == 2 and again["resumed_from"].endswith("checkpoint-2") and again["steps"] == 2
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        assert (tmp_path / "o1" / "adapter" / name).read_bytes() == (tmp_path / "o2" / "adapter" / name).read_bytes()
+
+
 def test_blocked_batch_is_refused(params, small_loop, tiny_dir, tmp_path):
     rec = json.loads((small_loop / "admission" / "b1.json").read_text())
     blocked = tmp_path / "admission"

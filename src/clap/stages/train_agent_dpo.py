@@ -19,7 +19,7 @@ from clap.agent import chat
 from clap.agent.tools import ReportTools
 from clap.guards import GuardCallback
 from clap.io import atomic_dir, read_jsonl, write_json
-from clap.stages.train_common import finish, resume_point, start_from, write_untrained
+from clap.stages.train_common import finish, resume_point, run_training, start_from, write_untrained
 
 
 def build_dataset(rows: list[dict], tok):
@@ -56,7 +56,7 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                          callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,
                                         "base": base_identity})
-    trainer.train(resume_from_checkpoint=resume)
+    run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_dpo", base_identity,
                   {"pairs": len(rows), "resumed_from": resume, "start_adapter_sha256": start_sha}, started, start_adapter)
 

@@ -39,7 +39,7 @@ from clap.decoding import GrammarCache
 from clap.guards import GuardCallback
 from clap.stages.admit import NotAdmitted
 from clap.stages.agent_tasks import load
-from clap.stages.train_common import finish, resume_point, start_from
+from clap.stages.train_common import finish, resume_point, run_training, start_from
 
 REWARD_PARTS = ("outcome", "format", "process", "efficiency")
 
@@ -212,7 +212,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
                                         "seed": t["seed"], "start": start_sha, "tasks": [x["task_id"] for x in tasks],
                                         "base": base_identity, "constrained": constrained,
                                         "reward_model": rm_expected if use_rm else None})
-    trainer.train(resume_from_checkpoint=resume)
+    run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_grpo", base_identity,
                   {"tasks": len(tasks), "resumed_from": resume, "beta": g["beta"], "start_adapter_sha256": start_sha,
                    "constrained_rollouts": constrained, "reward_model": rm_note}, started, start_adapter)

@@ -25,7 +25,7 @@ from clap.agent import reward_model, scoring
 from clap.agent.tasks import split_of
 from clap.guards import GuardCallback
 from clap.io import atomic_dir, read_jsonl
-from clap.stages.train_common import finish, resume_point, write_untrained
+from clap.stages.train_common import finish, resume_point, run_training, write_untrained
 
 
 def split_pairs(pairs: list[dict], eval_fraction: float, seed: str) -> tuple[list[dict], list[dict]]:
@@ -79,7 +79,7 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     trainer = RewardTrainer(model=model, args=args, train_dataset=build_dataset(train, tok), processing_class=tok,
                             peft_config=peft, callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t["seed"], "pairs": train, "base": base_identity})
-    trainer.train(resume_from_checkpoint=resume)
+    run_training(trainer, resume)
     trainer.model.eval()
     checked = {"train": agreement(trainer.model, tok, train), "held_out": agreement(trainer.model, tok, held)}
     usable = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm["min_agreement"]

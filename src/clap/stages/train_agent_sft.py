@@ -20,7 +20,7 @@ from clap.agent.tools import ReportTools
 from clap.guards import GuardCallback
 from clap.stages.admit import NotAdmitted
 from clap.stages.agent_tasks import load
-from clap.stages.train_common import finish, lora_config, resume_point
+from clap.stages.train_common import finish, lora_config, resume_point, run_training
 
 
 def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
@@ -70,7 +70,7 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                                         "base": base_identity})
     if resume:
         print(f"clap: resuming agent SFT from {resume}")
-    trainer.train(resume_from_checkpoint=resume)
+    run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_sft", base_identity,
                   {"trajectories": len(rows), "set_aside_too_long": [r["task_id"] for r in too_long],
                    "assistant_tokens": sum(sum(x != -100 for x in r["labels"]) for r in rows),

@@ -85,6 +85,32 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
     return get_last_checkpoint(str(folder))
 
 
+def run_training(trainer, resume: str | None) -> None:
+    """`trainer.train(resume_from_checkpoint=resume)`, except when `resume` already holds the run's last step:
+    then its adapter and state are taken as they are. (Transformers resumed from the final checkpoint runs one
+    more optimizer step; the demo's round 3, whose admitted data equalled round 2's, trained 21 of 20 steps
+    and so decoded every answer of an adapter that should have been round 2's again.)"""
+    if resume and _ran_to_the_end(Path(resume)):
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+        from transformers import TrainerState
+
+        print(f"clap: {resume} holds the run's last step; taken as it is, not trained again")
+        set_peft_model_state_dict(trainer.model, load_file(Path(resume) / "adapter_model.safetensors"))
+        trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+        return
+    trainer.train(resume_from_checkpoint=resume)
+
+
+def _ran_to_the_end(checkpoint: Path) -> bool:
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (checkpoint / "adapter_model.safetensors").exists() and 0 < state.get("max_steps", 0) <= \
+        state.get("global_step", 0)
+
+
 def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dict, started: float,
            start_adapter: Path | None = None) -> dict:
     """Write adapter (last good checkpoint when a guard tripped; a chain step tripped before its first

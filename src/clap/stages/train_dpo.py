@@ -17,7 +17,7 @@ from pathlib import Path
 from clap import model as base_model
 from clap.guards import GuardCallback
 from clap.prompts import SYSTEM_DECIDE, messages
-from clap.stages.train_common import admitted_rows, finish, resume_point, start_from
+from clap.stages.train_common import admitted_rows, finish, resume_point, run_training, start_from
 
 
 def build_dataset(rows: list[dict]):
@@ -51,7 +51,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                          callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,
                                         "base": base_identity})
-    trainer.train(resume_from_checkpoint=resume)
+    run_training(trainer, resume)
     return finish(trainer, guard, out, "dpo", base_identity,
                   {"pairs": len(rows), "batches_refused": refused, "resumed_from": resume,
                    "start_adapter_sha256": start_sha}, started, start_adapter)

@@ -32,7 +32,7 @@ from clap.guards import GuardCallback
 from clap.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.rewards import decision_parts
 from clap.stages.evaluate_decisions import playbook
-from clap.stages.train_common import admitted_rows, finish, resume_point, start_from
+from clap.stages.train_common import admitted_rows, finish, resume_point, run_training, start_from
 
 REWARD_PARTS = ("outcome", "format", "grounding", "efficiency")
 
@@ -123,7 +123,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     resume = resume_point(checkpoints, {"cfg": g, "seed": t["seed"], "start": start_sha, "rows": rows,
                                         "rewards": r, "base": base_identity, "actions": actions,
                                         "constrained": constrained})
-    trainer.train(resume_from_checkpoint=resume)
+    run_training(trainer, resume)
     return finish(trainer, guard, out, "grpo", base_identity,
                   {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"],
                    "start_adapter_sha256": start_sha, "constrained_rollouts": constrained,

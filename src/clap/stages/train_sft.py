@@ -18,7 +18,7 @@ from clap import model as base_model
 from clap import prompts
 from clap.guards import GuardCallback
 from clap.stages.admit import NotAdmitted
-from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point
+from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point, run_training
 
 
 def split_by_length(rows: list[dict], tok, max_length: int | None) -> tuple[list[dict], list[dict]]:
@@ -78,7 +78,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     resume = resume_point(checkpoints, {"cfg": t["sft"], "seed": t["seed"], "rows": rows, "base": base_identity})
     if resume:
         print(f"clap: resuming SFT from {resume}")
-    trainer.train(resume_from_checkpoint=resume)
+    run_training(trainer, resume)
     return finish(trainer, guard, out, "sft", base_identity,
                   {"samples": len(rows), "samples_set_aside_too_long": [f"{r['batch']}/{r['sample_id']}" for r in too_long],
                    "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
