@@ -200,8 +200,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     from clap.io import write_json
 
     write_json(paths.METRICS / f"train_{kind}.json", m)
-    console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, "
-                  f"{m['tokens_per_s']} tokens/s")
+    _say_trained(kind, m)
 
 
 def _switched_off(cfg: dict, kind: str) -> str | None:
@@ -254,7 +253,12 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
         start = paths.adapter("agent_sft")
         m = train_agent_dpo.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, start, pinned_expectation(Path("."), start))
     write_json(paths.METRICS / f"train_{kind.replace('-', '_')}.json", m)
-    console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, {m['tokens_per_s']} tokens/s")
+    _say_trained(kind, m)
+
+
+def _say_trained(kind: str, m: dict) -> None:
+    speed = "taken from its finished checkpoint" if m["tokens_per_s"] is None else f"{m['tokens_per_s']} tokens/s"
+    console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, {speed}")
 
 
 def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):

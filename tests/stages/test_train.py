@@ -172,8 +172,12 @@ def test_a_run_already_at_its_last_step_is_taken_not_trained_again(params, small
     first = train_sft.run(cfg, *args, tmp_path / "o1", tmp_path / "c")
     again = train_sft.run(cfg, *args, tmp_path / "o2", tmp_path / "c")
     assert first["steps"] == 2 and again["resumed_from"].endswith("checkpoint-2") and again["steps"] == 2
+    assert first["tokens_per_s"] > 0 and again["tokens_per_s"] is None  # nothing trained the second time
     for name in ("adapter_model.safetensors", "adapter_config.json"):
         assert (tmp_path / "o1" / "adapter" / name).read_bytes() == (tmp_path / "o2" / "adapter" / name).read_bytes()
+    # across processes too: PEFT keeps target_modules as a set, whose order follows the interpreter's hash seed
+    modules = json.loads((tmp_path / "o2" / "adapter" / "adapter_config.json").read_text())["target_modules"]
+    assert modules == sorted(modules) and len(modules) > 1
 
 
 def test_blocked_batch_is_refused(params, small_loop, tiny_dir, tmp_path):

@@ -122,7 +122,8 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
     runtime = time.time() - started
     metrics = {"trainer": kind, "status": report.status, "steps": trainer.state.global_step,
                "train_loss": summary.get("train_loss"), "train_runtime_s": round(runtime, 2),
-               "tokens_seen": tokens, "tokens_per_s": round(tokens / max(summary.get("train_runtime", runtime), 1e-9), 2),
+               "tokens_seen": tokens,  # None below: `run_training` took a finished checkpoint, nothing trained now
+               "tokens_per_s": round(tokens / max(summary.get("train_runtime", runtime), 1e-9), 2) if summary else None,
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), **extra}
     if not trainer.is_world_process_zero():
         return metrics  # under `accelerate launch`, rank 0 writes the run's outputs
@@ -142,6 +143,8 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
             stray.unlink()
         config = json.loads((adapter / "adapter_config.json").read_text())
         config["base_model_name_or_path"] = base_identity["hub_id"]  # not the local cache path models/base
+        if isinstance(config.get("target_modules"), list):  # PEFT writes a set: its order changes run to run, and
+            config["target_modules"] = sorted(config["target_modules"])  # so would the adapter's hash and stored answers
         (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         stamp = Path(trainer.args.output_dir) / "run_key.txt"
         run_key = stamp.read_text().strip() if stamp.exists() else None
