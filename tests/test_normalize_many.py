@@ -64,7 +64,9 @@ def test_large_columns_split_across_threads_give_the_same_rows():
         assert values[rows == i].tolist() == list(nz.numbers_in(texts[i]))
 
 
-_text = st.text(alphabet=st.characters(max_codepoint=0xFFFF, blacklist_categories=("Cs",)), max_size=40)
+# Not "Cn": a code point Python's Unicode tables (14.0 in 3.11) leave unassigned may be assigned in Arrow's newer
+# utf8proc tables (U+209D folds to "w" there), where the two folds cannot agree and no report has it.
+_text = st.text(alphabet=st.characters(max_codepoint=0xFFFF, blacklist_categories=("Cs", "Cn")), max_size=40)
 _numberish = st.text(alphabet="0123456789,.()-−％%亿万千 kmilonMB元 ０１２３４５６７８９，．（）", max_size=14)
 
 

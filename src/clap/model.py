@@ -139,7 +139,7 @@ def load_tokenizer(path: Path):
 def inference_dtype(setting: str):
     """The dtype answers are decoded in (`generate.dtype`): `auto` is bf16 wherever it is native — CUDA with
     bf16 (else fp16), a CPU with AVX512-BF16 or AMX — and fp32 elsewhere. On this project's 2-core CPU bf16
-    decoded the demo's replay 1.9× faster with the candidate's answers unchanged (benchmarks/README.md §
+    decoded the demo's replay requests 1.7–1.8× faster with the candidate's answers unchanged (benchmarks/README.md §
     generation precision)."""
     import torch
 
