@@ -19,13 +19,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from clap import prompts
-from clap.decoding import answer_schema
 from clap.generate import Engine
 from clap.io import read_jsonl
 from clap.model import resolve_base
 from clap.retrieval import BM25Index
 from clap.serving import pinned_expectation
+from clap.stages import replay
 from clap.stages.index import retrieve
 
 
@@ -35,10 +34,7 @@ def requests(cfg: dict, n: int) -> tuple[list, list]:
     cases = [c for b in cfg["data"]["batches"] for c in read_jsonl(Path("data/materialized") / b / "replay_cases.jsonl")]
     cases = cases[:n]
     hits = retrieve(cfg, BM25Index.load(Path("data/index/bm25")), chunks, [c["question"] for c in cases])
-    contexts = [[by_id[h] for h in hit] for hit in hits]
-    convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt(c["question"], ctx))
-             for c, ctx in zip(cases, contexts)]
-    return convs, [answer_schema(ctx, with_location=True) for ctx in contexts]
+    return replay.requests(cases, [[by_id[h] for h in hit] for hit in hits], constrained=True)
 
 
 def main() -> None:

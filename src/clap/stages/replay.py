@@ -55,6 +55,14 @@ def score_case(pred: dict | None, gold: dict, retrieved: list[dict]) -> dict[str
             "evidence_doc_page_exact": float(pred.get("doc_id") == gold["doc_id"] and page_ok)} | out
 
 
+def requests(cases: list[dict], contexts: list[list[dict]], constrained: bool) -> tuple[list, list | None]:
+    """The application's requests: each case's question over its retrieved chunks (none for the arms without
+    retrieval), and with `constrained` the answer schema built from what the model was shown."""
+    convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt(c["question"], ctx))
+             for c, ctx in zip(cases, contexts)]
+    return convs, [answer_schema(ctx, with_location=True) for ctx in contexts] if constrained else None
+
+
 def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: Engine, out: Path,
         metrics_file: Path) -> dict:
     check_output_dir(out, (assets, materialized, index_dir))
@@ -68,10 +76,7 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
     arms = ARMS | (PROD_ARM if "prod" in getattr(engine, "adapters", []) else {})
     for arm, (adapter, rag) in arms.items():
         contexts = [[by_id[h] for h in hit] if rag else [] for hit in hits]
-        convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt(c["question"], ctx))
-                 for c, ctx in zip(cases, contexts)]
-        schemas = [answer_schema(ctx, with_location=True) for ctx in contexts] if cfg["generate"]["constrained"] \
-            else None
+        convs, schemas = requests(cases, contexts, cfg["generate"]["constrained"])
         gens = engine.generate(convs, use_adapter=adapter, max_new_tokens=r["max_new_tokens"],
                                batch_size=r["batch_size"], schemas=schemas)
         rows = []

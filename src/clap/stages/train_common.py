@@ -122,7 +122,7 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
     runtime = time.time() - started
     metrics = {"trainer": kind, "status": report.status, "steps": trainer.state.global_step,
                "train_loss": summary.get("train_loss"), "train_runtime_s": round(runtime, 2),
-               "tokens_seen": tokens,  # None below: `run_training` took a finished checkpoint, nothing trained now
+               "tokens_seen": tokens,  # tokens/s None: no train() summary, `run_training` took a finished checkpoint
                "tokens_per_s": round(tokens / max(summary.get("train_runtime", runtime), 1e-9), 2) if summary else None,
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), **extra}
     if not trainer.is_world_process_zero():
