@@ -1,8 +1,7 @@
 """`clap demo` on the tiny model, in a clone: three rounds, each a commit — a first release against the base
 model, new data plus rows the simulated annotator repaired judged against prod, a poisoned batch that
 admission stops — then the rollback drill and the timeline. (The gate's own `rollback`, prod regressed against
-the base model on new evidence, is table-tested in tests/test_gate.py: a random tiny model scores the same
-as its adapters, Δ 0.000, so no prod of it can regress for real.) The demo runs the extraction loop alone
+the base model on new evidence, is reached through the pipeline in tests/test_e2e_loop.py.) The demo runs the extraction loop alone
 (`agent.enabled=false`, as `make demo` can): every agent stage writes its marked, empty output and the
 releases ship no agent adapter; tests/test_e2e_loop.py releases one."""
 

@@ -1,5 +1,6 @@
 """The whole loop in a temporary clone on a tiny configuration: dvc repro, a threshold change that
-re-runs only the gate (and the bundle that pins its output), metrics diff, release, rollback."""
+re-runs only the gate (and the bundle that pins its output), metrics diff, release, a rollback the gate
+decides, and `clap rollback`."""
 
 import hashlib
 import json
@@ -178,19 +179,34 @@ def test_loop_threshold_change_release_rollback(clone):
     out = subprocess.run(["clap", "release"], cwd=root, capture_output=True, text=True, env=env)
     assert out.returncode == 1 and "uncommitted" in out.stdout
 
-    # relax again, change the candidate's data path a little (new version), release v2, roll back to v1
-    (root / "params.yaml").write_text(params.replace("min_parse_ok: 0.95", "min_parse_ok: 0.0")
-                                      .replace("max_steps: 2", "max_steps: 3", 1))
+    # relax again, change the candidate's data path a little (new version), release v2
+    params = params.replace("min_parse_ok: 0.95", "min_parse_ok: 0.0").replace("max_steps: 2", "max_steps: 3", 1)
+    (root / "params.yaml").write_text(params)
     run(root, "dvc", "repro", env=env)
     run(root, "git", "add", "-A", env=env)
     run(root, "git", "commit", "-qm", "run 2", env=env)
     run(root, "dvc", "push", "-q", env=env)
+    v1_shipped = shipped
     shipped = f"models/{json.loads((root / 'metrics/gate.json').read_text())['candidate']}/adapter/adapter_model.safetensors"
     v2_adapter = (root / shipped).read_bytes()
     assert "released v0.0.2 to prod" in run(root, "clap", "release", env=env)
+
+    # prod re-gated on the pipeline's own evidence under a policy that asks it to keep beating the base model:
+    # the candidate is now prod's own adapter (promoting it again would change nothing), and prod ties the
+    # base on every batch (a random tiny model's adapter answers as the base) — the gate itself says rollback
+    assert "min_prod_delta_vs_base: -0.02" in params
+    (root / "params.yaml").write_text(params.replace("min_prod_delta_vs_base: -0.02", "min_prod_delta_vs_base: 0.01"))
+    run(root, "dvc", "repro", env=env)
+    assert json.loads((root / "metrics/eval/b1.json").read_text())["candidate_is_prod"] is True
+    gate = json.loads((root / "metrics/gate.json").read_text())
+    assert gate["decision"] == "rollback", gate["reasons"]
+    assert {r["batch"] for r in gate["reasons"] if r["rule"] == "prod_regressed_vs_base"} == {"b1", "b2"}
+    run(root, "git", "add", "-A", env=env)
+    run(root, "git", "commit", "-qm", "re-gate prod v0.0.2: rollback", env=env)
     out = run(root, "clap", "rollback", env=env)
     assert "v0.0.2 → v0.0.1" in out
     assert (root / shipped).read_bytes() != v2_adapter
+    assert (root / v1_shipped).read_bytes() == v1_adapter  # v0.0.1's adapter, byte for byte
     run(root, "clap", "verify", "release/bundle.json", env=env)
     reg = run(root, "clap", "registry", env=env)
     assert "v0.0.1" in reg and "current=prod" in reg

@@ -90,9 +90,28 @@ def test_candidate_is_judged_against_prod(cand_vs_base, cand_vs_prod, prod_vs_ba
     ev = with_prod(evaluation([cand_vs_base] * 5), cand_vs_prod, prod_vs_base)
     d = decide(POLICY | {"rollback_on_prod_regression": rollback_on}, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
     assert d.decision == expected, d.reasons
-    if prod_vs_base < POLICY["max_batch_regression"]:
+    if prod_vs_base < POLICY["min_prod_delta_vs_base"]:
         assert sum(r.rule == "prod_regressed_vs_base" for r in d.reasons) == 5
 
+
+
+@pytest.mark.parametrize("candidate_is_prod, prod_vs_base, min_prod_delta, expected", [
+    (True, -0.05, -0.02, "rollback"),  # prod re-gated on new evidence regressed: shipping it again changes nothing
+    (True, 0.03, -0.02, "promote"),    # prod re-gated and still above the base model: nothing to do
+    (False, -0.05, -0.02, "promote"),  # another adapter, as good as prod on the same evidence, replaces it
+    (True, 0.0, 0.01, "rollback"),     # a policy that asks prod to keep beating the base model: a tie is not enough
+    (True, 0.0, 0.0, "promote"),       # … while a tie meets a zero threshold
+])
+def test_the_adapter_in_prod_cannot_replace_itself(candidate_is_prod, prod_vs_base, min_prod_delta, expected):
+    ev = with_prod(evaluation([prod_vs_base] * 5), 0.0, prod_vs_base)
+    for rec in ev.values():
+        rec["candidate_is_prod"] = candidate_is_prod
+    policy = POLICY | {"ci_lower_must_exceed": -1.0, "min_prod_delta_vs_base": min_prod_delta}
+    d = decide(policy, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
+    assert d.decision == expected, d.reasons
+    fired = [r for r in d.reasons if r.rule == "prod_regressed_vs_base"]
+    assert len(fired) == (5 if prod_vs_base < min_prod_delta else 0)
+    assert all(r.outcome == ("rollback" if expected == "rollback" else "info") for r in fired)
 
 def test_missing_evidence_never_promotes():
     assert decide(POLICY, ADMIT, {"sft": None}, evaluation([0.05] * 5), REPLAY_GOOD).decision == "hold"

@@ -354,6 +354,7 @@ class Gate(_Section):
     require_guards_ok: StrictBool
     require_replay_gain: StrictBool
     rollback_on_prod_regression: StrictBool
+    min_prod_delta_vs_base: Annotated[float, Field(ge=-1.0, le=1.0)]
     min_decision_delta: float
     decision_ci_lower_must_exceed: float
     chain_step_must_beat_start: StrictBool

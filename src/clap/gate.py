@@ -3,8 +3,10 @@
 promote(M') ⇐ quality(M') ≥ quality(M) ∧ risk(M') ≤ τ, per batch and overall. Outcomes, from worst:
 M is the adapter in prod when there is one (the base model before the first release).
 - rollback: the adapter in prod regressed against the base model on the evidence (a batch below
-            `max_batch_regression`, prod − base) and the candidate cannot replace it (policy key
-            `rollback_on_prod_regression`); when the candidate is promoted, the regression is recorded only;
+            `min_prod_delta_vs_base`, prod − base) and the candidate cannot replace it (policy key
+            `rollback_on_prod_regression`): it is not promoted, or it is prod's own adapter re-gated
+            (`candidate_is_prod` in the evaluation); when another candidate is promoted, the regression is
+            recorded only;
 - reject:   the candidate is broken (cannot answer parseable JSON);
 - hold:     a guard of the candidate's trainer tripped (a probe's trip holds that probe only), admission did not allow training, a critical per-batch regression,
             too many regressed batches, or risk increases beyond τ;
@@ -212,9 +214,11 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
         if "prod_vs_base" not in ev:
             continue
         prod_delta = ev["prod_vs_base"]["overall_score"]["delta"]
-        if prod_delta < policy["max_batch_regression"]:
-            replaced = decision == "promote" or not policy["rollback_on_prod_regression"]
-            fire("prod_regressed_vs_base", prod_delta, policy["max_batch_regression"],
+        if prod_delta < policy["min_prod_delta_vs_base"]:
+            # a promote replaces prod only when it ships another adapter: the one in prod, re-gated, is no remedy
+            replaced = (decision == "promote" and not ev.get("candidate_is_prod")) \
+                or not policy["rollback_on_prod_regression"]
+            fire("prod_regressed_vs_base", prod_delta, policy["min_prod_delta_vs_base"],
                  "info" if replaced else "rollback", b)
             if not replaced:
                 decision = "rollback"

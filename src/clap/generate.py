@@ -102,6 +102,10 @@ class Engine:
             self._grammars = GrammarCache(self.tok, self.model.config.vocab_size)
         return self._grammars
 
+    def same_adapter(self, a: str, b: str) -> bool:
+        """Whether adapters `a` and `b` are the same pinned files (the candidate a release put in prod)."""
+        return a in self.adapters and b in self.adapters and self._model_ids[a] == self._model_ids[b]
+
     @staticmethod
     def _name(use_adapter: bool | str) -> str | None:
         return "candidate" if use_adapter is True else (use_adapter or None)

@@ -80,6 +80,7 @@ def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, me
     if "prod" in per_model:
         result["deltas_vs_prod"] = _deltas(per_model, metrics, "prod", "candidate", e)
         result["prod_vs_base"] = _deltas(per_model, metrics, "baseline", "prod", e)
+        result["candidate_is_prod"] = engine.same_adapter("candidate", "prod")  # promoting it would change nothing
     reference = "prod" if "prod" in per_model else "baseline"
     regressed = [{"batch": batch, "sample_id": c["sample_id"], "reason": f"candidate_failed_where_{reference}_passed",
                   "baseline_output": b["output"], "candidate_output": c["output"],

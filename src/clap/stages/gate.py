@@ -36,7 +36,7 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
         data = read_json_if_exists(root / paths.eval_metrics(b))
         if data:
             evaluation[b] = {k: data[k] for k in ("baseline", "candidate", "deltas", "prod", "deltas_vs_prod",
-                                                  "prod_vs_base") if k in data}
+                                                  "prod_vs_base", "candidate_is_prod") if k in data}
     replay = read_json_if_exists(root / paths.REPLAY_METRICS)
     decisions = read_json_if_exists(root / paths.DECISION_METRICS)
     human = read_json_if_exists(root / paths.HUMAN_METRICS)
