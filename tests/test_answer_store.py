@@ -90,3 +90,23 @@ def test_prod_reuses_what_it_answered_as_the_candidate(tiny_dir, sft_start, tmp_
     weights = {"adapter_config.json": "c", "adapter_model.safetensors": "w"}
     assert model_id({"m": "a"}, weights) == model_id({"m": "a"}, weights | {"README.md": "r", "manifest.json": "m"})
     assert model_id({"m": "a"}, weights) != model_id({"m": "a"}, weights | {"adapter_model.safetensors": "x"})
+
+
+def test_the_engine_knows_when_the_candidate_is_prods_own_adapter(tiny_dir, sft_start, tmp_path):
+    """Evaluate writes `candidate_is_prod` from this: a promote of prod's own adapter replaces nothing, so the
+    gate's rollback still stands (tests/test_gate.py)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from clap.io import sha256_file
+
+    adapter, manifest = sft_start
+    assert Engine(tiny_dir, adapter, manifest, prod_dir=adapter, prod_expected=manifest).same_adapter("candidate", "prod")
+    other = tmp_path / "other"
+    shutil.copytree(adapter, other)
+    weights = other / "adapter_model.safetensors"
+    save_file({k: v * 2 for k, v in load_file(weights).items()}, weights)
+    pinned = manifest | {"files": manifest["files"] | {"adapter_model.safetensors": sha256_file(weights)}}
+    engine = Engine(tiny_dir, other, pinned, prod_dir=adapter, prod_expected=manifest)
+    assert not engine.same_adapter("candidate", "prod") and not engine.same_adapter("candidate", "missing")
