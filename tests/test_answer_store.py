@@ -1,9 +1,10 @@
 import json
 
+import pytest
 import torch
 
 from clap import prompts
-from clap.answer_store import AnswerStore, model_id
+from clap.answer_store import AnswerStore, model_id, same_adapter
 from clap.decoding import answer_schema
 from clap.generate import Engine
 
@@ -110,3 +111,20 @@ def test_the_engine_knows_when_the_candidate_is_prods_own_adapter(tiny_dir, sft_
     pinned = manifest | {"files": manifest["files"] | {"adapter_model.safetensors": sha256_file(weights)}}
     engine = Engine(tiny_dir, other, pinned, prod_dir=adapter, prod_expected=manifest)
     assert not engine.same_adapter("candidate", "prod") and not engine.same_adapter("candidate", "missing")
+
+
+@pytest.mark.parametrize("candidate, prod, same", [
+    ({"adapter_config.json": "c", "adapter_model.safetensors": "w"},
+     {"adapter_config.json": "c", "adapter_model.safetensors": "w", "README.md": "r"}, True),  # the bundle pins the card too
+    ({"adapter_config.json": "c", "adapter_model.safetensors": "w"},
+     {"adapter_config.json": "c", "adapter_model.safetensors": "x"}, False),
+    ({"adapter_config.json": "c", "adapter_model.safetensors": "w"}, None, False),  # nothing in prod
+])
+def test_which_adapters_are_the_same_on_every_engine(candidate, prod, same):
+    from clap.data.ray_generate import RayEngine
+
+    pins = {"candidate": candidate} | ({"prod": prod} if prod else {})
+    assert same_adapter(pins, "candidate", "prod") is same
+    ray = RayEngine({"adapter_dir": "a", "expected": {"files": candidate}, "prod_dir": "p" if prod else None,
+                     "prod_expected": {"files": prod} if prod else None}, workers=1)
+    assert ray.same_adapter("candidate", "prod") is same

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap.answer_store import same_adapter
 from clap.generate import Generation, _progress, truncate_at_json_end
 from clap.serving import AdapterRefused, verify_adapter
 
@@ -37,6 +38,7 @@ class VLLMEngine:
 
         self.tok = base_model.load_tokenizer(base_dir)
         self.adapters: dict[str, Path] = {}
+        self._pins: dict[str, dict] = {}
         for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected)):
             if folder is None:
                 continue
@@ -44,11 +46,16 @@ class VLLMEngine:
                 raise AdapterRefused(f"{folder}: no pinned evidence given; refusing to load")
             verify_adapter(Path(folder), pinned, base_identity or base_model.identity(base_dir))
             self.adapters[name] = Path(folder)
+            self._pins[name] = pinned["files"]
         self.adapter = self.adapters.get("candidate")
         self.llm = LLM(model=str(base_dir), tokenizer=str(base_dir), trust_remote_code=False, seed=0,
                        dtype="auto", enable_lora=bool(self.adapters), max_lora_rank=max_lora_rank,
                        max_loras=max(1, len(self.adapters)), gpu_memory_utilization=gpu_memory_utilization)
         self.has_adapter = self.adapter is not None
+
+    def same_adapter(self, a: str, b: str) -> bool:
+        """Whether adapters `a` and `b` load the same pinned files (`answer_store.same_adapter`)."""
+        return same_adapter(self._pins, a, b)
 
     def encode(self, messages: list[dict]) -> list[int]:
         return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,

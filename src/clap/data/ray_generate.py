@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+from clap.answer_store import same_adapter
 from clap.data.engine import ensure_ray
 from clap.generate import Generation
 
@@ -48,6 +49,12 @@ class RayEngine:
         self.adapters = [name for name, key in (("candidate", "adapter_dir"), ("prod", "prod_dir"))
                          if engine_args.get(key) is not None]
         self.has_adapter = "candidate" in self.adapters
+
+    def same_adapter(self, a: str, b: str) -> bool:
+        """Whether adapters `a` and `b` load the same pinned files (`answer_store.same_adapter`)."""
+        pins = {name: self.engine_args[key]["files"] for name, key in (("candidate", "expected"), ("prod", "prod_expected"))
+                if self.engine_args.get(key)}
+        return same_adapter(pins, a, b)
 
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
