@@ -56,7 +56,6 @@ def model_id(base_weights_sha256: dict, adapter_files: dict | None = None) -> st
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-
 def same_adapter(pins: dict[str, dict], a: str, b: str) -> bool:
     """Whether the adapters named `a` and `b` (`pins`: name → pinned file hashes) load the same files: the
     candidate that a release put in prod, re-gated, is prod's own adapter (evaluate's `candidate_is_prod`)."""

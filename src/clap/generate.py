@@ -20,7 +20,6 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from clap import model as base_model
-from clap.answer_store import same_adapter
 from clap.metrics import object_end
 
 
@@ -81,7 +80,7 @@ class Engine:
         self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
         self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # part of the store's key
         ident = base_model.identity(base_dir)
-        self.adapters, self._pins = [], {}
+        self.adapters = []
         self.store = AnswerStore(answer_store) if answer_store is not None else None
         self._model_ids = {None: model_id(ident["weights_sha256"])}  # what answers, by content: the store's key
         for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected), *others):
@@ -89,7 +88,6 @@ class Engine:
                 self.model = attach(self.model, name, Path(folder), pinned, ident)
                 self.adapters.append(name)
                 self._model_ids[name] = model_id(ident["weights_sha256"], pinned["files"])
-                self._pins[name] = pinned["files"]
         self.has_adapter = "candidate" in self.adapters
         self.model.eval()
         self.device = next(self.model.parameters()).device
@@ -105,8 +103,8 @@ class Engine:
         return self._grammars
 
     def same_adapter(self, a: str, b: str) -> bool:
-        """Whether adapters `a` and `b` load the same pinned files (`answer_store.same_adapter`)."""
-        return same_adapter(self._pins, a, b)
+        """Whether adapters `a` and `b` load the same pinned files: the same content id in the store's key."""
+        return a in self.adapters and b in self.adapters and self._model_ids[a] == self._model_ids[b]
 
     @staticmethod
     def _name(use_adapter: bool | str) -> str | None:
