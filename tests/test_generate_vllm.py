@@ -112,10 +112,12 @@ def test_candidate_runs_as_a_verified_lora_request(fake_vllm, tiny_dir, tmp_path
     adapter.mkdir()
     checked = []
     monkeypatch.setattr("clap.generate_vllm.verify_adapter", lambda d, expected, ident: checked.append((d, expected)))
-    engine = VLLMEngine(tiny_dir, adapter, {"base": "tiny"}, base_identity={"base": "tiny"})
+    pinned = {"files": {"adapter_model.safetensors": "ab" * 32}, "base": "tiny"}
+    engine = VLLMEngine(tiny_dir, adapter, pinned, base_identity={"base": "tiny"})
     engine.generate([prompts.messages(prompts.SYSTEM_EXTRACT, "q")], use_adapter=True, progress=False)
     engine.generate([prompts.messages(prompts.SYSTEM_EXTRACT, "q")], use_adapter=False, progress=False)
-    assert checked == [(adapter, {"base": "tiny"})]
+    assert checked == [(adapter, pinned)]
+    assert not engine.same_adapter("candidate", "prod")  # no prod loaded
     assert fake_vllm["init"][0]["enable_lora"] is True
     first, second = fake_vllm["generate"]
     assert first["lora"].path == str(adapter) and second["lora"] is None
