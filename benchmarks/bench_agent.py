@@ -19,9 +19,9 @@ import pandas as pd
 from clap.agent import chat
 from clap.agent.episode import engine_policy, one_at_a_time, rollout
 from clap.agent.tools import ReportTools
-from clap.generate import Engine
+from clap.evaluate.generate import Engine
 from clap.model import resolve_base
-from clap.serving import pinned_expectation
+from clap.release.serving import pinned_expectation
 from clap.stages.agent_tasks import load
 
 

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_generate.py [--n 24] [--batch-size 8] [--max-new-tokens 64] [--backend hf|vllm]
                                                   [--constrained]
 
-`--constrained` decodes every prompt under its answer schema (xgrammar, `clap.decoding`) in both
+`--constrained` decodes every prompt under its answer schema (xgrammar, `clap.evaluate.decoding`) in both
 the engine and the plain loop, so the outputs stay comparable.
 
 Same model (the real SmolLM2 base), same holdout prompts, same greedy outputs (checked), one run.
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from clap import prompts
-from clap.decoding import answer_schema
-from clap.generate import Engine, plain_generate_loop
+from clap.evaluate.decoding import answer_schema
+from clap.evaluate.generate import Engine, plain_generate_loop
 from clap.io import read_jsonl
 from clap.model import resolve_base
 
@@ -39,7 +39,7 @@ def main() -> None:
     convs = [prompts.messages(r["system"], r["prompt"]) for r in rows]
     hf = Engine(base)
     if args.backend == "vllm":
-        from clap.generate_vllm import VLLMEngine
+        from clap.evaluate.generate_vllm import VLLMEngine
 
         engine = VLLMEngine(base)
     else:

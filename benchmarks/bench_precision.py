@@ -19,11 +19,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from clap.generate import Engine
+from clap.evaluate.generate import Engine
 from clap.io import read_jsonl
 from clap.model import resolve_base
+from clap.release.serving import pinned_expectation
 from clap.retrieval import BM25Index
-from clap.serving import pinned_expectation
 from clap.stages import replay
 from clap.stages.index import retrieve
 

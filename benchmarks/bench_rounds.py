@@ -23,9 +23,9 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap.config import load
-from clap.generate import Engine
+from clap.evaluate.generate import Engine
 from clap.io import read_jsonl, write_jsonl
-from clap.serving import adapter_manifest
+from clap.release.serving import adapter_manifest
 from clap.stages import evaluate, train_sft
 from clap.stages.train_common import lora_config
 

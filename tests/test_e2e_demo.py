@@ -60,7 +60,7 @@ def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
     assert not (root / "repair/fixed/simulated_annotator.jsonl").exists()  # round 2's repair is not v0.0.1's
 
     # the timeline: three rounds and the rollback, each with its baseline, refusal and tags, read back from git
-    from clap.timeline import rounds
+    from clap.release.timeline import rounds
 
     first = run(root, "git", "rev-list", "--max-parents=0", "HEAD", env=env).strip()
     rows = rounds(root, since=first)  # the demo's own rounds: the clone's first commit holds main's last run

@@ -23,8 +23,8 @@ def test_qlora_sft_runs_in_4bit(params, small_loop, smollm2_dir, tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm extra")
 def test_vllm_backend_answers_like_the_transformers_engine(smollm2_dir):
     from clap import prompts
-    from clap.generate import Engine
-    from clap.generate_vllm import VLLMEngine
+    from clap.evaluate.generate import Engine
+    from clap.evaluate.generate_vllm import VLLMEngine
 
     convs = [prompts.messages(prompts.SYSTEM_EXTRACT, f"Source:\nRevenue for FY202{i} was {i},234.5 RMB 10k.\n"
                               f"Question: What was the revenue for FY202{i}?") for i in range(8)]

@@ -16,8 +16,8 @@ import yaml
 from tests.conftest import ROOT
 from typer.testing import CliRunner
 
-from clap import demo_data
 from clap.cli import app
+from clap.data import demo_data
 
 
 @pytest.fixture(scope="module")

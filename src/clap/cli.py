@@ -50,7 +50,7 @@ app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_hel
 def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float = 1.0,
               poison: str = typer.Option("none", help="batch whose currency units are shifted by 10⁴ (a poisoned export)")) -> None:
     """Write the deterministic demo corpus (chunks, facts, decisions) to OUT."""
-    from clap import demo_data as dd
+    from clap.data import demo_data as dd
 
     counts = dd.write(out, seed=seed, scale=scale, poisoned_batch=None if poison == "none" else poison)
     console.print(f"demo corpus → {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
@@ -174,7 +174,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     episodes in the environment (the reward model one of its rewards when its check passed)."""
     from clap import model
     from clap.io import check_output_dir
-    from clap.serving import pinned_expectation
+    from clap.release.serving import pinned_expectation
     from clap.stages import train_dpo, train_grpo, train_sft
 
     if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo", "agent-rm"):
@@ -233,7 +233,7 @@ def _disabled(kind: str, switch: str, out: Path, checkpoints: Path) -> None:
 
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
     from clap.io import check_output_dir, write_json
-    from clap.serving import pinned_expectation
+    from clap.release.serving import pinned_expectation
     from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_rm, train_agent_sft
 
     if kind == "agent-sft":
@@ -268,8 +268,8 @@ def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, di
     from clap import model
     from clap.agent.chat import CHAT_TEMPLATE
     from clap.agent.tools import ReportTools
-    from clap.generate import Engine
-    from clap.serving import pinned_expectation
+    from clap.evaluate.generate import Engine
+    from clap.release.serving import pinned_expectation
 
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
@@ -329,9 +329,9 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model and the
     agent adapter in prod on the held-out agent tasks: task success, tool-call accuracy (when / how), pass^k,
     hallucination, abstention, with paired-bootstrap CIs."""
-    from clap.gate import agent_chain
+    from clap.evaluate.summary import agent_table
+    from clap.release.gate import agent_chain
     from clap.stages import evaluate_agent as stage
-    from clap.summary import agent_table
 
     cfg = _params()
     if not cfg["agent"]["enabled"]:
@@ -354,9 +354,9 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
     import torch
 
     from clap import model
-    from clap.generate import Engine
-    from clap.generate_vllm import VLLMEngine, choose_backend
-    from clap.serving import pinned_expectation
+    from clap.evaluate.generate import Engine
+    from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
+    from clap.release.serving import pinned_expectation
 
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
@@ -396,7 +396,7 @@ def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict |
     """The restored prod adapter folder and the manifest its release tag's bundle pins (None, None: no prod,
     or, for `role="agent_adapter"`, a release in prod that shipped no agent adapter)."""
     from clap.io import read_json_if_exists
-    from clap.serving import pinned_expectation
+    from clap.release.serving import pinned_expectation
 
     ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
     folder = None if prod is None else prod / "adapter" if role == "adapter" else paths.prod_agent_adapter(prod)
@@ -409,7 +409,7 @@ def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict |
 @app.command("prod-adapter")
 def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
     """Restore the adapter the registry's prod stage points at (the baseline of evaluate and the gate)."""
-    from clap import prod
+    from clap.release import prod
 
     ptr = prod.restore(Path("."), out)
     console.print(f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}")
@@ -420,8 +420,8 @@ def agent_adapter(version: str = typer.Argument(None, help="a registered version
                   out: Path = typer.Option(paths.MODELS / "serving" / "agent")) -> None:
     """Restore the tool-calling agent adapter a release shipped (from the DVC cache, checked byte for byte
     against the bundle at its tag), ready for `Engine` / vLLM to serve."""
-    from clap import prod
-    from clap.release import current
+    from clap.release import prod
+    from clap.release.registry import current
 
     version = version or (current(Path("."), "prod") or {}).get("version")
     if not version:
@@ -461,11 +461,11 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
                        metrics: Path = typer.Option(paths.DECISION_METRICS)) -> None:
     """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
     from clap import model
-    from clap.gate import CHAIN
-    from clap.generate import Engine
-    from clap.serving import pinned_expectation
+    from clap.evaluate.generate import Engine
+    from clap.evaluate.summary import decision_table
+    from clap.release.gate import CHAIN
+    from clap.release.serving import pinned_expectation
     from clap.stages import evaluate_decisions as stage
-    from clap.summary import decision_table
 
     cfg = _params()
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
@@ -502,8 +502,8 @@ def replay(adapter: Path = typer.Option(paths.adapter("sft")),
            index_dir: Path = typer.Option(paths.INDEX), out: Path = typer.Option(paths.REPLAY),
            metrics: Path = typer.Option(paths.REPLAY_METRICS)) -> None:
     """The ABCD application-chain replay: base/adapter × with/without retrieval (and prod + RAG when in prod)."""
+    from clap.evaluate.summary import abcd_table, contrast_lines
     from clap.stages import replay as stage
-    from clap.summary import abcd_table, contrast_lines
 
     cfg = _params()
     engine = _engine(cfg, adapter, prod)
@@ -530,7 +530,7 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
            each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
            ) -> None:
     """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
-    from clap import bundle as b
+    from clap.release import bundle as b
 
     written, missing = b.write_each(Path("."), _params(), out, each)
     decision = next(iter(written.values())).decision  # the gate record, the same in every bundle
@@ -547,8 +547,8 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
 @app.command()
 def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
     """Recompute every hash in a bundle; exit 1 naming the first file that differs."""
-    from clap.bundle import BundleMismatch
-    from clap.bundle import verify as do_verify
+    from clap.release.bundle import BundleMismatch
+    from clap.release.bundle import verify as do_verify
 
     try:
         b = do_verify(path, Path("."))
@@ -561,7 +561,7 @@ def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
 @app.command()
 def release() -> None:
     """Tag the committed candidate (GTO format) when the gate allows it and the bundle verifies."""
-    from clap import release as rel
+    from clap.release import registry as rel
 
     try:
         r = rel.release(Path("."))
@@ -576,7 +576,7 @@ def release() -> None:
 @app.command()
 def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1; default: the previous prod")) -> None:
     """Assign prod to an earlier version and restore its adapter and data byte-identically."""
-    from clap import release as rel
+    from clap.release import registry as rel
 
     try:
         r = rel.rollback(Path("."), to)
@@ -589,7 +589,7 @@ def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1;
 @app.command()
 def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER} from the tags (after `gto assign`)")) -> None:
     """List adapter versions and their stage assignments (git tags in GTO's format)."""
-    from clap import release as rel
+    from clap.release import registry as rel
 
     if sync:
         ptr = rel.write_prod_pointer(Path("."))
@@ -602,7 +602,7 @@ def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER
 @app.command()
 def timeline(since: str = typer.Option(None, help="only the rounds committed after this revision")) -> None:
     """The loop round by round from the committed evidence: data, refusals, Δ vs prod, decision, tags."""
-    from clap import timeline as tl
+    from clap.release import timeline as tl
 
     console.print(tl.table(tl.rounds(Path("."), since)))
 
@@ -612,7 +612,7 @@ def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
                   out: Path = typer.Option(paths.SIMULATED_FIXES),
                   share: float = typer.Option(0.5, min=0.0, max=1.0, help="share of the fixable queue to correct")) -> None:
     """SIMULATED annotator for the demo: corrects a share of the repair queue from the demo generator's truth."""
-    from clap import demo_annotator, demo_data
+    from clap.data import demo_annotator, demo_data
     from clap.io import read_jsonl, write_jsonl
 
     if not queue.exists():
@@ -719,9 +719,9 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
                    outcome: str = typer.Option(None, help="re-score the logged feedback by another logged score "
                                                           "(e.g. value_exact) instead of its outcome")) -> None:
     """Canary vs prod on the logged outcomes: SPRT, McNemar, bootstrap CI → successful / failed / inconclusive."""
+    from clap.data.repair import replace_in_inbox
     from clap.feedback import canary_analysis
     from clap.io import write_json
-    from clap.repair import replace_in_inbox
 
     requests, feedback = canary_analysis.load_logs(logs)
     if outcome is not None:
@@ -777,8 +777,8 @@ def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many he
 @canary_app.command("conclude")
 def canary_conclude(analysis: Path = typer.Option(paths.CANARY_METRICS)) -> None:
     """Act on the analysis: promote the canary to prod (`#prod#K`) or roll it back (`#canary!#K`)."""
-    from clap import release as rel
     from clap.io import read_json
+    from clap.release import registry as rel
 
     if not analysis.exists():
         _fail(FileNotFoundError(f"{analysis}: no canary analysis (run `clap canary analyze`)"))
@@ -807,7 +807,7 @@ def demo_label(tasks: Path = typer.Option(paths.HUMAN_EXPORT / "tasks.json"),
 @app.command("repair-queue")
 def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
     """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
-    from clap import repair
+    from clap.data import repair
 
     counts = repair.run(Path("."), out)
     console.print(f"repair queue → {out}: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "empty"))
@@ -819,7 +819,7 @@ def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
 def report(base: str = typer.Option(None, help="git revision to diff metrics against (default: HEAD)"),
            out: Path = typer.Option(Path("reports"))) -> None:
     """Write reports/report.md (for the pull request) and reports/report.html (with plots)."""
-    from clap.report import write_reports
+    from clap.evaluate.report import write_reports
 
     md, page = write_reports(Path("."), out, _params()["data"]["batches"], base)
     console.print(f"report → {md}, {page}")
@@ -830,11 +830,12 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
          ) -> None:
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
     then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
-    `clap.rounds`."""
-    from clap import rounds, summary
-    from clap import timeline as tl
+    `clap.release.rounds`."""
     from clap.config import check, compose
-    from clap.rounds import demo_overrides
+    from clap.evaluate import summary
+    from clap.release import rounds
+    from clap.release import timeline as tl
+    from clap.release.rounds import demo_overrides
 
     overrides = demo_overrides(check(compose([]), "conf/ (composed)")["demo"]["overrides"], override or [])
     schedule = check(compose(overrides), f"conf/ with {' '.join(overrides)}")["demo"]["rounds"]

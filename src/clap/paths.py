@@ -40,7 +40,7 @@ CANARY_LOGS = Path("feedback/canary")  # request and outcome logs (`dvc add feed
 CANARY_METRICS = Path("metrics/canary.json")  # `clap canary analyze`; read by `clap canary conclude`
 SIMULATED_FIXES = REPAIR_FIXED / "simulated_annotator.jsonl"  # `clap demo-annotate`: the demo's simulated annotator
 REPAIR_EFFECT = Path("metrics/repair_effect.json")  # `clap demo`: what a round's repaired rows did
-ANSWER_STORE = Path("data/answer_store")  # greedy answers by content address (clap.answer_store), a cache beside
+ANSWER_STORE = Path("data/answer_store")  # greedy answers by content address (clap.evaluate.answer_store), a cache beside
                                           # DVC's outputs: evaluate, replay and the decision evaluation read and add
 OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE)
 

@@ -22,7 +22,7 @@ RISK_FOCUS = ("delivery", "cash", "customer", "compliance")
 
 
 # The order targets write them in: the quote before the number, so the model copies the value from the sentence it
-# has just quoted instead of committing to a number first (the per-quote grammar, clap.decoding, ties the two).
+# has just quoted instead of committing to a number first (the per-quote grammar, clap.evaluate.decoding, ties the two).
 ANSWER_KEYS = ("entity", "metric", "period", "evidence", "value", "unit")
 LOCATION_KEYS = ("chunk_id", "doc_id", "page")  # the application chain's answer adds where the evidence is
 

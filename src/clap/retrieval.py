@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clap import normalize as nz
+from clap.data import normalize as nz
 
 _TOKEN = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[\u4e00-\u9fff]+")
 STOP = {"the", "was", "for", "what", "of", "a", "an", "in", "is", "s", "and", "to", "fy", "co"}

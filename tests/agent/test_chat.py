@@ -62,7 +62,7 @@ def test_anything_but_one_action_object_does_not_parse(text):
 def test_action_grammar_accepts_every_tool_and_refuses_unknown_arguments(tok):
     import xgrammar as xgr
 
-    from clap.decoding import GrammarCache
+    from clap.evaluate.decoding import GrammarCache
 
     compiled = GrammarCache(tok, tok.vocab_size).compiled(chat.action_schema(ReportTools.tool_schemas()))
 

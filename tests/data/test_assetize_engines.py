@@ -16,8 +16,7 @@ import pandas as pd
 import pytest
 from tests.conftest import ROOT
 
-from clap import demo_data
-from clap.data import near_dup
+from clap.data import demo_data, near_dup
 from clap.data.near_dup import near_duplicates
 from clap.data.spill import unit_of
 from clap.stages import assetize
@@ -118,7 +117,7 @@ def test_a_two_worker_ray_cluster_gives_the_local_outputs(params, corpus, tiny_d
     import ray
 
     from clap.data.ray_generate import RayEngine
-    from clap.generate import Engine
+    from clap.evaluate.generate import Engine
 
     raw, fixed = corpus
     ray.init(address=ray_cluster)

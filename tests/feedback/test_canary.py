@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from clap import release
 from clap.feedback import canary_analysis
 from clap.feedback.canary import CanaryService, route, server
 from clap.feedback.traffic import TrafficError, post
+from clap.release import registry as release
 
 
 def _logs(outcomes: dict[str, list[int]], paired: bool, latency: dict[str, float] | None = None):
@@ -74,8 +74,8 @@ def test_routing_is_stable_and_follows_the_share():
 
 @pytest.fixture(scope="module")
 def served(sft_start, tiny_dir, tmp_path_factory):
+    from clap.evaluate.generate import Engine
     from clap.feedback.canary import Arm
-    from clap.generate import Engine
 
     adapter, manifest = sft_start
     engine = Engine(tiny_dir, adapter, manifest)
@@ -108,8 +108,8 @@ def test_server_answers_routes_and_logs(served):
 
 
 def test_server_refuses_a_tampered_canary_before_it_listens(sft_start, tiny_dir, tmp_path):
-    from clap.generate import Engine
-    from clap.serving import AdapterRefused
+    from clap.evaluate.generate import Engine
+    from clap.release.serving import AdapterRefused
 
     adapter, manifest = sft_start
     copy = shutil.copytree(adapter, tmp_path / "adapter")

@@ -3,8 +3,8 @@ import json
 import pytest
 from tests.conftest import ROOT
 
-from clap import demo_data
 from clap.config import compose
+from clap.data import demo_data
 from clap.stages import admit, assetize, materialize
 from clap.stages.admit import NotAdmitted, decide, require
 

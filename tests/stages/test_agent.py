@@ -9,7 +9,8 @@ from tests.stages.test_train import AtStart, _peft_key, assert_lora_trained, bas
 
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
-from clap.generate import Engine
+from clap.evaluate.generate import Engine
+from clap.evaluate.summary import agent_table
 from clap.io import OUTPUT_MARKER, read_jsonl
 from clap.stages import (
     agent_pairs,
@@ -20,7 +21,6 @@ from clap.stages import (
     train_agent_rm,
     train_agent_sft,
 )
-from clap.summary import agent_table
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from clap import prompts
-from clap.generate import Engine, Generation
+from clap.evaluate.generate import Engine, Generation
 from clap.io import read_json, read_jsonl, write_jsonl
 from clap.stages import evaluate_decisions as stage
 
@@ -158,7 +158,7 @@ def _extraction_sample(i, batch):
 def test_later_steps_are_scored_on_extraction_against_the_sft_answers_evaluate_recorded(params, tmp_path):
     """DPO answers the extraction holdout right, GRPO answers prose; SFT's answers are evaluate's candidate
     records (not generated again). The deltas are step − SFT, pooled and per batch."""
-    from clap.metrics import score_sample
+    from clap.evaluate.metrics import score_sample
 
     class Engine(FakeEngine):
         def generate(self, convs, use_adapter, **kw):

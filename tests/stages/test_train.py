@@ -100,7 +100,7 @@ def test_chain_step_starts_from_sft_and_moves_only_lora(trainer, kind, params, s
 
 
 def test_chain_step_refuses_a_tampered_start(params, small_loop, tiny_dir, sft_start, tmp_path):
-    from clap.serving import AdapterRefused
+    from clap.release.serving import AdapterRefused
 
     sft_adapter, manifest = sft_start
     forged = {**manifest, "files": {**manifest["files"], "adapter_model.safetensors": "0" * 64}}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from clap.metrics import parse_answer
+from clap.evaluate.metrics import parse_answer
 
 SYSTEM = ("You answer questions about company reports by calling tools. Each turn, reply with one JSON "
           'object {"thought": ..., "tool": ..., "arguments": {...}}. Search, read the page, compute when '

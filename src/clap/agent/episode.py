@@ -68,7 +68,7 @@ def step(episode: dict, tools: ReportTools, text: str) -> None:
 
 def engine_policy(engine, use_adapter, max_new_tokens: int, batch_size: int, schema: dict | None,
                   temperature: float = 0.0) -> Policy:
-    """A policy served by `clap.generate.Engine` (built with `chat.CHAT_TEMPLATE` and the tools):
+    """A policy served by `clap.evaluate.generate.Engine` (built with `chat.CHAT_TEMPLATE` and the tools):
     greedy or sampled, every turn under the action grammar when `schema` is given."""
     def policy(conversations: list[list[dict]]) -> list:
         return engine.generate(conversations, use_adapter=use_adapter, max_new_tokens=max_new_tokens,

@@ -38,7 +38,7 @@ def load_base(base_dir: Path):
 
 def load(base_dir: Path, adapter_dir: Path, expected: dict, base_identity: dict):
     """The trained reward model, its adapter (and head) verified against the manifest git pins."""
-    from clap.serving import attach
+    from clap.release.serving import attach
 
     return attach(load_base(base_dir), "default", Path(adapter_dir), expected, base_identity).eval()
 

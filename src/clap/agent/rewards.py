@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import math
 
-from clap import normalize as nz
 from clap.agent.tools import ABSTAIN
+from clap.data import normalize as nz
 from clap.retrieval import tokenize
 
 

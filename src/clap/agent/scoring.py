@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from clap import normalize as nz
 from clap.agent import rewards
 from clap.agent.chat import Action
+from clap.data import normalize as nz
 
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
 

@@ -23,9 +23,9 @@ from collections import Counter
 
 import pandas as pd
 
-from clap import normalize as nz
 from clap.agent import chat, rewards
 from clap.agent.tools import ABSTAIN, ReportTools
+from clap.data import normalize as nz
 from clap.prompts import json_number
 
 KINDS = ("lookup", "change", "convert", "compare", "unanswerable", "tool_error")

@@ -15,8 +15,8 @@ from functools import cache, cached_property
 
 import pandas as pd
 
-from clap.decoding import sentences
-from clap.normalize import UNITS
+from clap.data.normalize import UNITS
+from clap.evaluate.decoding import sentences
 from clap.prompts import json_number
 from clap.retrieval import BM25Index
 

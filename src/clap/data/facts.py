@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from clap import normalize as nz
-from clap import normalize_many as nm
+from clap.data import normalize as nz
+from clap.data import normalize_many as nm
 from clap.data.columnar import Chunks, find_quotes, per_distinct, pylist, quotes, round6, row_hashes, value_noise
+from clap.data.normalize import normalize_period
 from clap.io import quarantine_record
-from clap.normalize import normalize_period
 from clap.schemas import FactAsset
 
 STAGE = "assetize"

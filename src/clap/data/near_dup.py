@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from datasketch import MinHash
 from datasketch.lsh import _optimal_param
 
-from clap import normalize as nz
+from clap.data import normalize as nz
 from clap.data.engine import map_units
 
 BLOCK = 4096

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 
-from clap.answer_store import same_adapter
 from clap.data.engine import ensure_ray
-from clap.generate import Generation
+from clap.evaluate.answer_store import same_adapter
+from clap.evaluate.generate import Generation
 
 
 class _Generator:
@@ -24,11 +24,11 @@ class _Generator:
 
     def __init__(self, engine_args: dict, backend: str):
         if backend == "vllm":
-            from clap.generate_vllm import VLLMEngine
+            from clap.evaluate.generate_vllm import VLLMEngine
 
             self.engine = VLLMEngine(**engine_args)
         else:
-            from clap.generate import Engine
+            from clap.evaluate.generate import Engine
 
             self.engine = Engine(**{k: v for k, v in engine_args.items() if k not in ("base_identity",
                                                                                       "gpu_memory_utilization")})

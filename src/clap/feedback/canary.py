@@ -32,8 +32,8 @@ from pathlib import Path
 
 from clap import paths
 from clap.errors import UserError
+from clap.evaluate.metrics import parse_answer
 from clap.io import read_jsonl
-from clap.metrics import parse_answer
 
 REQUESTS, FEEDBACK = "requests.jsonl", "feedback.jsonl"
 
@@ -215,10 +215,10 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
     launch whose analysis can be read but not concluded, as no version stands behind it. `upstream`: the
     URL of a vLLM server started with `vllm_command` over those folders; else the CPU engine here."""
     from clap import model
-    from clap.generate import Engine
-    from clap.prod import restore_version_adapter
-    from clap.release import current
-    from clap.serving import pinned_expectation, verify_adapter
+    from clap.evaluate.generate import Engine
+    from clap.release.prod import restore_version_adapter
+    from clap.release.registry import current
+    from clap.release.serving import pinned_expectation, verify_adapter
 
     root = Path(root)
     canary, prod = current(root, "canary"), current(root, "prod")

@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 
 from clap.errors import UserError
+from clap.evaluate.stats import p95, paired_bootstrap
 from clap.feedback.canary import FEEDBACK, REQUESTS
 from clap.feedback.sequential import discordant, mcnemar, pairs_by_key, pairs_in_order, pairs_until, sprt
-from clap.stats import p95, paired_bootstrap
 
 ARMS = ("prod", "canary")
 

@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 
 from clap import paths
+from clap.data.repair import replace_in_inbox
 from clap.errors import UserError
+from clap.evaluate.stats import paired_bootstrap
 from clap.feedback import agreement as agr
 from clap.feedback import argilla
 from clap.feedback.labelstudio import CORRECTNESS, SCALES, labeling_config, parse_export
 from clap.io import read_jsonl, sha256_file, write_json
-from clap.repair import replace_in_inbox
-from clap.stats import paired_bootstrap
 
 EVAL_MODELS = {"baseline": "base", "candidate": "candidate", "prod": "prod"}  # evaluate's model names
 REPLAY_ARMS = {"A": "base", "B": "candidate", "P": "prod"}  # the replay's RAG arms: the application's answers

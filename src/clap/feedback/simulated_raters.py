@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from clap import paths
+from clap.evaluate.metrics import parse_answer, value_correct
 from clap.feedback.labelstudio import CHOICES, CORRECTNESS, SCALES
 from clap.io import read_jsonl
-from clap.metrics import parse_answer, value_correct
 
 
 def gold_answers(root: Path, batches: list[str]) -> dict[tuple[str, str], dict]:

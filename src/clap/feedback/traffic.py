@@ -19,10 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from clap import paths, prompts
-from clap.decoding import answer_schema
 from clap.errors import UserError
+from clap.evaluate.decoding import answer_schema
+from clap.evaluate.metrics import parse_answer
 from clap.io import read_jsonl
-from clap.metrics import parse_answer
 from clap.retrieval import BM25Index
 from clap.stages.index import retrieve
 from clap.stages.replay import score_case

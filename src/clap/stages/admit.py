@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-from clap import normalize as nz
+from clap.data import normalize as nz
 from clap.errors import UserError
 from clap.io import read_json, read_jsonl, write_json
 from clap.prompts import SYSTEM_DECIDE

@@ -40,8 +40,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clap import normalize as nz
 from clap.data import duck, spill
+from clap.data import normalize as nz
 from clap.data.columnar import Chunks, pylist
 from clap.data.engine import map_units
 from clap.data.facts import NOISE_KEYS, verify_facts

@@ -6,7 +6,7 @@ Writes per-sample records (input hash, output, parsed answer, every metric, late
 `regressed_samples.jsonl` (candidate failed the pass rule where the baseline passed) under
 data/eval/<batch>/, and metrics/eval/<batch>.json (git-tracked DVC metrics: per model, plus the
 candidate − baseline deltas with paired-bootstrap CIs).
-With `generate.constrained` every model decodes under the answer's JSON schema (`clap.decoding`), as
+With `generate.constrained` every model decodes under the answer's JSON schema (`clap.evaluate.decoding`), as
 serving does; `candidate.schema_valid_unconstrained` is the share of free-decoded candidate answers
 that meet the contract — whether training taught the format, which the grammar would otherwise hide.
 `baseline` is the base model; `prod` (when the engine holds one) is the adapter the registry's prod
@@ -22,11 +22,11 @@ import json
 from pathlib import Path
 
 from clap import prompts
-from clap.decoding import answer_schema, contract_valid
-from clap.generate import Engine
+from clap.evaluate.decoding import answer_schema, contract_valid
+from clap.evaluate.generate import Engine
+from clap.evaluate.metrics import HIGHER_IS_BETTER, parse_answer, score_sample
+from clap.evaluate.stats import p50, p95, paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
-from clap.metrics import HIGHER_IS_BETTER, parse_answer, score_sample
-from clap.stats import p50, p95, paired_bootstrap
 
 METRICS = [k for k in HIGHER_IS_BETTER if k != "p95_latency_ms"]
 

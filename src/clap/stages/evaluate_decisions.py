@@ -29,14 +29,14 @@ import json
 from pathlib import Path
 
 from clap import prompts
-from clap.decoding import decision_schema
 from clap.errors import UserError
-from clap.gate import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
+from clap.evaluate.decoding import decision_schema
+from clap.evaluate.metrics import parse_answer
+from clap.evaluate.stats import paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
-from clap.metrics import parse_answer
-from clap.rewards import decision_hits, decision_parts, decision_reward
+from clap.release.gate import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
 from clap.stages import evaluate
-from clap.stats import paired_bootstrap
+from clap.train.rewards import decision_hits, decision_parts, decision_reward
 
 METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
            "format_ok", "rank_accuracy", "margin_chosen_near_miss", "margin_chosen_rejected")

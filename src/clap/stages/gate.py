@@ -1,4 +1,4 @@
-"""gate: gather the evidence and apply the release policy (`clap.gate.decide`).
+"""gate: gather the evidence and apply the release policy (`clap.release.gate.decide`).
 
     clap gate                  (DVC stage `gate`, writes metrics/gate.json)
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 from clap.io import read_json, read_json_if_exists, sha256_file, write_json
+from clap.release.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 from clap.schemas import GateDecision
 
 

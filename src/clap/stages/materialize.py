@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from clap import normalize as nz
 from clap import prompts
+from clap.data import normalize as nz
 from clap.data.near_dup import near_duplicates
 from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.retrieval import BM25Index
-from clap.rewards import decision_reward
 from clap.schemas import DecisionCase, GrpoGroup, PreferencePair, ReplayCase, SftSample
+from clap.train.rewards import decision_reward
 
 
 def _in_eval(key: str, fraction: float, seed: int) -> bool:

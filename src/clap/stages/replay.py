@@ -19,13 +19,13 @@ from pathlib import Path
 import pandas as pd
 
 from clap import prompts
-from clap.decoding import answer_schema
-from clap.generate import Engine
+from clap.evaluate.decoding import answer_schema
+from clap.evaluate.generate import Engine
+from clap.evaluate.metrics import field_equal, parse_answer, value_correct
+from clap.evaluate.stats import p95, paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
-from clap.metrics import field_equal, parse_answer, value_correct
 from clap.retrieval import BM25Index
 from clap.stages.index import retrieve
-from clap.stats import p95, paired_bootstrap
 
 ARMS = {"A": (False, True), "B": (True, True), "C": (False, False), "D": (True, False)}  # adapter, rag
 PROD_ARM = {"P": ("prod", True)}  # the adapter in prod + RAG: the champion the candidate must beat in the application

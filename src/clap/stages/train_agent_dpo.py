@@ -17,9 +17,9 @@ from pathlib import Path
 from clap import model as base_model
 from clap.agent import chat
 from clap.agent.tools import ReportTools
-from clap.guards import GuardCallback
 from clap.io import atomic_dir, read_jsonl, write_json
 from clap.stages.train_common import finish, resume_point, run_training, start_from, write_untrained
+from clap.train.guards import GuardCallback
 
 
 def build_dataset(rows: list[dict], tok):
@@ -67,7 +67,7 @@ def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identi
     cannot beat the adapter it is)."""
     import shutil
 
-    from clap.serving import adapter_manifest, verify_adapter
+    from clap.release.serving import adapter_manifest, verify_adapter
 
     verify_adapter(Path(start_adapter), start_expected, base_identity)
     metrics = {"trainer": "agent_dpo", "status": "ok", "steps": 0, "train_loss": None, "pairs": 0,

@@ -23,9 +23,9 @@ from pathlib import Path
 from clap import model as base_model
 from clap.agent import reward_model, scoring
 from clap.agent.tasks import split_of
-from clap.guards import GuardCallback
 from clap.io import atomic_dir, read_jsonl
 from clap.stages.train_common import finish, resume_point, run_training, write_untrained
+from clap.train.guards import GuardCallback
 
 
 def split_pairs(pairs: list[dict], eval_fraction: float, seed: str) -> tuple[list[dict], list[dict]]:

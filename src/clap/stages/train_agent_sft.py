@@ -17,10 +17,10 @@ from pathlib import Path
 from clap import model as base_model
 from clap.agent import chat
 from clap.agent.tools import ReportTools
-from clap.guards import GuardCallback
 from clap.stages.admit import NotAdmitted
 from clap.stages.agent_tasks import load
 from clap.stages.train_common import finish, lora_config, resume_point, run_training
+from clap.train.guards import GuardCallback
 
 
 def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from clap.io import OutputRefused, atomic_dir, read_jsonl, write_json
-from clap.serving import adapter_manifest
+from clap.release.serving import adapter_manifest
 from clap.stages.admit import NotAdmitted, require
 
 
@@ -55,7 +55,7 @@ def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity:
     it into a frozen "ref" adapter, so the reference of DPO's loss and GRPO's KL is this starting policy,
     not the base model. Returns (model, sha256 of the starting weights) for the run key."""
     from clap import model as base_model
-    from clap.serving import attach
+    from clap.release.serving import attach
 
     model = attach(base_model.load_model(base_dir), "default", Path(adapter_dir), expected, base_identity, trainable=True)
     return model, expected["files"]["adapter_model.safetensors"]
@@ -197,4 +197,4 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
             "(`clap registry`, `gto show`, `clap verify`).\n\n"
             f"## Training metrics\n\n```json\n{json.dumps(metrics, indent=2)}\n```\n\n"
             f"## Guard report\n\n```json\n{json.dumps(guard, indent=2)}\n```\n\n"
-            "Load it only through `clap.serving.load_adapter`, which checks its hashes against the ones git pins.\n")
+            "Load it only through `clap.release.serving.load_adapter`, which checks its hashes against the ones git pins.\n")

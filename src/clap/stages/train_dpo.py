@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
-from clap.guards import GuardCallback
 from clap.prompts import SYSTEM_DECIDE, messages
 from clap.stages.train_common import admitted_rows, finish, resume_point, run_training, start_from
+from clap.train.guards import GuardCallback
 
 
 def build_dataset(rows: list[dict]):

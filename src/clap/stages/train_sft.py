@@ -16,9 +16,9 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap import prompts
-from clap.guards import GuardCallback
 from clap.stages.admit import NotAdmitted
 from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point, run_training
+from clap.train.guards import GuardCallback
 
 
 def split_by_length(rows: list[dict], tok, max_length: int | None) -> tuple[list[dict], list[dict]]:

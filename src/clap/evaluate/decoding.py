@@ -1,0 +1,137 @@
+"""Schema-constrained decoding: the JSON schema of an answer, built per request, and its xgrammar grammar.
+
+Evaluation and replay decode the way serving does: vLLM's default structured-output backend is
+xgrammar, and `Engine.generate(..., schemas=...)` applies the same grammars through xgrammar's
+Hugging Face logits processor. The schema comes from the contract (`prompts.ANSWER_KEYS`, the
+canonical units) and, because the task is extractive, from what the model was shown: the evidence is
+one sentence of the given sources, the value a number written in *that* sentence, the unit the one
+written beside it, and `chunk_id` / `doc_id` / `page` those of the chunk the sentence comes from. A
+constrained model can still pick the wrong sentence (a comparative year, another metric, another
+company's chunk); it can no longer invent a quote, quote one sentence and take another's number, give
+a number another unit than its source writes, repeat a key or write `c08-annual-2022-p2 doc_id=… page=2`
+as a chunk id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+
+from clap.data.normalize import UNITS, written_quantities
+from clap.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
+
+# A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
+# company name stay whole). A sentence of a source is what an evidence quote may be.
+_ABBREVIATIONS = ("Co", "Corp", "Inc", "Ltd", "No", "Nos", "vs", "approx")
+_SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])" + "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS) + r"\s+")
+MAX_LABEL_CHARS = 40  # entity and metric are short labels; bounds a runaway string (CJK tokenises long)
+MAX_PERIOD_CHARS = 16
+MAX_FREE_QUOTE_CHARS = 120  # a quote with no source to pick from (the no-RAG arms); bounds its length
+MAX_ACTION_CHARS = 100  # a recommended action is one imperative sentence
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a source text, in order, without duplicates (pure)."""
+    out: list[str] = []
+    for part in _SENTENCE_END.split(text):
+        part = part.strip()
+        if part and part not in out:
+            out.append(part)
+    return out
+
+
+def _readings(sentence: str) -> list[tuple[list, list[str]]]:
+    """The (values, units) a quote of `sentence` may carry: each number it writes with the unit written beside
+    it (`16.5 days` → 16.5 with 天), numbers without a readable unit (a year, a page) with any unit; numbers
+    that share their units in one group. A sentence without a number cannot be the evidence of a value."""
+    groups: dict[tuple[str, ...], set] = {}
+    for number, reading in written_quantities(sentence):
+        exact = reading is not None and math.isclose(reading.value, abs(number), rel_tol=1e-9)
+        units = (reading.unit,) if exact else tuple(sorted(UNITS))
+        groups.setdefault(units, set()).add(json_number(number))
+    return [(sorted(values), list(units)) for units, values in groups.items()]
+
+
+def answer_schema(sources: list[dict], with_location: bool) -> dict:
+    """JSON schema of one answer to a question over `sources` (chunks with text, and for the
+    application chain chunk_id / doc_id / page).
+
+    With sources the answer is extractive: one alternative per sentence of the sources (and reading of its
+    numbers), in which the evidence is that sentence, the value a number it writes, the unit the one written
+    beside that number, and the location the chunk the sentence comes from. The model chooses the sentence
+    and writes entity, metric and period; it can no longer quote one sentence and take another's number.
+    No sources (the no-RAG arms) leaves evidence, value and location free but bounded: the model must
+    still answer in the contract's shape."""
+    short = {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS}
+    head = {"entity": short, "metric": short,
+            "period": {"type": "string", "minLength": 1, "maxLength": MAX_PERIOD_CHARS}}
+    alternatives: dict[str, dict] = {}
+    for src in sources:
+        location = ({"chunk_id": {"const": src["chunk_id"]}, "doc_id": {"const": src["doc_id"]},
+                     "page": {"const": int(src["page"])}} if with_location else {})
+        for quote in sentences(src["text"]):
+            for values, units in _readings(quote):
+                props = head | {"evidence": {"const": quote}, "value": {"enum": values}, "unit": {"enum": units}}
+                alt = _object(props | location)
+                alternatives.setdefault(json.dumps(alt, ensure_ascii=False, sort_keys=True), alt)
+    if alternatives:
+        alts = list(alternatives.values())
+        return alts[0] if len(alts) == 1 else {"anyOf": alts}
+    props = head | {"evidence": {"type": "string", "minLength": 1, "maxLength": MAX_FREE_QUOTE_CHARS},
+                    "value": {"type": "number"}, "unit": {"enum": sorted(UNITS)}}
+    if with_location:
+        props |= {"chunk_id": short, "doc_id": short, "page": {"type": "integer", "minimum": 1}}
+    return _object(props)
+
+
+def _object(props: dict) -> dict:
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def decision_schema(cause_fields: list[str], actions: list[str] | None = None) -> dict:
+    """JSON schema of a recommendation: the action one of the playbook's `actions` (a bounded free
+    sentence without one), the cause one of the case's cause fields, the risk focus one of the
+    contract's (`prompts.RISK_FOCUS`); keys in `prompts.DECISION_KEYS` order."""
+    return _object({"action": {"enum": list(actions)} if actions else
+                    {"type": "string", "minLength": 1, "maxLength": MAX_ACTION_CHARS},
+                    "cause": {"enum": list(cause_fields)} if cause_fields else
+                    {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_CHARS},
+                    "risk_focus": {"enum": list(RISK_FOCUS)}})
+
+
+def contract_valid(answer: dict | None, with_location: bool = False) -> bool:
+    """Whether a parsed answer has exactly the contract's keys, in order, with values of the right type (pure)."""
+    keys = ANSWER_KEYS + (LOCATION_KEYS if with_location else ())
+    if not isinstance(answer, dict) or tuple(answer) != keys:
+        return False
+    text_ok = all(isinstance(answer[k], str) and answer[k].strip() for k in ("entity", "metric", "period", "evidence"))
+    number_ok = isinstance(answer["value"], int | float) and not isinstance(answer["value"], bool)
+    location_ok = not with_location or (isinstance(answer["chunk_id"], str) and isinstance(answer["doc_id"], str)
+                                        and isinstance(answer["page"], int) and not isinstance(answer["page"], bool))
+    return text_ok and number_ok and answer["unit"] in UNITS and location_ok
+
+
+class GrammarCache:
+    """Compiles schemas for one tokenizer with xgrammar, once per distinct schema."""
+
+    def __init__(self, tokenizer, vocab_size: int):
+        import xgrammar as xgr
+
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self._compiler = xgr.GrammarCompiler(info, max_threads=2)
+        self._compile = lru_cache(maxsize=4096)(self._compile_text)
+
+    def _compile_text(self, schema_text: str):
+        # Compact separators: the training targets are `json.dumps` output, keys in contract order.
+        return self._compiler.compile_json_schema(schema_text, any_whitespace=False, strict_mode=True)
+
+    def compiled(self, schema: dict):
+        return self._compile(json.dumps(schema, ensure_ascii=False, sort_keys=False))
+
+    def processor(self, schemas: list[dict]):
+        """A fresh logits processor for one `generate` call, one grammar per row."""
+        from xgrammar.contrib.hf import LogitsProcessor
+
+        return LogitsProcessor([self.compiled(s) for s in schemas])

@@ -1,0 +1,227 @@
+"""Generation engine shared by evaluate and replay.
+
+Greedy decoding, length-sorted batches with left padding, KV cache, and a per-row stop as soon as
+the JSON answer closes. One base model in memory serves both the baseline and the candidate: the
+adapter is attached once and switched off (`disable_adapter`) for the baseline. Outputs equal a
+plain one-by-one `generate` loop truncated at the same JSON end (tests/test_generate.py checks it).
+
+Latency is what the application sees: a request served in a batch of `batch_size` concurrent
+requests waits for the whole batch, so each record carries its batch's wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+from clap import model as base_model
+from clap.evaluate.metrics import object_end
+
+
+def json_end(text: str) -> int | None:
+    """Index just past the first balanced top-level JSON object, or None while it is still open."""
+    start = text.find("{")
+    return None if start < 0 else object_end(text, start)
+
+
+def truncate_at_json_end(text: str) -> str:
+    end = json_end(text)
+    return text if end is None else text[:end]
+
+
+class StopOnJsonEnd(StoppingCriteria):
+    """Per-row stop once the generated text holds a closed JSON object."""
+
+    def __init__(self, tokenizer, prompt_len: int):
+        self.tok, self.prompt_len = tokenizer, prompt_len
+
+    def __call__(self, input_ids, scores, **kwargs):
+        texts = self.tok.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
+        return torch.tensor([json_end(t) is not None for t in texts], device=input_ids.device)
+
+
+@dataclass
+class Generation:
+    text: str
+    new_tokens: int
+    latency_ms: float
+    reused: bool = False  # taken from the answer store (`clap.evaluate.answer_store`), not decoded in this run
+
+
+class Engine:
+    """`Engine(base_dir, adapter_dir, expected, prod_dir, prod_expected)`;
+    `engine.generate(msgs, use_adapter=True | False | "prod")`.
+
+    Adapters are attached only through `serving.attach` against the manifests pinned in git
+    (`serving.pinned_expectation`): there is no unchecked load path. The candidate and the adapter in
+    prod share one base model in memory; the base answers with the adapters switched off.
+    """
+
+    def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
+                 prod_dir: Path | None = None, prod_expected: dict | None = None,
+                 others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
+                 tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None):
+        """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
+        evaluation serves every step of the chain from one base model. `chat_template` and `tools`
+        render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
+        `answer_store`: a folder of greedy answers reused by content address (`clap.evaluate.answer_store`).
+        `dtype`: `generate.dtype` (auto | float32 | bfloat16, `model.inference_dtype`); None keeps fp32 on CPU."""
+        from clap.evaluate.answer_store import AnswerStore, model_id
+        from clap.release.serving import attach
+
+        self.tok = base_model.load_tokenizer(base_dir)
+        self.tok.padding_side = "left"
+        self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
+        self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
+        self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # part of the store's key
+        ident = base_model.identity(base_dir)
+        self.adapters = []
+        self.store = AnswerStore(answer_store) if answer_store is not None else None
+        self._model_ids = {None: model_id(ident["weights_sha256"])}  # what answers, by content: the store's key
+        for name, folder, pinned in (("candidate", adapter_dir, expected), ("prod", prod_dir, prod_expected), *others):
+            if folder is not None:
+                self.model = attach(self.model, name, Path(folder), pinned, ident)
+                self.adapters.append(name)
+                self._model_ids[name] = model_id(ident["weights_sha256"], pinned["files"])
+        self.has_adapter = "candidate" in self.adapters
+        self.model.eval()
+        self.device = next(self.model.parameters()).device
+        self._grammars = None
+
+    @property
+    def grammars(self):
+        """xgrammar compiler for this tokenizer, built on first constrained call."""
+        if self._grammars is None:
+            from clap.evaluate.decoding import GrammarCache
+
+            self._grammars = GrammarCache(self.tok, self.model.config.vocab_size)
+        return self._grammars
+
+    def same_adapter(self, a: str, b: str) -> bool:
+        """Whether adapters `a` and `b` load the same pinned files: the same content id in the store's key."""
+        return a in self.adapters and b in self.adapters and self._model_ids[a] == self._model_ids[b]
+
+    @staticmethod
+    def _name(use_adapter: bool | str) -> str | None:
+        return "candidate" if use_adapter is True else (use_adapter or None)
+
+    def _context(self, use_adapter: bool | str):
+        name = self._name(use_adapter)
+        if not name:
+            return self.model.disable_adapter() if self.adapters else contextlib.nullcontext()
+        if name not in self.adapters:
+            raise ValueError(f"no {name} adapter loaded" if name != "candidate" else "no adapter loaded")
+        self.model.set_adapter(name)
+        return contextlib.nullcontext()
+
+    @torch.inference_mode()
+    def completion_logprobs(self, conversations: list[list[dict]], completions: list[str],
+                            use_adapter: bool | str) -> list[float]:
+        """Summed log-probability of each assistant `completion` after its conversation's prompt — how
+        much the policy prefers an answer (the ranking of chosen over near-miss over rejected)."""
+        out = []
+        with self._context(use_adapter):
+            for conv, completion in zip(conversations, completions):
+                prompt = self.encode(conv)
+                full = self.tok.apply_chat_template(conv + [{"role": "assistant", "content": completion}],
+                                                    tokenize=True, return_dict=True, **self.chat_kwargs)["input_ids"]
+                if full[:len(prompt)] != prompt:
+                    raise ValueError("the chat template does not extend the prompt with the answer")
+                ids = torch.tensor([full], device=self.device)
+                logp = torch.log_softmax(self.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+                target = ids[0, 1:]
+                out.append(float(logp[len(prompt) - 1:].gather(1, target[len(prompt) - 1:, None]).sum()))
+        return out
+
+    def encode(self, messages: list[dict]) -> list[int]:
+        return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                            return_dict=True, **self.chat_kwargs)["input_ids"]
+
+    @torch.inference_mode()
+    def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
+                 batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
+                 temperature: float = 0.0) -> list[Generation]:
+        """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
+        `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving.
+        `temperature` > 0 samples instead (the agent's pass^k runs; seed torch for repeatable draws)."""
+        if schemas is not None and len(schemas) != len(conversations):
+            raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
+        encoded = [self.encode(m) for m in conversations]
+        out: list[Generation | None] = [None] * len(encoded)
+        keys = self._store_keys(encoded, use_adapter, schemas, max_new_tokens) if temperature == 0 else None
+        if keys:
+            for i, key in enumerate(keys):
+                hit = self.store.get(key)
+                if hit is not None:
+                    out[i] = Generation(hit["text"], hit["new_tokens"], hit["latency_ms"], reused=True)
+        order = sorted((i for i in range(len(encoded)) if out[i] is None), key=lambda i: len(encoded[i]))
+        bar = _progress(len(order), progress)
+        started = time.perf_counter()
+        with self._context(use_adapter):
+            for s in range(0, len(order), batch_size):
+                idx = order[s:s + batch_size]
+                width = max(len(encoded[i]) for i in idx)
+                pad = self.tok.pad_token_id
+                ids = torch.tensor([[pad] * (width - len(encoded[i])) + encoded[i] for i in idx], device=self.device)
+                mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx],
+                                    device=self.device)
+                t0 = time.perf_counter()
+                constrain = [self.grammars.processor([schemas[i] for i in idx])] if schemas is not None else []
+                gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                          **({"do_sample": True, "temperature": temperature} if temperature > 0
+                                             else {"do_sample": False}), use_cache=True, pad_token_id=pad,
+                                          logits_processor=LogitsProcessorList(constrain),
+                                          stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
+                ms = (time.perf_counter() - t0) * 1000
+                for row, i in enumerate(idx):
+                    new = gen[row, width:]
+                    text = truncate_at_json_end(self.tok.decode(new, skip_special_tokens=True))
+                    n = int((new != pad).sum())
+                    out[i] = Generation(text=text, new_tokens=n, latency_ms=ms)
+                    if keys:
+                        self.store.put(keys[i], {"text": text, "new_tokens": n, "latency_ms": round(ms, 2)})
+                if bar:
+                    done = min(s + batch_size, len(order))
+                    bar.update(len(idx))
+                    bar.set_postfix(samples_s=f"{done / (time.perf_counter() - started):.2f}")
+        if bar:
+            bar.close()
+        return out  # type: ignore[return-value]
+
+    def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
+                    max_new_tokens: int) -> list[str] | None:
+        model = self._model_ids.get(self._name(use_adapter))
+        if self.store is None or model is None:  # an unknown adapter name: `_context` says which
+            return None
+        return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, self.precision)
+                for i, ids in enumerate(encoded)]
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="generate", unit="sample")
+
+
+def plain_generate_loop(model, tok, conversations: list[list[dict]], max_new_tokens: int,
+                        schemas: list[dict] | None = None, grammars=None) -> list[str]:
+    """The reference: one `generate` call per prompt, no batching (what benchmarks compare against);
+    with `schemas`, each prompt under its grammar through xgrammar's processor (`grammars`: a
+    `decoding.GrammarCache`)."""
+    outs = []
+    with torch.inference_mode():
+        for i, m in enumerate(conversations):
+            enc = tok.apply_chat_template(m, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
+            constrain = [grammars.processor([schemas[i]])] if schemas is not None else []
+            g = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                               pad_token_id=tok.pad_token_id, logits_processor=LogitsProcessorList(constrain))
+            outs.append(truncate_at_json_end(tok.decode(g[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)))
+    return outs

@@ -1,0 +1,342 @@
+"""Evidence bundle per candidate (DESIGN §6): everything needed to re-check a release decision.
+
+    clap bundle                # DVC stage `bundle`: release/bundles/<candidate>.json for every candidate the
+                               # gate judged, and release/bundle.json = the one the gate ships (tracked by git)
+    clap verify release/bundle.json
+    clap verify release/bundles/dpo.json     # the evidence of a candidate that did not ship
+
+The bundle pins, by sha256: the adapter files, each materialized batch (its dataset version, with
+DVC's own directory hash from dvc.lock when there is one), the evaluation and replay records, the
+regressed samples, guard reports, admission records and the gate decision; plus the composed
+configuration, the base model's identity and the code commit. `verify` recomputes every field it
+can and refuses the ones it cannot check. With `CLAP_BUNDLE_KEY` in the environment (never in a
+tracked file) the bundle carries an HMAC-SHA256 signature, and verification requires it: someone who
+can write the repository but does not hold the key cannot forge a release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from clap import paths
+from clap.errors import UserError
+from clap.io import read_json, sha256_file, write_json
+from clap.schemas import BundleFile, EvidenceBundle
+
+
+class BundleMismatch(UserError, RuntimeError):
+    """A file no longer matches the bundle; the message names it."""
+
+
+BUNDLE_PATH = str(paths.BUNDLE)
+GATE_PATH = str(paths.GATE)
+ADAPTER_DIR = str(paths.MODELS / "{c}" / "adapter")
+ADAPTER_REQUIRED = ("adapter_config.json", "adapter_model.safetensors", "manifest.json")
+SIGNING_ENV = "CLAP_BUNDLE_KEY"
+
+ROLES = [  # (glob, role)
+    ("models/{c}/adapter/adapter_config.json", "adapter"),
+    ("models/{c}/adapter/adapter_model.safetensors", "adapter"),
+    ("models/{c}/adapter/manifest.json", "adapter"),
+    ("models/{c}/adapter/README.md", "adapter"),
+    ("models/*/guard_report.json", "guard_report"),
+    ("models/*/train_metrics.json", "train_metrics"),
+    ("data/materialized/*/*.jsonl", "dataset"),
+    ("data/materialized/*/data_quality.json", "dataset"),
+    ("data/admission/*.json", "admission"),
+    ("data/eval/*/records.jsonl", "eval_records"),
+    ("data/eval/*/regressed_samples.jsonl", "regressed_samples"),
+    ("metrics/eval/*.json", "eval_metrics"),
+    ("data/replay/records.jsonl", "replay_records"),
+    ("data/replay/failed_cases.jsonl", "replay_failed"),
+    ("metrics/replay.json", "replay_metrics"),
+    ("data/eval_decisions/records.jsonl", "decision_records"),
+    ("data/eval_decisions/regressed.jsonl", "decision_regressed"),
+    ("metrics/decisions.json", "decision_metrics"),
+    ("metrics/human.json", "human_evaluation"),
+    ("models/{a}/adapter/adapter_config.json", "agent_adapter"),  # the agent adapter the gate chose (`agent`)
+    ("models/{a}/adapter/adapter_model.safetensors", "agent_adapter"),
+    ("models/{a}/adapter/manifest.json", "agent_adapter"),
+    ("models/{a}/adapter/README.md", "agent_adapter"),
+    ("data/agent/tasks.jsonl", "agent_tasks"),
+    ("data/agent_pairs/pairs.jsonl", "agent_pairs"),
+    ("data/eval_agent/episodes.jsonl", "agent_episodes"),
+    ("data/eval_agent/next_calls.jsonl", "agent_next_calls"),
+    ("metrics/agent.json", "agent_metrics"),
+    ("metrics/gate.json", "gate_decision"),
+]
+
+
+def git_commit(root: Path) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown"
+
+
+def _dvc_dir_hashes(root: Path) -> dict[str, str]:
+    from clap.release.serving import lock_outs
+
+    lock = root / "dvc.lock"
+    if not lock.exists():
+        return {}
+    return {o["path"]: o["md5"] for o in lock_outs(lock.read_text(encoding="utf-8")) if "md5" in o}
+
+
+def build(root: Path, params: dict, candidate: str = "sft", hashes: dict[str, str] | None = None,
+          base: dict | None = None) -> EvidenceBundle:
+    """The bundle of one candidate. `hashes` (path → sha256) and `base` (the base model's identity) carry what
+    one candidate's bundle computed to the next: the candidates share every file but their adapter."""
+    root = Path(root)
+    decision = read_json(root / GATE_PATH)
+    files = _pinned_files(root, candidate, (decision.get("agent") or {}).get("candidate"),
+                          {} if hashes is None else hashes)
+    base = base or base_identity(root, params)
+    bundle = EvidenceBundle(candidate=candidate, code_commit=git_commit(root), base_model=base,
+                            config_sha256=_config_sha256(params), config=params, files=files, decision=decision,
+                            dataset_versions=_dataset_versions(files, params["data"]["batches"], _dvc_dir_hashes(root)))
+    key = signing_key()
+    return bundle.model_copy(update={"signature": sign(bundle, key)}) if key else bundle
+
+
+def _pinned_files(root: Path, candidate: str, agent_candidate: str | None, hashes: dict[str, str]) -> list[BundleFile]:
+    """Every file of ROLES that exists; no agent adapter when the gate judged none (`agent.enabled: false`)."""
+    files = []
+    for pattern, role in ROLES:
+        if agent_candidate is None and "{a}" in pattern:
+            continue
+        for p in sorted(root.glob(pattern.format(c=candidate, a=agent_candidate))):
+            path = str(p.relative_to(root))
+            if path not in hashes:
+                hashes[path] = sha256_file(p)
+            files.append(BundleFile(path=path, sha256=hashes[path], role=role))
+    return files
+
+
+def base_identity(root: Path, params: dict) -> dict:
+    """The base model's identity (its weights hashed), its path relative to the repository when inside it."""
+    from clap import model
+
+    base = model.identity(_base_dir(root, params))
+    base["path"] = str(Path(base["path"]).relative_to(root)) if Path(base["path"]).is_relative_to(root) else base["path"]
+    return base
+
+
+def _base_dir(root: Path, params: dict) -> Path:
+    return root / params["model"]["cache_dir"] if params["model"]["base"] == "smollm2" else Path(params["model"]["base"])
+
+
+def _config_sha256(params: dict) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+
+def _dataset_versions(files: list[BundleFile], batches: list[str], dvc: dict[str, str]) -> dict[str, str]:
+    versions = {}
+    for b in batches:
+        members = sorted(f"{f.path}:{f.sha256}" for f in files if f.path.startswith(f"data/materialized/{b}/"))
+        versions[b] = hashlib.sha256("\n".join(members).encode()).hexdigest()
+        if f"data/materialized/{b}" in dvc:
+            versions[f"{b}:dvc_md5"] = dvc[f"data/materialized/{b}"]
+    return versions
+
+
+def signing_key() -> bytes | None:
+    """The HMAC key from the environment (`CLAP_BUNDLE_KEY`), never from a tracked file."""
+    key = os.environ.get(SIGNING_ENV, "")
+    return key.encode() if key else None
+
+
+def sign(bundle: EvidenceBundle, key: bytes) -> str:
+    """HMAC-SHA256 over the bundle's canonical JSON without its signature."""
+    body = json.dumps(bundle.model_dump(exclude={"signature"}), sort_keys=True, ensure_ascii=False).encode()
+    return "hmac-sha256:" + hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def write(root: Path, params: dict, out: Path, candidate: str = "sft", hashes: dict[str, str] | None = None,
+          base: dict | None = None) -> EvidenceBundle:
+    b = build(root, params, candidate, hashes, base)
+    write_json(out, b.model_dump())
+    return b
+
+
+def write_each(root: Path, params: dict, shipped_out: Path, folder: Path) -> tuple[dict[str, EvidenceBundle], list[str]]:
+    """One bundle per candidate the gate judged (`folder/<candidate>.json`), so that a held or canaried
+    candidate's evidence is pinned as the shipped one's is; `shipped_out` gets the bundle of the candidate
+    the gate names, byte for byte. Returns (bundles by candidate, candidates with no adapter to pin)."""
+    root, folder = Path(root), Path(folder)
+    decision = read_json(root / GATE_PATH)
+    shipped = decision.get("candidate", "sft")
+    judged = list(decision.get("candidates") or {shipped: None})
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.json"):  # a candidate this gate did not judge keeps no bundle from an earlier run
+        if stale.stem not in judged:
+            stale.unlink()
+    written, missing, hashes, base = {}, [], {}, base_identity(root, params)
+    for c in judged:
+        if c != shipped and not (root / ADAPTER_DIR.format(c=c) / "adapter_model.safetensors").exists():
+            missing.append(c)
+            (folder / f"{c}.json").unlink(missing_ok=True)
+            continue
+        written[c] = write(root, params, folder / f"{c}.json", c, hashes, base)
+    shipped_out.parent.mkdir(parents=True, exist_ok=True)
+    shipped_out.write_bytes((folder / f"{shipped}.json").read_bytes())
+    return written, missing
+
+
+def verify(bundle_path: Path, root: Path | None = None) -> EvidenceBundle:
+    """Recompute every field that can be recomputed; raise BundleMismatch naming the first that differs.
+
+    Fields: signature (when a key is configured or the bundle is signed), config (its hash, and the
+    values dvc.lock — or params.yaml without a pipeline — ran with), code_commit (a commit of this
+    repository and an ancestor of HEAD), candidate (the pinned adapter is exactly the candidate's adapter
+    folder), files (every sha256), dataset_versions, base_model (present, same weights), decision (the
+    gate record). A field that cannot be checked is refused, never skipped.
+    """
+    bundle_path = Path(bundle_path)
+    try:
+        b = EvidenceBundle.model_validate(read_json(bundle_path))
+    except (ValueError, OSError) as exc:
+        raise BundleMismatch(f"{bundle_path}: not a valid evidence bundle ({str(exc)[:200]})") from None
+    root = Path(root) if root else bundle_path.resolve().parent.parent
+    where = str(bundle_path)
+    _check_signature(b, where)
+    _check_config(b, root, where)
+    _check_code_commit(b, root, where)
+    _check_candidate(b, root, where)
+    for f in b.files:
+        p = root / f.path
+        if not p.exists():
+            raise BundleMismatch(f"{p}: missing (bundle expects sha256 {f.sha256[:12]}…)")
+        if sha256_file(p) != f.sha256:
+            raise BundleMismatch(f"{p}: sha256 differs from the bundle")
+    _check_dataset_versions(b, root, where)
+    _check_base_model(b, root, where)
+    gate = root / GATE_PATH
+    if not gate.exists():
+        raise BundleMismatch(f"{where}: decision cannot be checked ({gate} is missing)")
+    if read_json(gate) != b.decision:
+        raise BundleMismatch(f"{gate}: gate decision differs from the bundle (field decision)")
+    judged = set(b.decision.get("candidates") or ()) | ({b.decision["candidate"]} if b.decision.get("candidate") else set())
+    if judged and b.candidate not in judged:
+        raise BundleMismatch(f"{where}: candidate {b.candidate!r} is not one the gate judged ({', '.join(sorted(judged))})")
+    return b
+
+
+def shipped_candidate(b: EvidenceBundle) -> str:
+    """The candidate the gate ships (its record's `candidate`; SFT in records from before the chain)."""
+    return b.decision.get("candidate") or b.candidate
+
+
+def _check_signature(b: EvidenceBundle, where: str) -> None:
+    key = signing_key()
+    if key is None:
+        if b.signature is not None:
+            raise BundleMismatch(f"{where}: signature cannot be checked: set {SIGNING_ENV}")
+        return
+    if b.signature is None:
+        raise BundleMismatch(f"{where}: signature missing, and {SIGNING_ENV} is set: unsigned evidence is refused")
+    if not hmac.compare_digest(b.signature, sign(b, key)):
+        raise BundleMismatch(f"{where}: signature does not match the bundle (forged or edited)")
+
+
+def _check_config(b: EvidenceBundle, root: Path, where: str) -> None:
+    """The config hash, and the config itself against what dvc.lock recorded for the `bundle` stage
+    (it declares all of params.yaml), or params.yaml where the bundle was not built by the pipeline."""
+    if _config_sha256(b.config) != b.config_sha256:
+        raise BundleMismatch(f"{where}: config does not match config_sha256")
+    lock = _yaml12(root / "dvc.lock") if (root / "dvc.lock").exists() else {}
+    recorded = ((lock.get("stages") or {}).get("bundle") or {}).get("params", {}).get("params.yaml")
+    if recorded:
+        pinned, source = recorded, "dvc.lock (stage bundle)"
+    elif (root / "params.yaml").exists():
+        pinned, source = _yaml12(root / "params.yaml"), "params.yaml"
+    else:
+        raise BundleMismatch(f"{where}: config cannot be checked (no dvc.lock or params.yaml in {root})")
+    for key, value in pinned.items():
+        got = b.config
+        for part in key.split("."):
+            got = got.get(part, _MISSING) if isinstance(got, dict) else _MISSING
+        if got != value:
+            raise BundleMismatch(f"{where}: config key {key} differs from {source}")
+
+
+def _yaml12(path: Path) -> dict:
+    """YAML 1.2, as DVC writes dvc.lock (`5e-05` is a float there, a string to PyYAML)."""
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
+
+
+_MISSING = object()
+
+
+def _check_code_commit(b: EvidenceBundle, root: Path, where: str) -> None:
+    def git(*args: str) -> int:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True).returncode
+
+    if not re.fullmatch(r"[0-9a-f]{40}", b.code_commit) or git("cat-file", "-e", f"{b.code_commit}^{{commit}}"):
+        raise BundleMismatch(f"{where}: code_commit {b.code_commit[:12]!r} is not a commit of this repository")
+    if git("merge-base", "--is-ancestor", b.code_commit, "HEAD"):
+        raise BundleMismatch(f"{where}: code_commit {b.code_commit[:10]} is not an ancestor of HEAD")
+
+
+def _check_candidate(b: EvidenceBundle, root: Path, where: str) -> None:
+    folder = ADAPTER_DIR.format(c=b.candidate)
+    pinned = {f.path for f in b.files if f.role == "adapter"}
+    if any(not p.startswith(folder + "/") for p in pinned):
+        raise BundleMismatch(f"{where}: adapter files outside {folder} for candidate {b.candidate!r}")
+    required = {f"{folder}/{n}" for n in ADAPTER_REQUIRED}
+    if not required <= pinned:
+        raise BundleMismatch(f"{where}: files pin no {', '.join(sorted(required - pinned))}")
+    present = {str(p.relative_to(root)) for p in (root / folder).iterdir()} if (root / folder).is_dir() else set()
+    extra = sorted(present - pinned)
+    if extra:
+        raise BundleMismatch(f"{root / extra[0]}: in the adapter folder but not pinned by the bundle")
+
+
+def _check_dataset_versions(b: EvidenceBundle, root: Path, where: str) -> None:
+    expected = _dataset_versions(b.files, b.config["data"]["batches"], {})
+    got = {k: v for k, v in b.dataset_versions.items() if not k.endswith(":dvc_md5")}
+    if got != expected:
+        raise BundleMismatch(f"{where}: dataset_versions do not match the pinned dataset files")
+    dvc = _dvc_dir_hashes(root)
+    for k, v in b.dataset_versions.items():
+        if k.endswith(":dvc_md5"):
+            path = f"data/materialized/{k.removesuffix(':dvc_md5')}"
+            if path not in dvc:
+                raise BundleMismatch(f"{where}: dataset_versions {k} cannot be checked ({path} not in dvc.lock)")
+            if dvc[path] != v:
+                raise BundleMismatch(f"{where}: dataset_versions {k} differs from dvc.lock")
+
+
+def _check_base_model(b: EvidenceBundle, root: Path, where: str) -> None:
+    from clap import model
+
+    raw = b.base_model.get("path")
+    if not raw:
+        raise BundleMismatch(f"{where}: base_model.path is missing")
+    base_path = Path(raw) if Path(raw).is_absolute() else root / raw
+    if not base_path.is_dir():
+        raise BundleMismatch(f"{where}: base_model cannot be checked ({base_path} is missing)")
+    ident = model.identity(base_path)
+    if ident["weights_sha256"] != b.base_model.get("weights_sha256"):
+        raise BundleMismatch(f"{base_path}: base model weights differ from the bundle (field base_model)")
+    if ident["name"] != b.base_model.get("name"):
+        raise BundleMismatch(f"{base_path}: base model is {ident['name']!r}, the bundle names {b.base_model.get('name')!r}")
+
+
+def adapter_expectation(b: EvidenceBundle, role: str = "adapter") -> dict:
+    """The adapter manifest the bundle pins, for the serving check (`role="agent_adapter"`: the agent's)."""
+    files = {Path(f.path).name: f.sha256 for f in b.files if f.role == role
+             and Path(f.path).name != "manifest.json"}
+    if not files:
+        raise BundleMismatch(f"the bundle pins no {role.replace('_', ' ')}")
+    return {"files": files, "base_model": {"name": b.base_model["name"],
+                                           "weights_sha256": b.base_model["weights_sha256"]}}

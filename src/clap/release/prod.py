@@ -1,0 +1,111 @@
+"""The adapter in production, restored for the pipeline: the baseline every candidate is judged against.
+
+    clap prod-adapter --out models/prod        (DVC stage `prod_adapter`, depends on release/prod.json)
+
+`release/prod.json` (written by `clap release` / `clap rollback`, git-tracked) names the version the
+registry's `prod` stage points at; the stage checks it against the tags, then restores that version's
+adapter byte for byte from the DVC cache: the release commit's `dvc.lock` pins the candidate's output
+folder, whose directory object lists each file's md5; every file is then checked against the sha256
+of the evidence bundle committed at the release tag. With nothing in prod the folder holds only
+`prod.json` with version null, and evaluation compares against the base model alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from clap import paths
+from clap.errors import UserError
+from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
+from clap.release.bundle import adapter_expectation
+from clap.release.serving import dvc_cache_path, dvc_dir_listing, lock_outs
+from clap.schemas import EvidenceBundle
+
+
+class ProdUnavailable(UserError, RuntimeError):
+    """The prod pointer disagrees with the registry, or the prod adapter cannot be restored."""
+
+
+def _show(root: Path, rev: str, path: str) -> str:
+    r = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ProdUnavailable(f"{rev}: no committed {path} ({r.stderr.strip()[:160]})")
+    return r.stdout
+
+
+def pointer(root: Path) -> dict:
+    """release/prod.json, checked against the registry's tags (GTO's or CLAP's)."""
+    from clap.release.registry import current
+
+    root = Path(root)
+    ptr = read_json_if_exists(root / paths.PROD_POINTER) or {"version": None}
+    holder = current(root, "prod")
+    if (holder or {}).get("version") != ptr.get("version"):
+        raise ProdUnavailable(f"{paths.PROD_POINTER} says prod is {ptr.get('version')} but the registry says "
+                              f"{(holder or {}).get('version')}: run `clap registry --sync` and commit it")
+    return ptr
+
+
+def restore(root: Path, out: Path) -> dict:
+    """Write `out`/prod.json and, when a version is in prod, `out`/adapter/ restored and checked — and
+    `out`/agent_adapter/ when that release also shipped a tool-calling agent adapter (the agent
+    evaluation's prod arm)."""
+    root = Path(root)
+    ptr = pointer(root)
+    with atomic_dir(out) as tmp:
+        if ptr.get("version"):
+            bundle = EvidenceBundle.model_validate_json(_show(root, ptr["version_tag"], str(paths.BUNDLE)))
+            _restore_adapter(root, ptr, bundle, tmp / "adapter")
+            ptr = ptr | {"candidate": bundle.candidate}
+            agent = next((f.path for f in bundle.files if f.role == "agent_adapter"
+                          and f.path.endswith("adapter_model.safetensors")), None)
+            if agent is not None:
+                _restore_adapter(root, ptr, bundle, paths.prod_agent_adapter(tmp), "agent_adapter")
+                ptr = ptr | {"agent_candidate": Path(agent).parent.parent.name}
+        write_json(tmp / "prod.json", ptr)
+    return ptr
+
+
+def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "adapter") -> tuple[Path, dict]:
+    """Restore a registered version's adapter into `dest` (replaced) and return it with the manifest its
+    release tag's bundle pins — what `serving.attach` checks before the canary server loads it.
+    `role="agent_adapter"`: the tool-calling agent's adapter the same release shipped."""
+    from clap.release.registry import ARTIFACT
+    from clap.release.serving import pinned_expectation
+
+    tag = f"{ARTIFACT}@{version}"
+    bundle = EvidenceBundle.model_validate_json(_show(root, tag, str(paths.BUNDLE)))
+    if dest.exists():
+        shutil.rmtree(dest)
+    _restore_adapter(root, {"version": version, "version_tag": tag}, bundle, dest, role)
+    return dest, pinned_expectation(root, dest, tag, role)
+
+
+def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path, role: str = "adapter") -> None:
+    weights = next((f.path for f in bundle.files if f.role == role and f.path.endswith("adapter_model.safetensors")),
+                   None)
+    if weights is None:
+        raise ProdUnavailable(f"{ptr['version_tag']}: its bundle pins no {role.replace('_', ' ')}")
+    folder = Path(weights).parent.parent.as_posix()  # models/<trainer>: the DVC output holding adapter/
+    out = next((o for o in lock_outs(_show(root, ptr["version_tag"], "dvc.lock")) if o["path"] == folder), None)
+    if out is None:
+        raise ProdUnavailable(f"{ptr['version_tag']}: dvc.lock does not pin {folder}")
+    if not dvc_cache_path(root, out["md5"]).exists():
+        subprocess.run(["dvc", "fetch", "--all-tags", "-q"], cwd=root, capture_output=True)
+    entries = [e for e in dvc_dir_listing(root, out["md5"]) if e["relpath"].startswith("adapter/")]
+    dest.mkdir(parents=True)
+    for e in entries:
+        src = dvc_cache_path(root, e["md5"])
+        if not src.exists():
+            raise ProdUnavailable(f"{src}: {folder}/{e['relpath']} of {ptr['version']} is not in the DVC cache "
+                                  "or remote (`dvc pull`)")
+        target = dest / e["relpath"].removeprefix("adapter/")
+        shutil.copyfile(src, target)
+        if hashlib.md5(target.read_bytes()).hexdigest() != e["md5"]:
+            raise ProdUnavailable(f"{src}: DVC cache object does not match its hash")
+    for name, digest in adapter_expectation(bundle, role)["files"].items():
+        if not (dest / name).exists() or sha256_file(dest / name) != digest:
+            raise ProdUnavailable(f"{dest / name}: differs from the bundle of {ptr['version_tag']}")

@@ -1,0 +1,182 @@
+"""The demo's closed loop, round after round, each round a commit: what `make demo` runs.
+
+    clap demo                      # the rounds of `demo.rounds` in conf/, then a rollback drill, then the timeline
+    clap demo -S agent.enabled=true   # the same with Hydra overrides on top of conf/ and demo.overrides (checked)
+
+Round k edits `data.batches` and `demo.poisoned_batch` in conf/config.yaml — the change a person would make
+in a pull request when new batches arrive — composes params.yaml, runs `dvc repro`, and commits the round's
+evidence whatever the gate said; a promote or canary is tagged by `clap release`, so the next round is judged
+against it (the `prod_adapter` stage depends on `release/prod.json`). Before a round with `repair_share`, the
+SIMULATED annotator (`clap.data.demo_annotator`, the demo generator's ground truth, not a person) corrects that
+share of the previous round's repair queue into `repair/fixed/`, which the round's assetize reads; what the
+repair did is measured into `metrics/repair_effect.json`. After the last round, a rollback drill: prod goes
+back to the version before it, restored from the DVC cache and verified against its release bundle.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from clap import paths
+from clap.errors import UserError
+
+CONF = Path("conf/config.yaml")
+EVIDENCE = [str(p) for p in (CONF.parent, Path("params.yaml"), Path("dvc.lock"), paths.METRICS, paths.BUNDLE.parent,
+                              paths.REPAIR_QUEUE.parent, paths.ADMISSION)]
+
+_BATCHES = re.compile(r"^(data:\n(?:[ \t]*#.*\n)*  batches:) *\[[^\]\n]*\]", re.M)
+_POISONED = re.compile(r"^(  poisoned_batch:) *[A-Za-z0-9_-]+", re.M)
+
+
+class RoundError(UserError, RuntimeError):
+    """A round could not run: the message names the round and the step."""
+
+
+def set_round(conf_text: str, batches: list[str], poisoned_batch: str) -> str:
+    """conf/config.yaml with `data.batches` and `demo.poisoned_batch` set for a round, comments kept.
+
+    Only those two values change (the diff a reviewer sees between rounds); a conf whose layout no longer
+    has them where the demo edits them is refused rather than edited somewhere else."""
+    text, n_batches = _BATCHES.subn(lambda m: f"{m.group(1)} [{', '.join(batches)}]", conf_text, count=1)
+    text, n_poisoned = _POISONED.subn(lambda m: f"{m.group(1)} {poisoned_batch}", text, count=1)
+    if not (n_batches and n_poisoned):
+        missing = "data.batches (a flow list under `data:`)" if not n_batches else "demo.poisoned_batch"
+        raise RoundError(f"{CONF}: cannot set {missing} for the demo's rounds; restore the layout of conf/config.yaml")
+    return text
+
+
+def demo_overrides(from_conf: list[str], from_command_line: list[str]) -> list[str]:
+    """The Hydra overrides of every demo round: conf/'s `demo.overrides`, less those whose key the command
+    line sets again, then the command line's (`clap demo -S agent.enabled=true` turns the agent track back on)."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    given = {key(o) for o in from_command_line}
+    return [o for o in from_conf if key(o) not in given] + list(from_command_line)
+
+
+def repair_effect(fixed: list[dict], report: dict, materialized: dict[str, dict[str, list[dict]]],
+                  eval_records: list[dict]) -> dict:
+    """What a round's repaired rows did: how many came in, became verifiable and landed in training or in a
+    holdout, and on the repaired holdout samples the score of the model trained before the repair (prod, or
+    the base model before the first release) against the candidate trained after it.
+
+    `materialized` maps batch → {"train": rows, "eval": rows}; `eval_records` are evaluate's per-sample
+    records of those batches."""
+    ids = {r["record_id"] for r in fixed}
+    train = sorted(r["record_id"] for rows in materialized.values() for r in rows["train"] if r["record_id"] in ids)
+    held = {r["sample_id"]: r["record_id"] for rows in materialized.values() for r in rows["eval"]
+            if r["record_id"] in ids}
+    scores: dict[str, dict[str, float]] = {}
+    for rec in eval_records:
+        if rec["sample_id"] in held:
+            scores.setdefault(rec["model"], {})[rec["sample_id"]] = rec["overall_score"]
+    before = "prod" if any(rec["model"] == "prod" for rec in eval_records) else "baseline"
+    paired = sorted(set(scores.get(before, {})) & set(scores.get("candidate", {})))
+
+    def mean(model: str) -> float | None:
+        return round(statistics.fmean(scores[model][s] for s in paired), 4) if paired else None
+
+    return {"fixed_rows": len(ids), "repaired_rows_in": report.get("repaired_rows_in", 0),
+            "now_verifiable": report.get("repaired_rows_verifiable", 0),
+            "in_training": len(set(train)), "in_holdout": len(held), "scored": len(paired),
+            "before_model": before, "overall_before": mean(before), "overall_after": mean("candidate")}
+
+
+def _git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(["git", *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RoundError(f"git {' '.join(args)}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return r
+
+
+def _commit(message: str) -> str:
+    """Commit the loop's tracked evidence (a round is a commit); the short hash of HEAD."""
+    if _git("config", "user.email", check=False).returncode != 0:
+        for k, v in (("NAME", "clap demo"), ("EMAIL", "demo@clap.invalid")):
+            os.environ.setdefault(f"GIT_AUTHOR_{k}", v)
+            os.environ.setdefault(f"GIT_COMMITTER_{k}", v)
+    _git("add", "--", *[p for p in EVIDENCE if Path(p).exists()])
+    if _git("diff", "--cached", "--quiet", check=False).returncode != 0:
+        _git("commit", "-q", "-m", message)
+    return _git("rev-parse", "--short=10", "HEAD").stdout.strip()
+
+
+def _measure_repair(root: Path, batches: list[str]) -> dict:
+    from clap.io import read_json, read_jsonl
+
+    materialized = {b: {"train": read_jsonl(root / paths.MATERIALIZED / b / "sft_train.jsonl"),
+                        "eval": read_jsonl(root / paths.MATERIALIZED / b / "sft_eval.jsonl")} for b in batches
+                    if (root / paths.MATERIALIZED / b / "sft_eval.jsonl").exists()}
+    records = [r for b in materialized if (root / paths.EVAL / b / "records.jsonl").exists()
+               for r in read_jsonl(root / paths.EVAL / b / "records.jsonl")]
+    return repair_effect(read_jsonl(root / paths.SIMULATED_FIXES), read_json(root / paths.ASSETS / "report.json"),
+                         materialized, records)
+
+
+def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
+        after_round: Callable[[int], None] = lambda k: None) -> dict:
+    """Run the rounds from the project root (see the module docstring); returns what each did, the drill, and
+    `since`: the commit the demo started from (its timeline is the rounds after it)."""
+    from clap.config import check, compose, dump
+    from clap.data import demo_annotator, demo_data
+    from clap.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
+    from clap.release import registry as release
+
+    root = Path(".")
+    start = _git("rev-parse", "HEAD", check=False).stdout.strip() or None  # the history before the demo's rounds
+    done = []
+    for k, rnd in enumerate(rounds, start=1):
+        poisoned = rnd.get("poisoned_batch", "none")
+        atomic_write_text(CONF, set_round(CONF.read_text(encoding="utf-8"), rnd["batches"], poisoned))
+        params = check(compose(overrides), f"round {k}: conf/ with overrides {' '.join(overrides) or '(none)'}")
+        atomic_write_text(Path("params.yaml"), dump(params))
+        say(f"round {k}: batches {', '.join(rnd['batches'])}" + (f"; {poisoned} arrives poisoned" if poisoned != "none"
+                                                                 else ""))
+        share = rnd.get("repair_share", 0.0)
+        if share > 0:
+            if not paths.REPAIR_QUEUE.exists():
+                raise RoundError(f"round {k}: repair_share {share} but {paths.REPAIR_QUEUE} is missing: a round before it "
+                                 "must run the pipeline first")
+            truth = demo_data.generate(seed=params["demo"]["seed"], scale=params["demo"]["scale"])["truth"]
+            fixed = demo_annotator.annotate(read_jsonl(paths.REPAIR_QUEUE), truth, share, seed=params["demo"]["seed"])
+            write_jsonl(paths.SIMULATED_FIXES, fixed)
+            say(f"round {k}: SIMULATED annotator (demo ground truth) corrected {len(fixed)} fact rows of the "
+                f"repair queue → {paths.SIMULATED_FIXES}")
+        if subprocess.run(["dvc", "repro"]).returncode != 0:
+            raise RoundError(f"round {k}: dvc repro failed (see the stage output above)")
+        effect = None
+        if share > 0:
+            effect = _measure_repair(root, rnd["batches"])
+            write_json(paths.REPAIR_EFFECT, effect)
+        gate = read_json(paths.GATE)
+        commit = _commit(f"clap demo round {k}: {', '.join(rnd['batches'])} → gate {gate['decision']}")
+        entry = {"round": k, "commit": commit, "decision": gate["decision"], "repair_effect": effect}
+        if gate["decision"] in ("promote", "canary"):
+            try:
+                entry["release"] = release.release(root)
+            except release.ReleaseRefused as exc:
+                entry["release_refused"] = str(exc)
+        done.append(entry)
+        after_round(k)
+    return {"rounds": done, "drill": drill(root), "since": start}
+
+
+def drill(root: Path) -> dict:
+    """Roll prod back to the version before it, restored from the DVC cache: `clap.release.registry.rollback` assigns it
+    only after the bundle committed at that version's tag verified every pinned file, the adapter's bytes
+    included. Committed as its own commit."""
+    from clap.release import registry as release
+
+    try:
+        r = release.rollback(root)
+    except release.ReleaseRefused as exc:
+        return {"skipped": str(exc)}
+    r["adapter_files_identical"] = r["verified"]
+    r["drill_commit"] = _commit(f"clap demo rollback drill: prod {r['from']} → {r['to']}")
+    return r

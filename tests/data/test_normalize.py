@@ -1,0 +1,108 @@
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clap.data import normalize as nz
+
+
+@pytest.mark.parametrize("value, unit, expected", [
+    ("6,076.97", "万元", (6076.97, "万元")),
+    ("６，０７６．９７", "万元", (6076.97, "万元")),
+    ("(35.0)", "万元", (-35.0, "万元")),
+    ("（35.0）", "RMB 10k", (-35.0, "万元")),
+    ("-12", "10k yuan", (-12.0, "万元")),
+    ("1.2亿", "元", (1.2, "亿元")),
+    ("1.2亿", "", (1.2e8, "")),
+    ("12.5%", "", (12.5, "%")),
+    ("12.5", "percent", (12.5, "%")),
+    ("3.4 million", "yuan", (3.4, "百万元")),
+    ("1,234.5", "million yuan", (1234.5, "百万元")),
+    (6076.97, "RMB 10k", (6076.97, "万元")),
+    ("90", "tons", (90.0, "吨")),
+])
+def test_parse_quantity(value, unit, expected):
+    q = nz.parse_quantity(value, unit)
+    assert q is not None
+    assert math.isclose(q.value, expected[0]) and q.unit == expected[1]
+
+
+@pytest.mark.parametrize("value, unit", [("n/a", "万元"), ("", "万元"), ("12", "furlongs"), (float("nan"), "元"), (True, "元")])
+def test_parse_quantity_rejects(value, unit):
+    assert nz.parse_quantity(value, unit) is None
+
+
+def test_unit_converted_equality():
+    assert nz.same_quantity(nz.parse_quantity("6,076.97", "万元"), nz.parse_quantity("60,769,700", "元"))
+    assert nz.same_quantity(nz.parse_quantity("1.2亿", "元"), nz.parse_quantity("12,000", "万元"))
+    assert not nz.same_quantity(nz.parse_quantity("12", "%"), nz.parse_quantity("12", "万元"))
+    assert not nz.same_quantity(nz.parse_quantity("6,076.97", "万元"), nz.parse_quantity("6,076.97", "元"))
+
+
+@pytest.mark.parametrize("label, clean, changed", [
+    ("6,076.97，原材料采购总额占比", "原材料采购总额占比", True),
+    ("6,076.97 - share of raw material purchases", "share of raw material purchases", True),
+    ("Revenue 1,234.5 million", "Revenue", True),
+    ("12.5%：毛利率", "毛利率", True),
+    ("Operating revenue", "Operating revenue", False),
+    ("2023 revenue", "2023 revenue", False),
+    ("Top 5 customers share", "Top 5 customers share", False),
+    ("原材料采购总额占比", "原材料采购总额占比", False),
+])
+def test_clean_metric_label(label, clean, changed):
+    assert nz.clean_metric_label(label) == (clean, changed)
+
+
+def test_numbers_and_terms_in_text():
+    text = "2023年，公司营业收入为6,076.97万元。上年同期为(35.0)万元。"
+    assert nz.value_in_text(6076.97, text) and nz.value_in_text(-35.0, text)
+    assert not nz.value_in_text(6076.98, text)
+    assert nz.terms_in_text("营业收入", text) and not nz.terms_in_text("净利润", text)
+    assert nz.terms_in_text("Gross margin", "Gross margin for FY2021 was 7.9%.")
+
+
+@given(st.text(), st.text())
+def test_parse_never_raises(value, unit):
+    nz.parse_quantity(value, unit)
+    nz.clean_metric_label(value)
+    nz.numbers_in(value)
+    nz.terms_in_text(value, unit)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12))
+def test_formatted_numbers_round_trip(x):
+    x = round(x, 2)
+    q = nz.parse_quantity(f"{x:,.2f}", "万元")
+    assert q is not None and math.isclose(q.value, x, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("value, unit, text, agrees", [
+    (26309.45, "万元", "Net profit for FY2021 was 26,309.45 RMB 10k.", True),
+    (26309.45, "元", "Net profit for FY2021 was 26,309.45 RMB 10k.", False),    # shifted by 10⁴
+    (-6478.72, "万元", "Net profit for FY2021 was -6,478.72 RMB 10k.", True),
+    (6076.97, "万元", "原材料采购总额为6,076.97万元，占比", True),                   # full-width comma ends the unit
+    (6076.97, "万元", "原材料采购总额为6,076.97万元较上年增长", True),               # CJK words run on
+    (22.5, "件", "2021年，公司平均交付延迟为22.5天。", False),
+    (24.3, "%", "Gross margin for FY2021 was 24.3%.", True),
+    (3.4, "百万元", "sales were 3.4 million yuan, up", True),
+    (3400000, "元", "sales were 3.4 million yuan", None),                        # value not written as such
+    (12.0, "吨", "revenue was 12", None),                                       # no unit beside it
+])
+def test_unit_agrees(value, unit, text, agrees):
+    assert nz.unit_agrees(value, unit, text) is agrees
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Average delivery delay for FY2021 was 16.5 days.", [(2021.0, None), (16.5, ("天", 16.5))]),
+    ("Net profit for FY2021 was -6,478.72 RMB 10k.", [(2021.0, None), (-6478.72, ("万元", 6478.72)), (10.0, None)]),  # the 10 of "10k" read as written
+    ("2021年，公司平均交付延迟为22.5天。", [(2021.0, None), (22.5, ("天", 22.5))]),        # 年 is no unit
+    ("原材料采购总额为6,076.97万元，占比12%", [(6076.97, ("万元", 6076.97)), (12.0, ("%", 12.0))]),
+    ("Loss was (35.0) tons; page 2", [(-35.0, ("吨", 35.0)), (2.0, None)]),            # brackets are a minus
+    ("sales were 3.4 million yuan", [(3.4, ("百万元", 3.4))]),                          # the multiplier word absorbed
+    ("shipped 3.2 million tons", [(3.2, ("吨", 3.2e6))]),                              # ... or multiplied out
+    ("No numbers here.", []),
+])
+def test_written_quantities(text, expected):
+    got = [(n, None if q is None else (q.unit, q.value)) for n, q in nz.written_quantities(text)]
+    assert got == expected

@@ -1,0 +1,129 @@
+import json
+
+import jsonschema
+import pytest
+
+from clap import prompts
+from clap.data import normalize as nz
+from clap.evaluate.decoding import answer_schema, contract_valid, sentences
+from clap.evaluate.generate import Engine
+from clap.evaluate.metrics import parse_answer
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Apex Co. Annual Report 2021, page 1. Revenue for FY2021 was 332,291.58 RMB 10k. Margin was 7.9%.",
+     ["Apex Co. Annual Report 2021, page 1.", "Revenue for FY2021 was 332,291.58 RMB 10k.", "Margin was 7.9%."]),
+    ("2024年，公司毛利率为42.7%。上年同期（2023年）该指标为38.1%。",
+     ["2024年，公司毛利率为42.7%。", "上年同期（2023年）该指标为38.1%。"]),
+    ("Same. Same. Other!", ["Same.", "Other!"]),            # duplicates once, order kept
+    ("No end mark here", ["No end mark here"]),
+    ("v1.2 shipped; then 3.4 followed", ["v1.2 shipped;", "then 3.4 followed"]),
+    ("", []),
+])
+def test_sentences(text, expected):
+    assert sentences(text) == expected
+
+
+CHUNKS = [{"chunk_id": "c1-p1", "doc_id": "c1", "page": 1, "text": "Revenue was 1,200.5 RMB 10k. Margin was 7%."},
+          {"chunk_id": "c2-p3", "doc_id": "c2", "page": 3, "text": "毛利率为42.7%。"}]
+
+
+def test_answer_schema_is_built_from_what_the_model_was_shown():
+    s = answer_schema(CHUNKS, with_location=True)
+    alts = s["anyOf"]
+    for alt in alts:
+        assert list(alt["properties"]) == [*prompts.ANSWER_KEYS, *prompts.LOCATION_KEYS] == alt["required"]
+        assert alt["additionalProperties"] is False
+    picks = [(a["properties"]["evidence"]["const"], a["properties"]["value"]["enum"], a["properties"]["unit"]["enum"],
+              a["properties"]["chunk_id"]["const"], a["properties"]["page"]["const"]) for a in alts]
+    anything = sorted(nz.UNITS)
+    assert picks == [  # each sentence with its own numbers, each number with the unit written beside it
+        ("Revenue was 1,200.5 RMB 10k.", [1200.5], ["万元"], "c1-p1", 1),
+        ("Revenue was 1,200.5 RMB 10k.", [10], anything, "c1-p1", 1),   # the 10 of "10k": no unit follows it
+        ("Margin was 7%.", [7], ["%"], "c1-p1", 1),                    # as targets write it (7 not 7.0)
+        ("毛利率为42.7%。", [42.7], ["%"], "c2-p3", 3)]
+    assert answer_schema(CHUNKS[1:], with_location=False)["properties"]["value"] == {"enum": [42.7]}  # one: no anyOf
+    free = answer_schema([], with_location=True)["properties"]  # the no-RAG arms: bounded, not extractive
+    assert free["evidence"]["maxLength"] > 0 and free["value"] == {"type": "number"} and "enum" not in free["chunk_id"]
+    no_numbers = answer_schema([{"text": "Nothing to quote."}], with_location=False)["properties"]
+    assert no_numbers["value"] == {"type": "number"}  # no sentence can carry a value: the bounded free shape
+
+
+@pytest.mark.parametrize("answer, admitted", [
+    ({"evidence": "Revenue was 1,200.5 RMB 10k.", "value": 1200.5, "unit": "万元"}, True),
+    ({"evidence": "Revenue was 1,200.5 RMB 10k.", "value": 1200.5, "unit": "元"}, False),  # not the unit written
+    ({"evidence": "Revenue was 1,200.5 RMB 10k.", "value": 7, "unit": "%"}, False),        # another sentence's number
+    ({"evidence": "Margin was 7%.", "value": 7, "unit": "%", "chunk_id": "c2-p3", "page": 3}, False),  # wrong chunk
+    ({"evidence": "Revenue was 1,200.5.", "value": 1200.5, "unit": "万元"}, False),         # not a sentence shown
+])
+def test_answer_schema_ties_value_unit_and_location_to_the_quote(answer, admitted):
+    full = {"entity": "A", "metric": "m", "period": "2021", "chunk_id": "c1-p1", "doc_id": "c1", "page": 1} | answer
+    doc_id = "c2" if full["chunk_id"] == "c2-p3" else "c1"
+    ordered = {k: full[k] for k in (*prompts.ANSWER_KEYS, *prompts.LOCATION_KEYS)} | {"doc_id": doc_id}
+    errors = list(jsonschema.Draft202012Validator(answer_schema(CHUNKS, with_location=True)).iter_errors(ordered))
+    assert (not errors) is admitted
+
+
+GOOD = {"entity": "A", "metric": "m", "period": "2021", "evidence": "e", "value": 1.5, "unit": "%"}
+
+
+@pytest.mark.parametrize("answer, with_location, ok", [
+    (GOOD, False, True),
+    ({**GOOD, "value": "1.5"}, False, False),             # a string is not a number
+    ({**GOOD, "value": True}, False, False),              # nor is a bool
+    ({**GOOD, "unit": "RMB"}, False, False),              # not a canonical unit
+    ({**GOOD, "entity": " "}, False, False),              # empty label
+    ({k: GOOD[k] for k in reversed(GOOD)}, False, False),  # keys out of contract order
+    ({**GOOD, "extra": 1}, False, False),
+    ({**GOOD, "chunk_id": "c", "doc_id": "d", "page": 2}, True, True),
+    ({**GOOD, "chunk_id": "c", "doc_id": "d", "page": "2"}, True, False),
+    (None, False, False),
+])
+def test_contract_valid(answer, with_location, ok):
+    assert contract_valid(answer, with_location) is ok
+
+
+def test_constrained_generation_keeps_a_random_model_inside_the_schema(tiny_dir):
+    """A random model answers garbage; under the grammar the garbage is a contract-valid, extractive answer."""
+    engine = Engine(tiny_dir)
+    convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("What was revenue?", CHUNKS)),
+             prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("毛利率?", CHUNKS[1:]))]
+    schemas = [answer_schema(CHUNKS, True), answer_schema(CHUNKS[1:], True)]
+    free = engine.generate(convs, use_adapter=False, max_new_tokens=40, batch_size=2, progress=False)
+    assert not any(contract_valid(parse_answer(g.text), True) for g in free)
+    gens = engine.generate(convs, use_adapter=False, max_new_tokens=400, batch_size=2, progress=False, schemas=schemas)
+    for g, schema in zip(gens, schemas):
+        answer = json.loads(g.text)
+        assert contract_valid(answer, with_location=True), g.text
+        jsonschema.validate(answer, schema)  # the quote, its number and unit, its chunk: one alternative
+    with pytest.raises(ValueError, match="1 schemas for 2 conversations"):
+        engine.generate(convs, use_adapter=False, schemas=schemas[:1], progress=False)
+
+
+def test_constrained_batches_decode_as_one_by_one(tiny_dir):
+    """Per-row grammars in a left-padded batch give the answers a one-prompt-at-a-time loop gives."""
+    from clap.evaluate.generate import plain_generate_loop
+
+    engine = Engine(tiny_dir)
+    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, prompts.extraction_prompt("Revenue?", c)) for c in CHUNKS]
+    schemas = [answer_schema([c], with_location=False) for c in CHUNKS]
+    got = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=60, batch_size=2, progress=False,
+                                           schemas=schemas)]
+    assert got == plain_generate_loop(engine.model, engine.tok, convs, 60, schemas, engine.grammars)
+
+
+@pytest.mark.parametrize("prompt, fields", [
+    ('Case: x\nCause fields: {"b": 1, "a": 30}', ["a", "b"]),
+    ("Case: x\nCause fields: not json", []),
+    ("Case: no fields", []),
+])
+def test_decision_schema_offers_the_case_s_cause_fields(prompt, fields):
+    from clap.evaluate.decoding import decision_schema
+    from clap.prompts import DECISION_KEYS, RISK_FOCUS, decision_cause_fields
+
+    assert decision_cause_fields(prompt) == fields
+    schema = decision_schema(decision_cause_fields(prompt))
+    assert tuple(schema["properties"]) == DECISION_KEYS and schema["additionalProperties"] is False
+    assert schema["properties"]["risk_focus"]["enum"] == list(RISK_FOCUS)
+    assert schema["properties"]["cause"].get("enum", None) == (fields or None)
+    assert decision_schema(fields, ["Act"])["properties"]["action"] == {"enum": ["Act"]}

@@ -1,0 +1,78 @@
+"""The demo's rounds (`clap.release.rounds`): the conf edit a round makes, and what a round's repair did."""
+
+import pytest
+from tests.conftest import ROOT
+
+from clap.config import ConfigError, check, compose
+from clap.release.rounds import RoundError, demo_overrides, repair_effect, set_round
+
+CONF_TEXT = (ROOT / "conf/config.yaml").read_text(encoding="utf-8")
+
+
+def test_set_round_changes_only_the_two_values_and_keeps_comments():
+    text = set_round(CONF_TEXT, ["b1", "b2"], "b2")
+    changed = [(a, b) for a, b in zip(CONF_TEXT.splitlines(), text.splitlines(), strict=True) if a != b]
+    assert [b for _, b in changed] == ["  poisoned_batch: b2  # a batch id: its supplier export has currency units "
+                                       "shifted by 10⁴ (the demo's round 3)", "  batches: [b1, b2]"]
+    assert set_round(text, ["b1", "b2", "b3", "b4", "b5"], "none") == CONF_TEXT
+
+
+@pytest.mark.parametrize("conf", [
+    "demo:\n  seed: 7\n",                                              # neither key
+    "demo:\n  poisoned_batch: none\ndata:\n  batches:\n    - b1\n",   # batches as a block list
+    "data:\n  batches: [b1]\n",                                        # no poisoned_batch
+])
+def test_set_round_refuses_a_layout_it_cannot_edit_in_place(conf):
+    with pytest.raises(RoundError, match="conf/config.yaml: cannot set"):
+        set_round(conf, ["b1"], "none")
+
+
+def test_a_round_whose_poisoned_batch_is_not_among_its_batches_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"demo\.rounds\.0\.poisoned_batch.*not one of the round's batches"):
+        check(compose(["demo.rounds=[{batches:[b1,b2],poisoned_batch:b3}]"]))
+
+
+def test_a_demo_override_that_is_not_key_equals_value_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"demo\.overrides\.0"):
+        check(compose(["demo.overrides=[agent.enabled]"]))
+
+
+def _row(rid, sid=None):
+    return {"record_id": rid, "sample_id": sid or f"s-{rid}"}
+
+
+def test_repair_effect_counts_where_repaired_rows_landed_and_scores_the_held_out_ones():
+    fixed = [{"record_id": r} for r in ("f1", "f2", "f3", "f4")]
+    materialized = {"b1": {"train": [_row("f1"), _row("f9")], "eval": [_row("f2"), _row("f8")]},
+                    "b2": {"train": [_row("f3")], "eval": [_row("f4")]}}
+    records = [{"sample_id": "s-f2", "model": "prod", "overall_score": 0.2},
+               {"sample_id": "s-f2", "model": "candidate", "overall_score": 0.6},
+               {"sample_id": "s-f4", "model": "prod", "overall_score": 0.4},
+               {"sample_id": "s-f4", "model": "candidate", "overall_score": 0.4},
+               {"sample_id": "s-f4", "model": "baseline", "overall_score": 0.0},
+               {"sample_id": "s-f8", "model": "candidate", "overall_score": 1.0}]   # not repaired: left out
+    e = repair_effect(fixed, {"repaired_rows_in": 4, "repaired_rows_verifiable": 3}, materialized, records)
+    assert e == {"fixed_rows": 4, "repaired_rows_in": 4, "now_verifiable": 3, "in_training": 2, "in_holdout": 2,
+                 "scored": 2, "before_model": "prod", "overall_before": 0.3, "overall_after": 0.5}
+
+
+def test_repair_effect_before_the_first_release_compares_with_the_base_model_and_may_score_nothing():
+    records = [{"sample_id": "s-f1", "model": "baseline", "overall_score": 0.1},
+               {"sample_id": "s-f1", "model": "candidate", "overall_score": 0.3}]
+    e = repair_effect([{"record_id": "f1"}], {}, {"b1": {"train": [], "eval": [_row("f1")]}}, records)
+    assert (e["before_model"], e["overall_before"], e["overall_after"], e["repaired_rows_in"]) == ("baseline", 0.1, 0.3, 0)
+    none = repair_effect([{"record_id": "f7"}], {}, {"b1": {"train": [], "eval": [_row("f1")]}}, records)
+    assert (none["scored"], none["overall_before"], none["overall_after"]) == (0, None, None)
+
+
+@pytest.mark.parametrize("from_conf, from_command_line, expected", [
+    (["agent.enabled=false", "train.dpo.enabled=false"], [], ["agent.enabled=false", "train.dpo.enabled=false"]),
+    (["agent.enabled=false", "train.dpo.enabled=false"], ["agent.enabled=true"],   # the command line wins, once
+     ["train.dpo.enabled=false", "agent.enabled=true"]),
+    (["agent.enabled=false"], ["+extra.key=1", "train.sft.epochs=2"], ["agent.enabled=false", "+extra.key=1",
+                                                                      "train.sft.epochs=2"]),
+    (["train.sft.epochs=1"], ["~train.sft.epochs=1"], ["~train.sft.epochs=1"]),        # a deletion is the same key
+    ([], [], []),
+])
+def test_demo_overrides_conf_first_the_command_line_replaces(from_conf, from_command_line, expected):
+    assert demo_overrides(from_conf, from_command_line) == expected

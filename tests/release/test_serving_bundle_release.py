@@ -1,0 +1,339 @@
+"""Tamper tests, the serving check, and release/rollback in a temporary git + DVC repo."""
+
+import json
+import pickle
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clap.config import dump
+from clap.model import identity, load_model
+from clap.release import bundle
+from clap.release import registry as release
+from clap.release.serving import AdapterRefused, adapter_manifest, load_adapter, pinned_expectation
+
+
+def sh(root, *cmd):
+    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout
+
+
+def make_adapter(tiny_dir, folder):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(load_model(tiny_dir), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    model.save_pretrained(folder, safe_serialization=True)
+    (Path(folder) / "manifest.json").write_text(json.dumps(adapter_manifest(folder, identity(tiny_dir))))
+    return Path(folder)
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_serving_check_accepts_good_and_refuses_tampered(tiny_dir, tmp_path):
+    ad = make_adapter(tiny_dir, tmp_path / "adapter")
+    ident = identity(tiny_dir)
+    pinned = adapter_manifest(ad, ident)
+    load_adapter(load_model(tiny_dir), ad, pinned, ident)
+    flip_last_byte(ad / "adapter_model.safetensors")
+    with pytest.raises(AdapterRefused, match="adapter_model.safetensors: sha256"):
+        load_adapter(load_model(tiny_dir), ad, pinned, ident)
+    with pytest.raises(AdapterRefused, match="no pinned evidence"):
+        load_adapter(load_model(tiny_dir), ad, None, ident)
+
+
+def test_pickle_posing_as_adapter_is_refused_unloaded(tiny_dir, tmp_path, monkeypatch):
+    ad = make_adapter(tiny_dir, tmp_path / "adapter")
+    pinned = adapter_manifest(ad, identity(tiny_dir))
+    (ad / "adapter_model.safetensors").write_bytes(pickle.dumps({"w": 1}, protocol=4))
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle was loaded"))
+    with pytest.raises(AdapterRefused, match="pickle"):
+        load_adapter(load_model(tiny_dir), ad, pinned, identity(tiny_dir))
+    (ad / "adapter_model.bin").write_bytes(b"\x80\x04junk")
+    with pytest.raises(AdapterRefused, match="adapter_model.bin"):
+        load_adapter(load_model(tiny_dir), ad, pinned, identity(tiny_dir))
+
+
+def test_adapter_on_a_different_base_is_refused(tiny_dir, tmp_path):
+    ad = make_adapter(tiny_dir, tmp_path / "adapter")
+    other = identity(tiny_dir) | {"weights_sha256": {"model.safetensors": "0" * 64}}
+    with pytest.raises(AdapterRefused, match="base model weights differ"):
+        load_adapter(load_model(tiny_dir), ad, adapter_manifest(ad, identity(tiny_dir)), other)
+
+
+def _fake_run(root: Path, tiny_dir, params, decision="promote", seed=0):
+    """The artifacts a loop run leaves, small: materialized data, adapter, eval/replay metrics, gate."""
+    (root / "data/materialized/b1").mkdir(parents=True, exist_ok=True)
+    (root / "data/materialized/b1/sft_train.jsonl").write_text(json.dumps({"v": seed}) + "\n")
+    (root / "data/admission").mkdir(parents=True, exist_ok=True)
+    (root / "data/admission/b1.json").write_text("{}")
+    ad = root / "models/sft/adapter"
+    if ad.exists():
+        shutil.rmtree(ad)
+    make_adapter(tiny_dir, ad)
+    (root / "models/sft/guard_report.json").write_text(json.dumps({"status": "ok", "seed": seed}))
+    (root / "metrics/eval").mkdir(parents=True, exist_ok=True)
+    (root / "metrics/eval/b1.json").write_text(json.dumps({"seed": seed}))
+    (root / "metrics/gate.json").write_text(json.dumps({"decision": decision, "reasons": [], "per_batch": {},
+                                                        "policy": "default", "requires_rag": True}))
+    bundle.write(root, params, root / "release/bundle.json")
+
+
+@pytest.fixture
+def repo(tmp_path, tiny_dir, params):
+    root = tmp_path / "repo"
+    root.mkdir()
+    sh(root, "git", "init", "-q")
+    sh(root, "git", "config", "user.email", "ci@example.com")
+    sh(root, "git", "config", "user.name", "CI")
+    sh(root, "dvc", "init", "-q")
+    sh(root, "dvc", "remote", "add", "-d", "local", str(tmp_path / "remote"))
+    base = root / "models/base"
+    shutil.copytree(tiny_dir, base)
+    (base / "manifest.json").write_text(json.dumps({"name": "tiny", "requested": params["model"]["base"]}))
+    p = json.loads(json.dumps(params))
+    p["model"]["cache_dir"] = "models/base"
+    p["data"]["batches"] = ["b1"]
+    (root / "params.yaml").write_text(dump(p))
+    sh(root, "git", "add", "params.yaml", ".dvc")
+    sh(root, "git", "commit", "-qm", "init")
+    return root, p
+
+
+def _commit_version(root, tiny_dir, params, seed, decision="promote"):
+    _fake_run(root, tiny_dir, params, decision, seed)
+    sh(root, "dvc", "add", "-q", "data/materialized", "models/sft")
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", f"run {seed}")
+    return {p: (root / p).read_bytes() for p in ("models/sft/adapter/adapter_model.safetensors",
+                                                  "data/materialized/b1/sft_train.jsonl")}
+
+
+def test_verify_names_the_tampered_file(repo, tiny_dir):
+    root, params = repo
+    _fake_run(root, tiny_dir, params)
+    bundle.verify(root / "release/bundle.json", root)
+    target = root / "data/materialized/b1/sft_train.jsonl"
+    target.write_text(target.read_text().replace("0", "1"))
+    with pytest.raises(bundle.BundleMismatch, match="sft_train.jsonl"):
+        bundle.verify(root / "release/bundle.json", root)
+    target.write_text(json.dumps({"v": 0}) + "\n")
+    b = json.loads((root / "release/bundle.json").read_text())
+    b["decision"]["decision"] = "promote-please"
+    (root / "release/bundle.json").write_text(json.dumps(b))
+    with pytest.raises(bundle.BundleMismatch):
+        bundle.verify(root / "release/bundle.json", root)
+
+
+def test_release_requires_clean_tree_verified_bundle_and_allowed_decision(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1, decision="hold")
+    with pytest.raises(release.ReleaseRefused, match="hold"):
+        release.release(root)
+    _commit_version(root, tiny_dir, params, 2)
+    (root / "metrics/eval/b1.json").write_text("{}")
+    with pytest.raises(release.ReleaseRefused, match="uncommitted"):
+        release.release(root)
+    sh(root, "git", "commit", "-qam", "tamper")
+    with pytest.raises(release.ReleaseRefused, match="metrics/eval/b1.json"):
+        release.release(root)
+
+
+def test_concurrent_release_is_refused(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    lock = root / ".git" / "clap-release.lock"
+    lock.write_text("12345")
+    with pytest.raises(release.ReleaseRefused, match="another release"):
+        release.release(root)
+    lock.unlink()
+    assert release.release(root)["version"] == "v0.0.1"
+
+
+def test_release_release_rollback_restores_v1_byte_identically(repo, tiny_dir):
+    root, params = repo
+    v1 = _commit_version(root, tiny_dir, params, 1)
+    r1 = release.release(root)
+    sh(root, "dvc", "push", "-q")
+    v2 = _commit_version(root, tiny_dir, params, 2)
+    assert v1 != v2
+    r2 = release.release(root)
+    assert (r1["version"], r2["version"]) == ("v0.0.1", "v0.0.2") and r2["tag"] == "clap-adapter#prod#2"
+    rb = release.rollback(root)
+    assert rb["from"] == "v0.0.2" and rb["to"] == "v0.0.1" and rb["tag"] == "clap-adapter#prod#3"
+    for path, data in v1.items():
+        assert (root / path).read_bytes() == data, path
+    bundle.verify(root / "release/bundle.json", root)
+    tags = sh(root, "git", "tag", "--list").split()
+    assert tags == sorted(["clap-adapter@v0.0.1", "clap-adapter@v0.0.2", "clap-adapter#prod#1", "clap-adapter#prod#2",
+                           "clap-adapter#prod#3"])
+    assert "rollback from v0.0.2" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter#prod#3")
+    assert "gate promote" in sh(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter@v0.0.1")
+    reg = {r["version"]: r["current"] for r in release.registry(root)}
+    assert reg == {"v0.0.1": ["prod"], "v0.0.2": []}
+    assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.1"
+
+
+def test_evaluate_refuses_an_adapter_whose_manifest_was_rewritten(repo, tiny_dir):
+    """The trust anchor is git (here `models/sft.dvc`), not the manifest beside the weights."""
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    ad = root / "models/sft/adapter"
+    assert pinned_expectation(root, ad) == json.loads((ad / "manifest.json").read_text())
+    flip_last_byte(ad / "adapter_model.safetensors")
+    (ad / "manifest.json").write_text(json.dumps(adapter_manifest(ad, identity(root / "models/base"))))
+    r = subprocess.run(["clap", "evaluate", "b1"], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
+    assert "manifest.json: differs from the hash models/sft.dvc pins for models/sft" in r.stdout
+    (ad / "manifest.json").unlink()
+    shutil.rmtree(root / "models/sft/adapter")
+    unpinned = make_adapter(tiny_dir, root / "models/other")
+    with pytest.raises(AdapterRefused, match="not pinned"):
+        pinned_expectation(root, unpinned)
+
+
+def test_prod_adapter_is_pinned_by_the_bundle_at_its_release_tag(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    release.release(root)
+    ad = root / "models/sft/adapter"
+    pinned = pinned_expectation(root, ad, "clap-adapter@v0.0.1")
+    load_adapter(load_model(root / "models/base"), ad, pinned, identity(root / "models/base"))
+    b = json.loads((root / "release/bundle.json").read_text())
+    b["files"] = [f for f in b["files"] if "adapter_model" not in f["path"]]  # an edit in the working tree
+    (root / "release/bundle.json").write_text(json.dumps(b))
+    assert pinned_expectation(root, ad, "clap-adapter@v0.0.1") == pinned  # read from git's objects, not the tree
+
+
+def _edit_bundle(root: Path, edit) -> None:
+    path = root / "release/bundle.json"
+    b = json.loads(path.read_text())
+    edit(b)
+    path.write_text(json.dumps(b))
+
+
+TAMPERS = {  # what a hostile edit does → what `clap verify` must name
+    "code_commit edited": (lambda root, b: b.update(code_commit="f" * 40), "code_commit"),
+    "code_commit not a commit": (lambda root, b: b.update(code_commit="unknown"), "code_commit"),
+    "dataset_versions edited": (lambda root, b: b["dataset_versions"].update(b1="0" * 64), "dataset_versions"),
+    "candidate edited": (lambda root, b: b.update(candidate="dpo"), "candidate 'dpo'"),
+    "adapter entries removed": (lambda root, b: b.update(files=[f for f in b["files"] if f["role"] != "adapter"]),
+                                "files pin no"),
+    "base_model.path missing": (lambda root, b: b["base_model"].update(path="models/nowhere"), "base_model"),
+    "config edited": (lambda root, b: b["config"]["gate"].update(min_parse_ok=0.0), "config"),
+    "extra adapter_model.bin": (lambda root, b: (root / "models/sft/adapter/adapter_model.bin").write_bytes(b"\x80\x04"),
+                                "adapter_model.bin: in the adapter folder but not pinned"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERS))
+def test_verify_refuses_every_tampered_field(repo, tiny_dir, monkeypatch, case):
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    monkeypatch.chdir(root)
+    assert CliRunner().invoke(app, ["verify"]).exit_code == 0
+    edit, named = TAMPERS[case]
+    _edit_bundle(root, lambda b: edit(root, b))
+    r = CliRunner().invoke(app, ["verify"])
+    assert r.exit_code == 1 and "verify failed" in r.output and named in r.output, r.output
+    r = CliRunner().invoke(app, ["release"])
+    assert r.exit_code == 1 and "release refused" in r.output
+
+
+def test_signed_bundle_cannot_be_forged_without_the_key(repo, tiny_dir, monkeypatch):
+    """An attacker who rewrites adapter, manifest and bundle hashes consistently still lacks the key."""
+    root, params = repo
+    monkeypatch.setenv("CLAP_BUNDLE_KEY", "k" * 32)
+    _commit_version(root, tiny_dir, params, 1)
+    b = bundle.verify(root / "release/bundle.json", root)
+    assert b.signature.startswith("hmac-sha256:")
+    weights = root / "models/sft/adapter/adapter_model.safetensors"
+    flip_last_byte(weights)
+    _edit_bundle(root, lambda d: [f.update(sha256=bundle.sha256_file(weights)) for f in d["files"]
+                                  if f["path"].endswith("adapter_model.safetensors")])
+    with pytest.raises(bundle.BundleMismatch, match="signature does not match"):
+        bundle.verify(root / "release/bundle.json", root)
+    monkeypatch.delenv("CLAP_BUNDLE_KEY")
+    with pytest.raises(bundle.BundleMismatch, match="signature cannot be checked"):
+        bundle.verify(root / "release/bundle.json", root)
+
+
+def gto_show(root: Path) -> dict:
+    return json.loads(sh(root, "gto", "show", "--json"))["clap-adapter"]
+
+
+def test_gto_reads_clap_releases_and_clap_reads_gto_assignments(repo, tiny_dir):
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    release.release(root)
+    assert gto_show(root) == {"version": "v0.0.1", "stage": {"prod": "v0.0.1"}, "registered": True, "active": True}
+    history = sh(root, "gto", "history", "clap-adapter", "--json")
+    assert "clap-adapter@v0.0.1" in history and "clap-adapter#prod#1" in history
+
+    # a colleague registers and assigns the next commit with GTO itself
+    _commit_version(root, tiny_dir, params, 2)
+    sh(root, "gto", "register", "clap-adapter", "HEAD")
+    sh(root, "gto", "assign", "clap-adapter", "--version", "v0.0.2", "--stage", "prod")
+    assert release.current(root, "prod")["version"] == "v0.0.2"
+    assert {r["version"]: r["current"] for r in release.registry(root)} == {"v0.0.1": [], "v0.0.2": ["prod"]}
+    assert release.next_version(root) == "v0.0.3"
+
+    rb = release.rollback(root, restore=False)  # CLAP continues GTO's numbering, and GTO sees the rollback
+    assert (rb["from"], rb["to"], rb["tag"]) == ("v0.0.2", "v0.0.1", "clap-adapter#prod#3")
+    assert gto_show(root)["stage"] == {"prod": "v0.0.1"}
+    sh(root, "gto", "deprecate", "clap-adapter", "v0.0.1", "prod")  # GTO writes clap-adapter#prod!#4
+    assert "clap-adapter#prod!#4" in sh(root, "git", "tag", "--list").split()
+    assert gto_show(root)["stage"] == {"prod": "v0.0.2"}  # GTO: v0.0.2's own assignment was never undone
+    assert release.current(root, "prod")["version"] == "v0.0.2"
+
+
+def test_every_candidate_gets_its_bundle_and_only_the_shipped_one_releases(repo, tiny_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+
+    root, params = repo
+    _fake_run(root, tiny_dir, params)
+    for c in ("dpo", "grpo"):
+        make_adapter(tiny_dir, root / f"models/{c}/adapter")
+        (root / f"models/{c}/guard_report.json").write_text(json.dumps({"status": "ok"}))
+    gate = json.loads((root / "metrics/gate.json").read_text()) | {"candidate": "grpo", "candidates": {
+        "sft": {"decision": "promote"}, "dpo": {"decision": "hold"}, "grpo": {"decision": "promote"}}}
+    (root / "metrics/gate.json").write_text(json.dumps(gate))
+    monkeypatch.chdir(root)
+    r = CliRunner().invoke(app, ["bundle"])
+    assert r.exit_code == 0, r.output
+    assert "bundle dpo" in r.output and "verdict hold" in r.output and "the shipped candidate grpo" in r.output
+    for c in ("sft", "dpo", "grpo"):
+        b = bundle.verify(root / f"release/bundles/{c}.json", root)
+        assert b.candidate == c and {f.path.split("/")[1] for f in b.files if f.role == "adapter"} == {c}
+    assert (root / "release/bundle.json").read_bytes() == (root / "release/bundles/grpo.json").read_bytes()
+
+    shipped = (root / "release/bundle.json").read_bytes()
+    (root / "release/bundle.json").write_bytes((root / "release/bundles/dpo.json").read_bytes())  # a held one posing
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", "held candidate's bundle in the release slot")
+    with pytest.raises(release.ReleaseRefused, match="pins candidate 'dpo'; the gate ships 'grpo'"):
+        release.release(root)
+    (root / "release/bundle.json").write_bytes(shipped)
+    sh(root, "git", "commit", "-qam", "the shipped bundle back")
+    assert release.release(root)["version"] == "v0.0.1"
+
+    shutil.rmtree(root / "models/dpo")  # judged, but nothing to pin: no bundle, said so, no stale one left behind
+    (root / "metrics/gate.json").write_text(json.dumps(gate | {"candidates": {"sft": {"decision": "promote"},
+                                                                               "dpo": {"decision": "hold"}}}
+                                                       | {"candidate": "sft"}))
+    r = CliRunner().invoke(app, ["bundle"])
+    assert r.exit_code == 0 and "bundle dpo: none" in r.output, r.output
+    assert sorted(p.name for p in (root / "release/bundles").iterdir()) == ["sft.json"]
+    assert bundle.verify(root / "release/bundle.json", root).candidate == "sft"
