@@ -95,7 +95,7 @@ def test_prod_reuses_what_it_answered_as_the_candidate(tiny_dir, sft_start, tmp_
 
 def test_the_engine_knows_when_the_candidate_is_prods_own_adapter(tiny_dir, sft_start, tmp_path):
     """Evaluate writes `candidate_is_prod` from this: a promote of prod's own adapter replaces nothing, so the
-    gate's rollback still stands (tests/test_gate.py)."""
+    gate's rollback still stands (tests/release/test_gate.py)."""
     import shutil
 
     from safetensors.torch import load_file, save_file

@@ -1,7 +1,7 @@
 """Column-at-a-time twins of `normalize`'s scalar functions (pyarrow compute, RE2).
 
 assetize runs these over a million facts at once; the scalar functions stay the definition, and
-`tests/test_normalize_many.py` checks each twin against its scalar on the tricky cases and on
+`tests/data/test_normalize_many.py` checks each twin against its scalar on the tricky cases and on
 generated text. Where the two regex engines could disagree — Python's `\\d` takes every Unicode
 digit, RE2's only 0-9 — the rows go through the scalar function, so results are the same either
 way. Why: with them (and the columnar reader) assetize went from 10.8k to 50k rows/s on 1M

@@ -3,7 +3,7 @@
 Greedy decoding, length-sorted batches with left padding, KV cache, and a per-row stop as soon as
 the JSON answer closes. One base model in memory serves both the baseline and the candidate: the
 adapter is attached once and switched off (`disable_adapter`) for the baseline. Outputs equal a
-plain one-by-one `generate` loop truncated at the same JSON end (tests/test_generate.py checks it).
+plain one-by-one `generate` loop truncated at the same JSON end (tests/evaluate/test_generate.py checks it).
 
 Latency is what the application sees: a request served in a batch of `batch_size` concurrent
 requests waits for the whole batch, so each record carries its batch's wall time.
