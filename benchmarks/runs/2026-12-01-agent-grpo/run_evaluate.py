@@ -7,9 +7,9 @@ from clap import model
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.config import load
-from clap.generate import Engine
+from clap.evaluate.generate import Engine
+from clap.evaluate.summary import agent_table
 from clap.stages import evaluate_agent
-from clap.summary import agent_table
 
 if __name__ == "__main__":
     from rich.console import Console

@@ -8,7 +8,7 @@ from clap import model
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.config import load
-from clap.generate import Engine
+from clap.evaluate.generate import Engine
 from clap.stages import agent_pairs, train_agent_rm
 
 if __name__ == "__main__":
