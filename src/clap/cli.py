@@ -172,17 +172,18 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     agent-dpo continues it on its own mistakes (`clap agent-pairs`); agent-rm fits a reward model on those
     pairs and checks it against the rule rewards; agent-grpo continues agent SFT with GRPO on whole
     episodes in the environment (the reward model one of its rewards when its check passed)."""
-    from clap import model
-    from clap.io import check_output_dir
-    from clap.release.serving import pinned_expectation
-    from clap.stages import train_dpo, train_grpo, train_sft
-
     if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo", "agent-rm"):
         _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo, agent-grpo or agent-rm"))
     cfg = _params()
     if switch := _switched_off(cfg, kind):
         return _disabled(kind, switch, out or paths.MODELS / kind.replace("-", "_"),
                          checkpoints or paths.CHECKPOINTS / kind.replace("-", "_"))
+    # torch, transformers, PEFT and TRL take ≈ 13 s to import here: a switched-off trainer does not pay it
+    from clap import model
+    from clap.io import check_output_dir
+    from clap.release.serving import pinned_expectation
+    from clap.stages import train_dpo, train_grpo, train_sft
+
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     if kind.startswith("agent-"):
         name = kind.replace("-", "_")
@@ -282,12 +283,12 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
                 out: Path = typer.Option(paths.AGENT_PAIRS)) -> None:
     """On-policy hard negatives: the agent SFT adapter's own wrong next actions on the train
     trajectories, each paired with the gold action (the agent DPO step's data)."""
-    from clap.agent.tools import ReportTools
-    from clap.stages import agent_pairs as stage
-
     cfg = _params()
     if not cfg["agent"]["enabled"]:
         return _agent_off("agent-pairs", out, ("pairs.jsonl",))
+    from clap.agent.tools import ReportTools
+    from clap.stages import agent_pairs as stage
+
     tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
     engine = _agent_engine(cfg, ["agent_sft"])
     report = stage.run(cfg, tasks, engine, tools, out)
@@ -312,11 +313,11 @@ def _agent_off(command: str, out: Path, empty_files: tuple[str, ...], metrics: P
 def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Option(paths.AGENT_TASKS)) -> None:
     """Agent tasks with gold trajectories from the verified facts, kept only if they pass the format,
     execution and answer checks."""
-    from clap.stages import agent_tasks as stage
-
     cfg = _params()
     if not cfg["agent"]["enabled"]:
         return _agent_off("agent-tasks", out, ("tasks.jsonl",))
+    from clap.stages import agent_tasks as stage
+
     report = stage.run(cfg, assets, cfg["data"]["batches"], out)
     console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
     console.print(", ".join(f"{k}={v}" for k, v in report["by_split_kind"].items()))
@@ -329,13 +330,13 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model and the
     agent adapter in prod on the held-out agent tasks: task success, tool-call accuracy (when / how), pass^k,
     hallucination, abstention, with paired-bootstrap CIs."""
+    cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
     from clap.evaluate.summary import agent_table
     from clap.release.gate import agent_chain
     from clap.stages import evaluate_agent as stage
 
-    cfg = _params()
-    if not cfg["agent"]["enabled"]:
-        return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
     adapters = agent_chain(cfg)
     prod_dir, prod_expected = _prod(prod, "agent_adapter")
     in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
