@@ -37,7 +37,7 @@ demo: setup
 test: setup label-studio
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/clap params --check
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q --durations=15
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
