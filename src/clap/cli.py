@@ -275,7 +275,8 @@ def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, di
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
     return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas(),
-                  answer_store=_answer_store(cfg), dtype=cfg["generate"]["dtype"])
+                  answer_store=_answer_store(cfg), dtype=cfg["generate"]["dtype"],
+                  jump_forward=cfg["generate"]["jump_forward"])
 
 
 @app.command("agent-pairs")
@@ -374,13 +375,14 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
         if backend == "vllm":
             args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share}
         else:
-            args["dtype"] = cfg["generate"]["dtype"]
+            args |= {"dtype": cfg["generate"]["dtype"], "jump_forward": cfg["generate"]["jump_forward"]}
         return RayEngine(args, cfg["generate"]["ray_workers"], backend)
     if backend == "vllm":
         return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
                           prod_dir=prod_dir, prod_expected=prod_expected)
     return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=_answer_store(cfg),
-                  dtype=cfg["generate"]["dtype"])
+                  dtype=cfg["generate"]["dtype"],
+                  jump_forward=cfg["generate"]["jump_forward"])
 
 
 def _answer_store(cfg: dict) -> Path | None:
@@ -474,7 +476,8 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
     prod_dir, prod_expected = _prod(prod)
     engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others,
-                    answer_store=_answer_store(cfg), dtype=cfg["generate"]["dtype"])
+                    answer_store=_answer_store(cfg), dtype=cfg["generate"]["dtype"],
+                  jump_forward=cfg["generate"]["jump_forward"])
     models = ["base"] + (["prod"] if prod_dir else []) + steps
     result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
                        engine, models, out, metrics,

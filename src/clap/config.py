@@ -189,6 +189,7 @@ class Generate(_Section):
     ray_workers: Annotated[StrictInt, Field(ge=0, le=4096)]
     reuse_answers: StrictBool
     dtype: Literal["auto", "float32", "bfloat16"]
+    jump_forward: StrictBool
 
 
 class EvalWeights(_Section):

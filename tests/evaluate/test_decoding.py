@@ -101,15 +101,33 @@ def test_constrained_generation_keeps_a_random_model_inside_the_schema(tiny_dir)
 
 
 def test_constrained_batches_decode_as_one_by_one(tiny_dir):
-    """Per-row grammars in a left-padded batch give the answers a one-prompt-at-a-time loop gives."""
+    """Token by token (`jump_forward=False`), the engine's own loop — per-row grammars in a left-padded
+    batch, rows leaving it as their answers close — gives the answers of a one-prompt-at-a-time
+    `generate` loop with xgrammar's logits processor."""
     from clap.evaluate.generate import plain_generate_loop
 
-    engine = Engine(tiny_dir)
+    engine = Engine(tiny_dir, jump_forward=False)
     convs = [prompts.messages(prompts.SYSTEM_EXTRACT, prompts.extraction_prompt("Revenue?", c)) for c in CHUNKS]
     schemas = [answer_schema([c], with_location=False) for c in CHUNKS]
     got = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=60, batch_size=2, progress=False,
                                            schemas=schemas)]
     assert got == plain_generate_loop(engine.model, engine.tok, convs, 60, schemas, engine.grammars)
+
+
+def test_jump_forward_appends_forced_text_in_one_pass(tiny_dir, monkeypatch):
+    """With jump-forward, what the grammar forces costs one decoder pass, not one per token: far fewer
+    passes than answer tokens, and every answer still meets its schema."""
+    engine = Engine(tiny_dir)
+    decoder = engine.model.model
+    passes = []
+    monkeypatch.setattr(decoder, "forward", lambda *a, _f=decoder.forward, **k: passes.append(1) or _f(*a, **k))
+    convs = [prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("What was revenue?", CHUNKS)),
+             prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("毛利率?", CHUNKS[1:]))]
+    schemas = [answer_schema(CHUNKS, True), answer_schema(CHUNKS[1:], True)]
+    gens = engine.generate(convs, use_adapter=False, max_new_tokens=400, batch_size=2, progress=False, schemas=schemas)
+    for g, schema in zip(gens, schemas):
+        jsonschema.validate(json.loads(g.text), schema)
+    assert len(passes) < max(g.new_tokens for g in gens) / 2
 
 
 @pytest.mark.parametrize("prompt, fields", [

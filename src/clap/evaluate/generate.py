@@ -5,6 +5,12 @@ the JSON answer closes. One base model in memory serves both the baseline and th
 adapter is attached once and switched off (`disable_adapter`) for the baseline. Outputs equal a
 plain one-by-one `generate` loop truncated at the same JSON end (tests/evaluate/test_generate.py checks it).
 
+Under a grammar (`schemas=`), greedy decoding runs its own loop (`greedy_under_grammar`): what the
+grammar forces — the keys, the rest of a quoted sentence once its first words pick it, the location of
+that sentence — is appended in one forward pass instead of one token per step (jump-forward decoding,
+as SGLang does and xgrammar's matcher offers), and a row leaves the batch as soon as its answer closes.
+The model still chooses every token the grammar leaves open.
+
 Latency is what the application sees: a request served in a batch of `batch_size` concurrent
 requests waits for the whole batch, so each record carries its batch's wall time.
 """
@@ -65,12 +71,14 @@ class Engine:
     def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
-                 tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None):
+                 tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None,
+                 jump_forward: bool = True):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
         `answer_store`: a folder of greedy answers reused by content address (`clap.evaluate.answer_store`).
-        `dtype`: `generate.dtype` (auto | float32 | bfloat16, `model.inference_dtype`); None keeps fp32 on CPU."""
+        `dtype`: `generate.dtype` (auto | float32 | bfloat16, `model.inference_dtype`); None keeps fp32 on CPU.
+        `jump_forward`: `generate.jump_forward`, text the grammar forces appended in one pass (`greedy_under_grammar`)."""
         from clap.evaluate.answer_store import AnswerStore, model_id
         from clap.release.serving import attach
 
@@ -79,6 +87,7 @@ class Engine:
         self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
         self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
         self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # part of the store's key
+        self.jump_forward = jump_forward
         ident = base_model.identity(base_dir)
         self.adapters = []
         self.store = AnswerStore(answer_store) if answer_store is not None else None
@@ -171,20 +180,23 @@ class Engine:
                 mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx],
                                     device=self.device)
                 t0 = time.perf_counter()
-                constrain = [self.grammars.processor([schemas[i] for i in idx])] if schemas is not None else []
-                gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                          **({"do_sample": True, "temperature": temperature} if temperature > 0
-                                             else {"do_sample": False}), use_cache=True, pad_token_id=pad,
-                                          logits_processor=LogitsProcessorList(constrain),
-                                          stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
+                if schemas is not None and temperature == 0:
+                    rows = greedy_under_grammar(self.model, ids, mask, [self.grammars.compiled(schemas[i]) for i in idx],
+                                                max_new_tokens, self.jump_forward)
+                else:
+                    constrain = [self.grammars.processor([schemas[i] for i in idx])] if schemas is not None else []
+                    gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                              **({"do_sample": True, "temperature": temperature} if temperature > 0
+                                                 else {"do_sample": False}), use_cache=True, pad_token_id=pad,
+                                              logits_processor=LogitsProcessorList(constrain),
+                                              stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
+                    rows = [[t for t in gen[row, width:].tolist() if t != pad] for row in range(len(idx))]
                 ms = (time.perf_counter() - t0) * 1000
                 for row, i in enumerate(idx):
-                    new = gen[row, width:]
-                    text = truncate_at_json_end(self.tok.decode(new, skip_special_tokens=True))
-                    n = int((new != pad).sum())
-                    out[i] = Generation(text=text, new_tokens=n, latency_ms=ms)
+                    text = truncate_at_json_end(self.tok.decode(rows[row], skip_special_tokens=True))
+                    out[i] = Generation(text=text, new_tokens=len(rows[row]), latency_ms=ms)
                     if keys:
-                        self.store.put(keys[i], {"text": text, "new_tokens": n, "latency_ms": round(ms, 2)})
+                        self.store.put(keys[i], {"text": text, "new_tokens": len(rows[row]), "latency_ms": round(ms, 2)})
                 if bar:
                     done = min(s + batch_size, len(order))
                     bar.update(len(idx))
@@ -200,6 +212,71 @@ class Engine:
             return None
         return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, self.precision)
                 for i, ids in enumerate(encoded)]
+
+
+@torch.inference_mode()
+def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
+                         max_new_tokens: int, jump_forward: bool = True) -> list[list[int]]:
+    """Greedy decoding of a left-padded batch, each row under its compiled xgrammar grammar.
+
+    Each step picks one token per row (argmax over what the grammar allows), then appends the tokens
+    the grammar forces after it (`GrammarMatcher.find_jump_forward_tokens`), and feeds every row's new
+    tokens in one forward pass; a row whose chunk is shorter is padded on the left *inside* the chunk
+    and the padding masked, so its positions stay those of its own tokens. A row leaves the batch (and
+    the KV cache) when its grammar completes — the JSON answer closed — or at `max_new_tokens`.
+    Returns each row's new token ids. Forced text costs one pass, not one step per token: the answer
+    schema forces most of an answer (keys, the rest of a quoted sentence, its location)."""
+    import xgrammar as xgr
+    from transformers import DynamicCache
+
+    matchers = [xgr.GrammarMatcher(c) for c in compiled]
+    stop_ids = set(matchers[0].stop_token_ids) if matchers else set()
+    bitmask = xgr.allocate_token_bitmask(len(matchers), compiled[0].tokenizer_info.vocab_size) if matchers else None
+    new_tokens: list[list[int]] = [[] for _ in matchers]
+    active = list(range(len(matchers)))  # batch rows still decoding, in the cache's row order
+    cache = DynamicCache(config=model.config)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    step_ids = ids
+    # The decoder and the head apart: the head runs on each row's last position only. (Through the causal-LM
+    # forward with `logits_to_keep=1`, a multi-token step hands the head a strided slice that torch turns
+    # into a batched matmul over a copied [batch, hidden, vocab] weight: ~1 s a step on 2 CPU cores.)
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    while active:
+        hidden = causal_lm.model(input_ids=step_ids, attention_mask=mask, position_ids=positions[:, -step_ids.shape[1]:],
+                                 cache=cache, use_cache=True).last_hidden_state
+        logits = causal_lm.lm_head(hidden[:, -1, :].contiguous()).float()
+        for r, i in enumerate(active):
+            matchers[i].fill_next_token_bitmask(bitmask, r)
+        xgr.apply_token_bitmask_inplace(logits, bitmask[:len(active)].to(logits.device))
+        picked = logits.argmax(-1).tolist()
+        chunks, keep = [], []
+        for r, i in enumerate(active):
+            token, matcher = picked[r], matchers[i]
+            if token in stop_ids or not matcher.accept_token(token):
+                continue
+            chunk = [token]
+            for forced in matcher.find_jump_forward_tokens() if jump_forward else ():
+                if not matcher.accept_token(forced):
+                    break
+                chunk.append(forced)
+            chunk = chunk[:max_new_tokens - len(new_tokens[i])]
+            new_tokens[i].extend(chunk)
+            if matcher.is_completed() or matcher.is_terminated() or len(new_tokens[i]) >= max_new_tokens:
+                continue
+            chunks.append(chunk)
+            keep.append(r)
+        if not keep:
+            break
+        if len(keep) < len(active):
+            cache.batch_select_indices(torch.tensor(keep, device=ids.device))
+            mask, positions = mask[keep], positions[keep]
+        active = [active[r] for r in keep]
+        width = max(len(c) for c in chunks)
+        step_ids = torch.tensor([[c[0]] * (width - len(c)) + c for c in chunks], device=ids.device)
+        step_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks], device=ids.device)
+        mask = torch.cat([mask, step_mask], dim=1)
+        positions = torch.cat([positions, positions[:, -1:] + step_mask.cumsum(-1)], dim=1)
+    return new_tokens
 
 
 def _progress(total: int, enabled: bool):
