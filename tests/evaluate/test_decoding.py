@@ -101,12 +101,12 @@ def test_constrained_generation_keeps_a_random_model_inside_the_schema(tiny_dir)
 
 
 def test_constrained_batches_decode_as_one_by_one(tiny_dir):
-    """Token by token (`jump_forward=False`), the engine's own loop — per-row grammars in a left-padded
+    """Token by token (`jump_forward` off, the default), the engine's own loop — per-row grammars in a left-padded
     batch, rows leaving it as their answers close — gives the answers of a one-prompt-at-a-time
     `generate` loop with xgrammar's logits processor."""
     from clap.evaluate.generate import plain_generate_loop
 
-    engine = Engine(tiny_dir, jump_forward=False)
+    engine = Engine(tiny_dir)
     convs = [prompts.messages(prompts.SYSTEM_EXTRACT, prompts.extraction_prompt("Revenue?", c)) for c in CHUNKS]
     schemas = [answer_schema([c], with_location=False) for c in CHUNKS]
     got = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=60, batch_size=2, progress=False,
@@ -117,7 +117,7 @@ def test_constrained_batches_decode_as_one_by_one(tiny_dir):
 def test_jump_forward_appends_forced_text_in_one_pass(tiny_dir, monkeypatch):
     """With jump-forward, what the grammar forces costs one decoder pass, not one per token: far fewer
     passes than answer tokens, and every answer still meets its schema."""
-    engine = Engine(tiny_dir)
+    engine = Engine(tiny_dir, jump_forward=True)
     decoder = engine.model.model
     passes = []
     monkeypatch.setattr(decoder, "forward", lambda *a, _f=decoder.forward, **k: passes.append(1) or _f(*a, **k))

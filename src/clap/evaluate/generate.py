@@ -5,11 +5,11 @@ the JSON answer closes. One base model in memory serves both the baseline and th
 adapter is attached once and switched off (`disable_adapter`) for the baseline. Outputs equal a
 plain one-by-one `generate` loop truncated at the same JSON end (tests/evaluate/test_generate.py checks it).
 
-Under a grammar (`schemas=`), greedy decoding runs its own loop (`greedy_under_grammar`): what the
-grammar forces — the keys, the rest of a quoted sentence once its first words pick it, the location of
-that sentence — is appended in one forward pass instead of one token per step (jump-forward decoding,
-as SGLang does and xgrammar's matcher offers), and a row leaves the batch as soon as its answer closes.
-The model still chooses every token the grammar leaves open.
+Under a grammar (`schemas=`), greedy decoding runs its own loop (`greedy_under_grammar`): a row leaves
+the batch as soon as its answer closes, the head runs on the last position only, and — with
+`generate.jump_forward` — what the grammar forces (keys, the rest of a quote once its first words pick
+it, that sentence's location) is appended in one forward pass instead of one token per step
+(jump-forward decoding, as SGLang does and xgrammar's matcher offers).
 
 Latency is what the application sees: a request served in a batch of `batch_size` concurrent
 requests waits for the whole batch, so each record carries its batch's wall time.
@@ -72,7 +72,7 @@ class Engine:
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
                  tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None,
-                 jump_forward: bool = True):
+                 jump_forward: bool = False):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
@@ -216,16 +216,18 @@ class Engine:
 
 @torch.inference_mode()
 def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
-                         max_new_tokens: int, jump_forward: bool = True) -> list[list[int]]:
+                         max_new_tokens: int, jump_forward: bool = False) -> list[list[int]]:
     """Greedy decoding of a left-padded batch, each row under its compiled xgrammar grammar.
 
-    Each step picks one token per row (argmax over what the grammar allows), then appends the tokens
-    the grammar forces after it (`GrammarMatcher.find_jump_forward_tokens`), and feeds every row's new
-    tokens in one forward pass; a row whose chunk is shorter is padded on the left *inside* the chunk
-    and the padding masked, so its positions stay those of its own tokens. A row leaves the batch (and
-    the KV cache) when its grammar completes — the JSON answer closed — or at `max_new_tokens`.
-    Returns each row's new token ids. Forced text costs one pass, not one step per token: the answer
-    schema forces most of an answer (keys, the rest of a quoted sentence, its location)."""
+    Each step picks one token per row (argmax over what the grammar allows) and feeds it back; a row
+    leaves the batch (and the KV cache) when its grammar completes — the JSON answer closed — or at
+    `max_new_tokens`, so the batch does not carry finished rows to the longest one's end. Token by
+    token this gives the answers of `generate` with xgrammar's logits processor (tested). With
+    `jump_forward`, the tokens the grammar forces after a pick (`GrammarMatcher.find_jump_forward_tokens`)
+    are appended and fed in the same pass — a row whose chunk is shorter is padded on the left *inside*
+    the chunk and the padding masked, so its positions stay those of its own tokens. Forced text then costs
+    one pass, not a step per token, but arrives in xgrammar's tokenisation, not the model's own picks,
+    so answers can change (`conf/config.yaml`, `generate.jump_forward`). Returns each row's new token ids."""
     import xgrammar as xgr
     from transformers import DynamicCache
 
