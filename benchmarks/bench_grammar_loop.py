@@ -8,7 +8,8 @@ the JSON end (what `Engine.generate` ran until 2026-12-02) against `clap.evaluat
 token by token (`generate.jump_forward: false`, the default) and with jump-forward (`true`). Requests: `eval`,
 the holdout prompts of b1 and b2 (one chunk, schema without location); `replay`, the replay's first 20 requests
 over the retrieved chunks (arms A / B); `norag`, the same questions with no chunk (arms C / D). Prints seconds
-per variant and how many answers equal `generate`'s, per arm. Run in a repository after `dvc repro index
+per variant (the best of `--repeat` interleaved rounds, each round listed) and how many answers equal
+`generate`'s, per arm. Run in a repository after `dvc repro index
 train_sft`; nothing else running.
 """
 
@@ -49,6 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("kind", choices=["eval", "replay", "norag"])
     ap.add_argument("--adapter", type=Path, default=Path("models/sft/adapter"))
+    ap.add_argument("--repeat", type=int, default=3, help="rounds over the variants, interleaved; the best round counts")
     args = ap.parse_args()
     cfg = yaml.safe_load(Path("params.yaml").read_text())
     convs, schemas, batch_size, max_new = workload(cfg, args.kind)
@@ -86,15 +88,19 @@ def main() -> None:
     variants = (("generate + xgrammar processor", hf_generate), ("loop, token by token", loop(False)),
                 ("loop, jump-forward", loop(True)))
     for arm, use_adapter in (("adapter", True), ("base", False)):
-        line, ref = f"{args.kind} {arm}:", None
-        for name, variant in variants:
-            t = time.perf_counter()
-            texts = decode(use_adapter, variant)
-            seconds = time.perf_counter() - t
-            ref = ref or texts
-            line += f" | {name} {seconds:.1f} s ({sum(a == b for a, b in zip(texts, ref))}/{len(texts)} as generate)"
+        seconds: dict[str, list[float]] = {name: [] for name, _ in variants}
+        texts: dict[str, list[str]] = {}
+        for _ in range(args.repeat):  # interleaved, so a slow spell of the VM hits every variant alike
+            for name, variant in variants:
+                t = time.perf_counter()
+                texts[name] = decode(use_adapter, variant)
+                seconds[name].append(time.perf_counter() - t)
+        ref = texts[variants[0][0]]
+        line = f"{args.kind} {arm}:"
+        for name, _ in variants:
+            same = sum(a == b for a, b in zip(texts[name], ref))
+            line += f" | {name} {min(seconds[name]):.1f} s (rounds: {', '.join(f'{x:.1f}' for x in seconds[name])}; {same}/{len(ref)} as generate)"
         print(line, flush=True)
-
 
 if __name__ == "__main__":
     main()
