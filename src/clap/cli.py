@@ -477,7 +477,7 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     prod_dir, prod_expected = _prod(prod)
     engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others,
                     answer_store=_answer_store(cfg), dtype=cfg["generate"]["dtype"],
-                  jump_forward=cfg["generate"]["jump_forward"])
+                    jump_forward=cfg["generate"]["jump_forward"])
     models = ["base"] + (["prod"] if prod_dir else []) + steps
     result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
                        engine, models, out, metrics,
