@@ -232,8 +232,8 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     from transformers import DynamicCache
 
     matchers = [xgr.GrammarMatcher(c) for c in compiled]
-    stop_ids = set(matchers[0].stop_token_ids) if matchers else set()
-    bitmask = xgr.allocate_token_bitmask(len(matchers), compiled[0].tokenizer_info.vocab_size) if matchers else None
+    stop_ids = set(matchers[0].stop_token_ids)
+    bitmask = xgr.allocate_token_bitmask(len(matchers), compiled[0].tokenizer_info.vocab_size)
     new_tokens: list[list[int]] = [[] for _ in matchers]
     active = list(range(len(matchers)))  # batch rows still decoding, in the cache's row order
     cache = DynamicCache(config=model.config)
