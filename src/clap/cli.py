@@ -275,8 +275,7 @@ def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, di
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
     return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas(),
-                  answer_store=_answer_store(cfg), dtype=cfg["generate"]["dtype"],
-                  jump_forward=cfg["generate"]["jump_forward"])
+                  answer_store=_answer_store(cfg), **_decoding(cfg))
 
 
 @app.command("agent-pairs")
@@ -375,24 +374,30 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
         if backend == "vllm":
             args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share}
         else:
-            args |= {"dtype": cfg["generate"]["dtype"], "jump_forward": cfg["generate"]["jump_forward"]}
+            args |= _decoding(cfg)
         return RayEngine(args, cfg["generate"]["ray_workers"], backend)
     if backend == "vllm":
         return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
                           prod_dir=prod_dir, prod_expected=prod_expected)
-    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=_answer_store(cfg),
-                  dtype=cfg["generate"]["dtype"],
-                  jump_forward=cfg["generate"]["jump_forward"])
+    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=_answer_store(cfg), **_decoding(cfg))
 
 
 def _answer_store(cfg: dict) -> Path | None:
     return paths.ANSWER_STORE if cfg["generate"]["reuse_answers"] else None
 
 
+def _decoding(cfg: dict) -> dict:
+    """The HF engine's decoding settings every command passes alike (`generate.dtype`, `generate.jump_forward`)."""
+    return {"dtype": cfg["generate"]["dtype"], "jump_forward": cfg["generate"]["jump_forward"]}
+
+
 def _say_reused(engine) -> None:
     store = getattr(engine, "store", None)
     if store is not None and store.hits + store.misses:
         console.print(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} greedy requests")
+    if store is not None and store.scores_reused + store.scores_missed:
+        console.print(f"log-probabilities reused from {store.root}: {store.scores_reused} of "
+                      f"{store.scores_reused + store.scores_missed} scored completions")
 
 
 def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None]:
@@ -476,8 +481,7 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
     prod_dir, prod_expected = _prod(prod)
     engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others,
-                    answer_store=_answer_store(cfg), dtype=cfg["generate"]["dtype"],
-                    jump_forward=cfg["generate"]["jump_forward"])
+                    answer_store=_answer_store(cfg), **_decoding(cfg))
     models = ["base"] + (["prod"] if prod_dir else []) + steps
     result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
                        engine, models, out, metrics,

@@ -134,6 +134,7 @@ class FactAsset(pa.DataFrameModel):
     question: Series[str]
     verifiable: Series[bool]
     unverifiable_reason: Series[str] = pa.Field(nullable=True)
+    repaired: Series[bool]  # the row came from a repair file (repair/fixed/): the flywheel's way back into training
     content_hash: Series[str] = pa.Field(str_length={"min_value": 64, "max_value": 64})
 
     class Config:

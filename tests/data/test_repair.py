@@ -41,7 +41,10 @@ def test_repaired_rows_reenter_assetize(params, tmp_path):
 
 def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
     """Queue → the demo's simulated annotator (ground truth) → the next assetize: repaired rows are usable."""
+    import pandas as pd
+
     from clap.data import demo_annotator
+    from clap.io import read_jsonl
     from clap.stages import materialize
 
     raw = tmp_path / "raw"
@@ -63,6 +66,15 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
     assert second["repaired_rows_in"] == len(everything)
     assert second["repaired_rows_verifiable"] == len(everything)  # before: none of them was usable
     assert second["unverifiable_facts"] < first["unverifiable_facts"]
+    facts = pd.read_parquet(tmp_path / "assets2/facts.parquet")
+    assert set(facts.loc[facts["repaired"], "record_id"]) == {r["record_id"] for r in everything}
+    assert not pd.read_parquet(tmp_path / "data/assets/facts.parquet")["repaired"].any()
+    # the caps take repaired rows first: every repaired row of b1 lands in its training set or its holdout
+    out = materialize.run(params, tmp_path / "assets2", "b1", tmp_path / "materialized2/b1")
+    landed = {r["record_id"] for name in ("sft_train", "sft_eval")
+              for r in read_jsonl(tmp_path / "materialized2/b1" / f"{name}.jsonl")}
+    repaired_b1 = set(facts.loc[facts["repaired"] & (facts["batch"] == "b1"), "record_id"])
+    assert repaired_b1 and repaired_b1 <= landed and out["train_size"] > 0
 
 
 def test_the_inbox_replaces_the_rows_of_one_origin_and_keeps_the_others(tmp_path):

@@ -57,6 +57,30 @@ def test_an_answer_decoded_in_fp32_is_not_reused_in_bf16(tiny_dir, tmp_path):
     assert fp32.generate(CONVS[:1], use_adapter=False, max_new_tokens=8, progress=False)[0].reused
 
 
+def test_a_ranking_score_is_computed_once_and_equals_the_full_forward(tiny_dir, sft_start, tmp_path):
+    """The decision evaluation's log-probabilities: scored from the completion's positions only, stored, read back
+    by a later engine, and a different model or completion is a miss."""
+    completions = ['{"action": "hold"}', '{"action": "ship"}']
+    store = tmp_path / "answers"
+    first = Engine(tiny_dir, answer_store=store)
+    scores = first.completion_logprobs(CONVS[:2], completions, use_adapter=False)
+    assert (first.store.scores_reused, first.store.scores_missed) == (0, 2) and len(_files(store)) == 2
+    with torch.inference_mode():  # what the head on every position gives
+        for conv, completion, score in zip(CONVS, completions, scores):
+            prompt = first.encode(conv)
+            full = first.tok.apply_chat_template(conv + [{"role": "assistant", "content": completion}],
+                                                 tokenize=True, return_dict=True)["input_ids"]
+            logp = torch.log_softmax(first.model(input_ids=torch.tensor([full])).logits[0, :-1].float(), dim=-1)
+            expected = logp[len(prompt) - 1:].gather(1, torch.tensor(full[len(prompt):])[:, None]).sum()
+            assert score == pytest.approx(float(expected), abs=1e-4)
+    later = Engine(tiny_dir, *sft_start, answer_store=store)
+    assert later.completion_logprobs(CONVS[:2], completions, use_adapter=False) == scores
+    assert (later.store.scores_reused, later.store.scores_missed, later.store.hits) == (2, 0, 0)
+    later.completion_logprobs(CONVS[:2], completions[::-1], use_adapter=False)
+    later.completion_logprobs(CONVS[:2], completions, use_adapter=True)
+    assert later.store.scores_missed == 4 and len(_files(store)) == 6
+
+
 def test_a_torn_store_file_is_decoded_again(tiny_dir, tmp_path):
     store = tmp_path / "answers"
     engine = Engine(tiny_dir, answer_store=store)

@@ -10,6 +10,7 @@ what the corpus looked like, not only what came out.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,14 +45,16 @@ class _Normalised:
     terms: dict
 
 
-def verify_facts(rows: pd.DataFrame, chunks: Chunks, files: list[str]) -> tuple[pd.DataFrame, list[dict], dict]:
-    """Normalise, verify and repair one unit's facts. Returns (fact asset rows, quarantine, noise counts)."""
+def verify_facts(rows: pd.DataFrame, chunks: Chunks, files: list[str],
+                 repaired_files: Collection[int] = ()) -> tuple[pd.DataFrame, list[dict], dict]:
+    """Normalise, verify and repair one unit's facts. Returns (fact asset rows, quarantine, noise counts).
+    `repaired_files`: indexes into `files` of the repair files (`repair/fixed/`); their rows are marked `repaired`."""
     noise = dict.fromkeys(NOISE_KEYS, 0)
     facts, bad = normalise(rows.reset_index(drop=True), files, noise)
     cids, at, reasons = locate(facts, chunks, noise)
     evidences = requote(facts, chunks, at, reasons, noise)
     cids = [chunks.ids[i] if i >= 0 else c for c, i in zip(cids, at.tolist())]
-    return assemble(facts, chunks, cids, at, evidences, reasons, noise), bad, noise
+    return assemble(facts, chunks, cids, at, evidences, reasons, noise, repaired_files), bad, noise
 
 
 def normalise(df: pd.DataFrame, files: list[str], noise: dict) -> tuple[_Normalised, list[dict]]:
@@ -131,7 +134,7 @@ def requote(f: _Normalised, chunks: Chunks, at: np.ndarray, reasons: np.ndarray,
 
 
 def assemble(f: _Normalised, chunks: Chunks, cids: list, at: np.ndarray, evidences: list, reasons: np.ndarray,
-             noise: dict) -> pd.DataFrame:
+             noise: dict, repaired_files: Collection[int] = ()) -> pd.DataFrame:
     """4. The metric's key terms must be findable in the chunk; 5. questions filled, rows hashed, the asset table."""
     df, metrics, unit = f.rows, f.metrics, f.unit
     entity = per_distinct(df["entity"], nz.fold)
@@ -158,6 +161,7 @@ def assemble(f: _Normalised, chunks: Chunks, cids: list, at: np.ndarray, evidenc
                                                           "period_raw", "unit_raw", "lang")}
     arrays["value"] = pa.array(f.parsed, pa.float64())
     arrays["verifiable"] = pa.array(np.array([r is None for r in reasons], dtype=bool))
+    arrays["repaired"] = pa.array(np.isin(df["_file"].to_numpy(), list(repaired_files)))
     out = pa.table({c: arrays[c] for c in FactAsset.to_schema().columns}).to_pandas()
     out["page"] = out["page"].astype("int64")
     for c in ("_file", "_row"):  # where each row came from: the final write orders the unit's rows back into input order

@@ -10,7 +10,9 @@ depends on — the base weights, the active adapter's pinned file hashes, the pr
 template included), the JSON schema, `max_new_tokens`, the decoding code (`generate.py`, `decoding.py`,
 `metrics.py`) and the torch / transformers / peft / xgrammar versions — so a change to any of them is a
 miss, never a stale answer. Sampled answers (temperature > 0) are not stored. A reused answer keeps the
-latency measured when it was decoded; records say which answers were reused.
+latency measured when it was decoded; records say which answers were reused. The decision evaluation's
+ranking scores (a completion's summed log-probability under a model) are kept the same way, keyed by the
+model, the prompt-and-completion tokens and the precision.
 
 The store lives outside DVC's outputs (`paths.ANSWER_STORE`, one small JSON file per answer, each written
 atomically), like a compiler cache: deleting it costs time, never results.
@@ -63,12 +65,15 @@ def same_adapter(pins: dict[str, dict], a: str, b: str) -> bool:
 
 
 class AnswerStore:
-    """`store.get(key)` / `store.put(key, answer)` with `key = store.key(model, prompt_ids, schema, max_new_tokens, precision)`."""
+    """`store.get(key)` / `store.put(key, answer)` with `key = store.key(model, prompt_ids, schema, max_new_tokens, precision)`;
+    `store.get_logprob(key)` with `key = store.logprob_key(model, token_ids, completion_from, precision)`."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        self.hits = 0
+        self.hits = 0  # greedy answers
         self.misses = 0
+        self.scores_reused = 0  # completion log-probabilities
+        self.scores_missed = 0
 
     def key(self, model: str, prompt_ids: list[int], schema: dict | None, max_new_tokens: int,
             precision: str = "float32") -> str:
@@ -84,17 +89,37 @@ class AnswerStore:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict | None:
-        """The stored answer (text, new_tokens, latency_ms), or None; an unreadable file counts as absent."""
+    def logprob_key(self, model: str, token_ids: list[int], completion_from: int, precision: str = "float32") -> str:
+        """The key of a completion's summed log-probability: `token_ids` are prompt and completion, scored from
+        position `completion_from` on (`Engine.completion_logprobs`)."""
+        h = hashlib.sha256()
+        for part in ("logprob", _code_salt(), model, json.dumps(token_ids), str(completion_from), precision):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def _read(self, key: str, field: str, kind: type | tuple[type, ...]) -> dict | None:
+        """The stored record when its `field` has the expected type, else None; an unreadable file counts as absent."""
         try:
-            answer = json.loads(self._path(key).read_text(encoding="utf-8"))
+            record = json.loads(self._path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            answer = None
-        if not (isinstance(answer, dict) and isinstance(answer.get("text"), str)):
-            self.misses += 1
             return None
-        self.hits += 1
+        ok = isinstance(record, dict) and isinstance(record.get(field), kind) and not isinstance(record[field], bool)
+        return record if ok else None
+
+    def get(self, key: str) -> dict | None:
+        """The stored answer (text, new_tokens, latency_ms), or None."""
+        answer = self._read(key, "text", str)
+        self.hits += answer is not None
+        self.misses += answer is None
         return answer
+
+    def get_logprob(self, key: str) -> float | None:
+        """The stored log-probability, or None."""
+        record = self._read(key, "logprob", (int, float))
+        self.scores_reused += record is not None
+        self.scores_missed += record is None
+        return None if record is None else float(record["logprob"])
 
     def put(self, key: str, answer: dict) -> None:
         atomic_write_text(self._path(key), json.dumps(answer, ensure_ascii=False))

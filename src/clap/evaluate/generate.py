@@ -132,7 +132,11 @@ class Engine:
     def completion_logprobs(self, conversations: list[list[dict]], completions: list[str],
                             use_adapter: bool | str) -> list[float]:
         """Summed log-probability of each assistant `completion` after its conversation's prompt — how
-        much the policy prefers an answer (the ranking of chosen over near-miss over rejected)."""
+        much the policy prefers an answer (the ranking of chosen over near-miss over rejected). Read from
+        the answer store when this model scored these tokens before (round after round the base model and
+        prod score the same held-out cases); the head runs on the completion's positions only."""
+        model_key = self._model_ids.get(self._name(use_adapter))
+        causal_lm = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         out = []
         with self._context(use_adapter):
             for conv, completion in zip(conversations, completions):
@@ -141,10 +145,19 @@ class Engine:
                                                     tokenize=True, return_dict=True, **self.chat_kwargs)["input_ids"]
                 if full[:len(prompt)] != prompt:
                     raise ValueError("the chat template does not extend the prompt with the answer")
+                key = self.store.logprob_key(model_key, full, len(prompt), self.precision) \
+                    if self.store is not None and model_key is not None else None
+                stored = self.store.get_logprob(key) if key else None
+                if stored is not None:
+                    out.append(stored)
+                    continue
                 ids = torch.tensor([full], device=self.device)
-                logp = torch.log_softmax(self.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
-                target = ids[0, 1:]
-                out.append(float(logp[len(prompt) - 1:].gather(1, target[len(prompt) - 1:, None]).sum()))
+                hidden = causal_lm.model(input_ids=ids).last_hidden_state[0, len(prompt) - 1:-1]
+                logp = torch.log_softmax(causal_lm.lm_head(hidden.contiguous()).float(), dim=-1)
+                value = float(logp.gather(1, ids[0, len(prompt):, None]).sum())
+                if key:
+                    self.store.put(key, {"logprob": value})
+                out.append(value)
         return out
 
     def encode(self, messages: list[dict]) -> list[int]:

@@ -199,7 +199,8 @@ def _assetize_unit(work: Path, files: list[str], repaired_files: list[int], unit
     chunks = _chunk_asset(tables["chunks"])
     borrowed = Path(work) / "borrowed" / f"unit={unit}"
     lent = spill.decode("chunks", pq.read_table(borrowed)) if borrowed.exists() else tables["chunks"].iloc[:0]
-    facts, fact_bad, noise = verify_facts(tables["facts"], Chunks(pd.concat([tables["chunks"], lent])), files)
+    facts, fact_bad, noise = verify_facts(tables["facts"], Chunks(pd.concat([tables["chunks"], lent])), files,
+                                           repaired_files)
     bad["facts"] += fact_bad
     decisions = _decisions(tables["decisions"], files, bad["decisions"])
     batches = {}
@@ -215,7 +216,7 @@ def _assetize_unit(work: Path, files: list[str], repaired_files: list[int], unit
                 spill.write_quarantine(writer, t, [file_no[r["file"]] for r in bad[name]], bad[name], (unit + 1) << 40)
     return {"kept": {name: len(df) for name, df in (("chunks", chunks), ("facts", facts), ("decisions", decisions))},
             "batches": batches, "noise": {k: int(v) for k, v in noise.items()}, "verifiable": int(facts["verifiable"].sum()),
-            "repaired_verifiable": int((facts["_file"].isin(repaired_files) & facts["verifiable"]).sum())}
+            "repaired_verifiable": int((facts["repaired"] & facts["verifiable"]).sum())}
 
 
 def _without_dropped(work: Path, name: str, df: pd.DataFrame, files: list[str], bad: list[dict]) -> pd.DataFrame:

@@ -12,6 +12,9 @@ Decision cases are split by case (`materialize.decision_eval_fraction`): held-ou
 application's retriever (BM25, `retrieval.k`) returns for the question, the gold chunk among them,
 so the distractors are the same company's neighbouring years and pages — so the adapter learns the
 task that replay sends. Distractors never come from a holdout document.
+The caps (`materialize.max_*_per_batch`) keep the rows ranked first by a fixed per-record hash, repaired
+rows (`repair/fixed/`, the flywheel) ahead of the rest: a batch's training sample and holdout stay the same
+round after round, and what was repaired is what the next candidate trains and is judged on.
 """
 
 from __future__ import annotations
@@ -88,14 +91,13 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     after.update(noisy_metric_labels=0, missing_evidence=int(train["evidence"].isna().sum()
                                                               + holdout["evidence"].isna().sum()),
                  unverifiable=0, rows=len(train) + len(holdout))
-    rng = random.Random(seed)
-    train = _cap(train, m["max_train_per_batch"], rng)
-    holdout = _cap(holdout, m["max_eval_per_batch"], rng)
+    train = capped(train, m["max_train_per_batch"], seed, "train")
+    holdout = capped(holdout, m["max_eval_per_batch"], seed, "holdout")
     contexts = _retrieved(train, chunks[~chunks["doc_id"].map(lambda d: _in_eval(d, frac, seed))],
                           cfg["retrieval"]["k"])
-    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, rng, m["app_share"])
-    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, rng, app_share=0.0)
-    replay = _replay_rows(_cap(usable[is_eval], m["max_replay_per_batch"], random.Random(seed + 1)))
+    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, seed, m["app_share"])
+    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, seed, app_share=0.0)
+    replay = _replay_rows(capped(usable[is_eval], m["max_replay_per_batch"], seed, "replay"))
     batch_dec = decisions[decisions["batch"] == batch]
     dec_eval = batch_dec["record_id"].map(lambda r: _in_eval(r, m["decision_eval_fraction"], seed)).astype(bool)
     pairs, groups = _preferences(batch_dec[~dec_eval], decisions, cfg["rewards"])
@@ -122,10 +124,16 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     return quality
 
 
-def _cap(df: pd.DataFrame, n: int | None, rng: random.Random) -> pd.DataFrame:
+def capped(df: pd.DataFrame, n: int | None, seed: int, salt: str) -> pd.DataFrame:
+    """At most `n` rows, chosen by a fixed per-record rank: the repaired rows first (what the flywheel brought
+    back), then by the hash of (seed, salt, record_id). A row that joins the batch displaces at most one
+    row, so a batch's holdout and training sample stay the same round after round unless repairs enter them
+    (a seeded draw over the whole pool reshuffled them whenever one repaired row became usable)."""
     if n is None or len(df) <= n:
         return df
-    return df.sample(n=n, random_state=rng.randint(0, 2**31 - 1)).sort_values("record_id")
+    rank = pd.DataFrame({"later": ~df["repaired"].to_numpy(dtype=bool),
+                         "hash": [content_hash(seed, salt, r) for r in df["record_id"]]}, index=df.index)
+    return df.loc[rank.sort_values(["later", "hash"]).index[:n]].sort_values("record_id")
 
 
 def _retrieved(facts: pd.DataFrame, pool: pd.DataFrame, k: int) -> dict[str, list[str]]:
@@ -136,10 +144,13 @@ def _retrieved(facts: pd.DataFrame, pool: pd.DataFrame, k: int) -> dict[str, lis
     return dict(zip(facts["record_id"], hits))
 
 
-def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, contexts: dict[str, list[str]], rng: random.Random,
+def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, contexts: dict[str, list[str]], seed: int,
               app_share: float) -> list[dict]:
+    """One sample per fact; with probability `app_share` (drawn per record, so a row's form does not depend on
+    which other rows the batch holds) in the application's prompt over its retrieved chunks."""
     rows = []
     for f in df.to_dict("records"):
+        rng = random.Random(content_hash(seed, "form", f["record_id"]))
         gold = chunk_by_id[f["chunk_id"]]
         if rng.random() < app_share and f["record_id"] in contexts:
             context = [chunk_by_id[c] for c in contexts[f["record_id"]]]
