@@ -275,7 +275,7 @@ def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, di
     base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
     return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas(),
-                  answer_store=_answer_store(cfg), **_decoding(cfg))
+                  answer_store=_answer_store(cfg), reuse_prefixes=cfg["generate"]["prefix_cache_tokens"], **_decoding(cfg))
 
 
 @app.command("agent-pairs")

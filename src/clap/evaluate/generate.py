@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteria
 
 from clap import model as base_model
 from clap.evaluate.metrics import object_end
+from clap.evaluate.prefix_cache import PrefixCache, seeded_batch
 
 
 def json_end(text: str) -> int | None:
@@ -72,13 +74,15 @@ class Engine:
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
                  tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None,
-                 jump_forward: bool = False):
+                 jump_forward: bool = False, reuse_prefixes: int = 0):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
         `answer_store`: a folder of greedy answers reused by content address (`clap.evaluate.answer_store`).
         `dtype`: `generate.dtype` (auto | float32 | bfloat16, `model.inference_dtype`); None keeps fp32 on CPU.
-        `jump_forward`: `generate.jump_forward`, text the grammar forces appended in one pass (`greedy_under_grammar`)."""
+        `jump_forward`: `generate.jump_forward`, text the grammar forces appended in one pass (`greedy_under_grammar`).
+        `reuse_prefixes`: tokens of KV kept to reuse when a later prompt starts with what the model already read
+        (`clap.evaluate.prefix_cache`; the agent's multi-turn episodes); 0 prefills every prompt whole."""
         from clap.evaluate.answer_store import AnswerStore, model_id
         from clap.release.serving import attach
 
@@ -88,6 +92,7 @@ class Engine:
         self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
         self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # part of the store's key
         self.jump_forward = jump_forward
+        self.prefixes = PrefixCache(reuse_prefixes) if reuse_prefixes else None
         ident = base_model.identity(base_dir)
         self.adapters = []
         self.store = AnswerStore(answer_store) if answer_store is not None else None
@@ -194,8 +199,8 @@ class Engine:
                                     device=self.device)
                 t0 = time.perf_counter()
                 if schemas is not None and temperature == 0:
-                    rows = greedy_under_grammar(self.model, ids, mask, [self.grammars.compiled(schemas[i]) for i in idx],
-                                                max_new_tokens, self.jump_forward)
+                    rows = self._greedy_under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
+                                                      [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens)
                 else:
                     constrain = [self.grammars.processor([schemas[i] for i in idx])] if schemas is not None else []
                     gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
@@ -218,6 +223,24 @@ class Engine:
             bar.close()
         return out  # type: ignore[return-value]
 
+    def _greedy_under_grammar(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor,
+                              use_adapter: bool | str, compiled: list, max_new_tokens: int) -> list[list[int]]:
+        """One batch through `greedy_under_grammar`; with the prefix cache on, each row prefills only what follows
+        its longest cached prefix, and every row's KV is kept as it leaves."""
+        model = self._model_ids.get(self._name(use_adapter))
+        if self.prefixes is None or model is None:
+            return greedy_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward)
+        reused = [self.prefixes.longest(model, p) for p in prompts]
+        ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, self.model.config)
+        self.prefixes.reused_tokens += sum(n for n, _ in reused)
+        self.prefixes.prefilled_tokens += sum(len(p) - n for p, (n, _) in zip(prompts, reused))
+
+        def keep(row: int, fed: list[int], kv: list) -> None:
+            self.prefixes.put(model, prompts[row] + fed, kv)
+
+        return greedy_under_grammar(self.model, ids.to(self.device), mask.to(self.device), compiled, max_new_tokens,
+                                    self.jump_forward, cache=cache, on_leave=keep)
+
     def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
                     max_new_tokens: int) -> list[str] | None:
         model = self._model_ids.get(self._name(use_adapter))
@@ -229,7 +252,8 @@ class Engine:
 
 @torch.inference_mode()
 def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
-                         max_new_tokens: int, jump_forward: bool = False) -> list[list[int]]:
+                         max_new_tokens: int, jump_forward: bool = False, cache=None,
+                         on_leave: Callable[[int, list[int], list], None] | None = None) -> list[list[int]]:
     """Greedy decoding of a left-padded batch, each row under its compiled xgrammar grammar.
 
     Each step picks one token per row (argmax over what the grammar allows) and feeds it back; a row
@@ -240,7 +264,11 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     are appended and fed in the same pass — a row whose chunk is shorter is padded on the left *inside*
     the chunk and the padding masked, so its positions stay those of its own tokens. Forced text then costs
     one pass, not a step per token, but arrives in xgrammar's tokenisation, not the model's own picks,
-    so answers can change (`conf/config.yaml`, `generate.jump_forward`). Returns each row's new token ids."""
+    so answers can change (`conf/config.yaml`, `generate.jump_forward`). Returns each row's new token ids.
+
+    `cache`: the KV of tokens that precede `ids` (a reused prefix, `PrefixCache`); `mask` then covers those
+    columns and `ids`'. `on_leave(row, fed_new_tokens, kv)` is called as each row leaves, with the new tokens fed
+    through the model and its KV (per layer (keys, values), `[heads, tokens, head_dim]`, padding dropped)."""
     import xgrammar as xgr
     from transformers import DynamicCache
 
@@ -249,7 +277,7 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     bitmask = xgr.allocate_token_bitmask(len(matchers), compiled[0].tokenizer_info.vocab_size)
     new_tokens: list[list[int]] = [[] for _ in matchers]
     active = list(range(len(matchers)))  # batch rows still decoding, in the cache's row order
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache(config=model.config) if cache is None else cache
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     step_ids = ids
     # The decoder and the head apart: the head runs on each row's last position only. (Through the causal-LM
@@ -264,7 +292,7 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
             matchers[i].fill_next_token_bitmask(bitmask, r)
         xgr.apply_token_bitmask_inplace(logits, bitmask[:len(active)].to(logits.device))
         picked = logits.argmax(-1).tolist()
-        chunks, keep = [], []
+        chunks, keep, fed = [], [], [len(new_tokens[i]) for i in active]  # every token so far went through the model
         for r, i in enumerate(active):
             token, matcher = picked[r], matchers[i]
             if token in stop_ids or not matcher.accept_token(token):
@@ -280,6 +308,11 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
                 continue
             chunks.append(chunk)
             keep.append(r)
+        if on_leave is not None:
+            for r in sorted(set(range(len(active))) - set(keep)):
+                seen = mask[r].bool()
+                on_leave(active[r], new_tokens[active[r]][:fed[r]],
+                         [(layer.keys[r][:, seen], layer.values[r][:, seen]) for layer in cache.layers])
         if not keep:
             break
         if len(keep) < len(active):
