@@ -141,7 +141,7 @@ class Engine:
         the answer store when this model scored these tokens before (round after round the base model and
         prod score the same held-out cases); the head runs on the completion's positions only."""
         model_key = self._model_ids.get(self._name(use_adapter))
-        causal_lm = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        causal_lm = _causal_lm(self.model)
         out = []
         with self._context(use_adapter):
             for conv, completion in zip(conversations, completions):
@@ -232,8 +232,6 @@ class Engine:
             return greedy_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward)
         reused = [self.prefixes.longest(model, p) for p in prompts]
         ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, self.model.config)
-        self.prefixes.reused_tokens += sum(n for n, _ in reused)
-        self.prefixes.prefilled_tokens += sum(len(p) - n for p, (n, _) in zip(prompts, reused))
 
         def keep(row: int, fed: list[int], kv: list) -> None:
             self.prefixes.put(model, prompts[row] + fed, kv)
@@ -248,6 +246,11 @@ class Engine:
             return None
         return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, self.precision)
                 for i, ids in enumerate(encoded)]
+
+
+def _causal_lm(model):
+    """The causal LM under a PEFT wrapper (its LoRA layers stay in place), to run the decoder and the head apart."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 @torch.inference_mode()
@@ -283,7 +286,7 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     # The decoder and the head apart: the head runs on each row's last position only. (Through the causal-LM
     # forward with `logits_to_keep=1`, a multi-token step hands the head a strided slice that torch turns
     # into a batched matmul over a copied [batch, hidden, vocab] weight: ~1 s a step on 2 CPU cores.)
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    causal_lm = _causal_lm(model)
     while active:
         hidden = causal_lm.model(input_ids=step_ids, attention_mask=mask, position_ids=positions[:, -step_ids.shape[1]:],
                                  cache=cache, use_cache=True).last_hidden_state

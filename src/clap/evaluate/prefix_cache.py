@@ -33,7 +33,8 @@ class PrefixCache:
 
     def longest(self, model: str, ids: list[int]) -> tuple[int, KV | None]:
         """The longest cached prefix of `ids` for `model`, one token short of the whole prompt at most (the
-        last one must go through the model to give the next token's logits)."""
+        last one must go through the model to give the next token's logits). Counts what is reused and what
+        is left to prefill."""
         want = np.asarray(ids, dtype=np.int64)
         best, best_key = 0, None
         for key, (seq, _) in self.entries.items():
@@ -46,6 +47,8 @@ class PrefixCache:
             common = n if same.all() else int(same.argmin())
             if common > best:
                 best, best_key = common, key
+        self.reused_tokens += best
+        self.prefilled_tokens += len(want) - best
         if best_key is None:
             return 0, None
         self.entries.move_to_end(best_key)
