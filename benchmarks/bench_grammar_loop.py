@@ -5,7 +5,9 @@
 Same batches (length-sorted, left-padded, `evaluate.*` or `replay.*` batch size and token limit), same
 grammars, same weights (bf16 where native): `generate` + `xgrammar.contrib.hf.LogitsProcessor` + the stop at
 the JSON end (what `Engine.generate` ran until 2026-12-02) against `clap.evaluate.generate.greedy_under_grammar`
-token by token (`generate.jump_forward: false`, the default) and with jump-forward (`true`). Requests: `eval`,
+token by token: with transformers' `DynamicCache` (a `torch.cat` of the whole cache every step) and PEFT's unmerged
+adapter (the loop before 2026-12-03), with the loop's `GrowingCache`, then with the adapter folded into the weights
+(`generate.merge_adapters: true`, the default), and with jump-forward (`generate.jump_forward: true`). Requests: `eval`,
 the holdout prompts of b1 and b2 (one chunk, schema without location); `replay`, the replay's first 20 requests
 over the retrieved chunks (arms A / B); `norag`, the same questions with no chunk (arms C / D). Prints seconds
 per variant (the best of `--repeat` interleaved rounds, each round listed) and how many answers equal
@@ -16,17 +18,19 @@ train_sft`; nothing else running.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 
 import torch
 import yaml
-from transformers import LogitsProcessorList, StoppingCriteriaList
+from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from bench_precision import requests
 from clap import prompts
 from clap.evaluate import generate as gen
 from clap.evaluate.decoding import answer_schema
+from clap.evaluate.merged_lora import MergedAdapters
 from clap.io import read_jsonl
 from clap.release.serving import pinned_expectation
 from clap.stages import replay
@@ -55,6 +59,7 @@ def main() -> None:
     cfg = yaml.safe_load(Path("params.yaml").read_text())
     convs, schemas, batch_size, max_new = workload(cfg, args.kind)
     engine = gen.Engine(Path("models/base"), args.adapter, pinned_expectation(Path("."), args.adapter), dtype="auto")
+    merged = MergedAdapters(engine.model)
     engine.generate(convs[:2], use_adapter=False, max_new_tokens=8, batch_size=2, progress=False)  # warm-up
     compiled = [engine.grammars.compiled(s) for s in schemas]  # compiled once, outside every timing
     encoded = [engine.encode(c) for c in convs]
@@ -69,9 +74,13 @@ def main() -> None:
                                     stopping_criteria=StoppingCriteriaList([gen.StopOnJsonEnd(engine.tok, width)]))
         return [out[r, width:].tolist() for r in range(len(idx))]
 
-    def loop(jump_forward: bool):
-        return lambda ids, mask, idx: gen.greedy_under_grammar(engine.model, ids, mask, [compiled[i] for i in idx],
-                                                               max_new, jump_forward)
+    def loop(jump_forward: bool, cat_cache: bool = False, merge: bool = False):
+        def run(ids, mask, idx):
+            cache = DynamicCache(config=engine.model.config) if cat_cache else None
+            with merged.active("candidate") if merge else contextlib.nullcontext():
+                return gen.greedy_under_grammar(engine.model, ids, mask, [compiled[i] for i in idx], max_new,
+                                                jump_forward, cache=cache)
+        return run
 
     def decode(use_adapter, variant) -> list[str]:
         texts = [""] * len(encoded)
@@ -85,9 +94,14 @@ def main() -> None:
                     texts[i] = gen.truncate_at_json_end(engine.tok.decode(row, skip_special_tokens=True))
         return texts
 
-    variants = (("generate + xgrammar processor", hf_generate), ("loop, token by token", loop(False)),
-                ("loop, jump-forward", loop(True)))
+    variants = (("generate + xgrammar processor", hf_generate),
+                ("loop, DynamicCache, unmerged", loop(False, cat_cache=True)),  # the loop before 2026-12-03
+                ("loop, token by token, unmerged", loop(False)),
+                ("loop, token by token, merged", loop(False, merge=True)),  # the default (generate.merge_adapters)
+                ("loop, jump-forward, merged", loop(True, merge=True)))
     for arm, use_adapter in (("adapter", True), ("base", False)):
+        if not use_adapter:  # merging changes nothing for the base model
+            variants = tuple(v for v in variants if "unmerged" not in v[0])
         seconds: dict[str, list[float]] = {name: [] for name, _ in variants}
         texts: dict[str, list[str]] = {}
         for _ in range(args.repeat):  # interleaved, so a slow spell of the VM hits every variant alike

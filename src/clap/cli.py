@@ -387,8 +387,8 @@ def _answer_store(cfg: dict) -> Path | None:
 
 
 def _decoding(cfg: dict) -> dict:
-    """The HF engine's decoding settings every command passes alike (`generate.dtype`, `generate.jump_forward`)."""
-    return {"dtype": cfg["generate"]["dtype"], "jump_forward": cfg["generate"]["jump_forward"]}
+    """The HF engine's decoding settings every command passes alike (`generate.dtype`, `.jump_forward`, `.merge_adapters`)."""
+    return {k: cfg["generate"][k] for k in ("dtype", "jump_forward", "merge_adapters")}
 
 
 def _say_reused(engine) -> None:

@@ -190,6 +190,7 @@ class Generate(_Section):
     reuse_answers: StrictBool
     dtype: Literal["auto", "float32", "bfloat16"]
     jump_forward: StrictBool
+    merge_adapters: StrictBool
     prefix_cache_tokens: Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 
 

@@ -7,12 +7,13 @@ Round after round the base model answers the same holdouts and replay questions,
 answered as the last round's candidate: `generate.Engine` looks every greedy request up here first and
 decodes only the rest (evaluate, replay, the decision evaluation). The key hashes everything the answer
 depends on — the base weights, the active adapter's pinned file hashes, the prompt's token ids (chat
-template included), the JSON schema, `max_new_tokens`, the decoding code (`generate.py`, `decoding.py`,
+template included), the JSON schema, `max_new_tokens`, the precision and decoding options (adapters merged,
+jump-forward), the decoding code (`generate.py`, `decoding.py`,
 `metrics.py`) and the torch / transformers / peft / xgrammar versions — so a change to any of them is a
 miss, never a stale answer. Sampled answers (temperature > 0) are not stored. A reused answer keeps the
 latency measured when it was decoded; records say which answers were reused. The decision evaluation's
 ranking scores (a completion's summed log-probability under a model) are kept the same way, keyed by the
-model, the prompt-and-completion tokens and the precision.
+model, the prompt-and-completion tokens and the precision (adapters merged or not).
 
 The store lives outside DVC's outputs (`paths.ANSWER_STORE`, one small JSON file per answer, each written
 atomically), like a compiler cache: deleting it costs time, never results.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from clap.io import atomic_write_text
 
-_CODE = ("generate.py", "decoding.py", "metrics.py")  # what turns a prompt into the stored text
+_CODE = ("generate.py", "decoding.py", "metrics.py", "kv_cache.py", "merged_lora.py", "prefix_cache.py")  # prompt → stored text
 _LIBRARIES = ("torch", "transformers", "peft", "xgrammar")
 
 
@@ -65,8 +66,8 @@ def same_adapter(pins: dict[str, dict], a: str, b: str) -> bool:
 
 
 class AnswerStore:
-    """`store.get(key)` / `store.put(key, answer)` with `key = store.key(model, prompt_ids, schema, max_new_tokens, precision)`;
-    `store.get_logprob(key)` with `key = store.logprob_key(model, token_ids, completion_from, precision)`."""
+    """`store.get(key)` / `store.put(key, answer)` with `key = store.key(model, prompt_ids, schema, max_new_tokens, decoding)`;
+    `store.get_logprob(key)` with `key = store.logprob_key(model, token_ids, completion_from, decoding)`."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -76,12 +77,13 @@ class AnswerStore:
         self.scores_missed = 0
 
     def key(self, model: str, prompt_ids: list[int], schema: dict | None, max_new_tokens: int,
-            precision: str = "float32") -> str:
-        """`precision`: the dtype the model decodes in — bf16 and fp32 may pick different tokens where the model
-        is unsure, so an answer is reused only under the precision that produced it."""
+            decoding: str = "float32") -> str:
+        """`decoding`: how the engine decodes beyond the request (`Engine.decoding_id`: the dtype, adapters merged,
+        jump-forward) — bf16 and fp32, merged or not, may pick different tokens where the model is unsure, so an
+        answer is reused only under the decoding that produced it."""
         h = hashlib.sha256()
         for part in (_code_salt(), model, json.dumps(prompt_ids), json.dumps(schema, ensure_ascii=False),
-                     str(max_new_tokens), precision):
+                     str(max_new_tokens), decoding):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -89,11 +91,11 @@ class AnswerStore:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def logprob_key(self, model: str, token_ids: list[int], completion_from: int, precision: str = "float32") -> str:
+    def logprob_key(self, model: str, token_ids: list[int], completion_from: int, decoding: str = "float32") -> str:
         """The key of a completion's summed log-probability: `token_ids` are prompt and completion, scored from
         position `completion_from` on (`Engine.completion_logprobs`)."""
         h = hashlib.sha256()
-        for part in ("logprob", _code_salt(), model, json.dumps(token_ids), str(completion_from), precision):
+        for part in ("logprob", _code_salt(), model, json.dumps(token_ids), str(completion_from), decoding):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()

@@ -27,6 +27,7 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from clap import model as base_model
+from clap.evaluate.merged_lora import MergedAdapters
 from clap.evaluate.metrics import object_end
 from clap.evaluate.prefix_cache import PrefixCache, seeded_batch
 
@@ -74,7 +75,7 @@ class Engine:
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
                  tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None,
-                 jump_forward: bool = False, reuse_prefixes: int = 0):
+                 jump_forward: bool = False, reuse_prefixes: int = 0, merge_adapters: bool = False):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
@@ -82,7 +83,9 @@ class Engine:
         `dtype`: `generate.dtype` (auto | float32 | bfloat16, `model.inference_dtype`); None keeps fp32 on CPU.
         `jump_forward`: `generate.jump_forward`, text the grammar forces appended in one pass (`greedy_under_grammar`).
         `reuse_prefixes`: tokens of KV kept to reuse when a later prompt starts with what the model already read
-        (`clap.evaluate.prefix_cache`; the agent's multi-turn episodes); 0 prefills every prompt whole."""
+        (`clap.evaluate.prefix_cache`; the agent's multi-turn episodes); 0 prefills every prompt whole.
+        `merge_adapters`: `generate.merge_adapters`, each adapter answers with its LoRA folded into a copy of the
+        weights it targets (`clap.evaluate.merged_lora`), not computed beside them."""
         from clap.evaluate.answer_store import AnswerStore, model_id
         from clap.release.serving import attach
 
@@ -90,7 +93,7 @@ class Engine:
         self.tok.padding_side = "left"
         self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
         self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
-        self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")  # part of the store's key
+        self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         self.jump_forward = jump_forward
         self.prefixes = PrefixCache(reuse_prefixes) if reuse_prefixes else None
         ident = base_model.identity(base_dir)
@@ -104,6 +107,7 @@ class Engine:
                 self._model_ids[name] = model_id(ident["weights_sha256"], pinned["files"])
         self.has_adapter = "candidate" in self.adapters
         self.model.eval()
+        self._merged = MergedAdapters(self.model) if merge_adapters and self.adapters else None
         self.device = next(self.model.parameters()).device
         self._grammars = None
 
@@ -120,6 +124,13 @@ class Engine:
         """Whether adapters `a` and `b` load the same pinned files: the same content id in the store's key."""
         return a in self.adapters and b in self.adapters and self._model_ids[a] == self._model_ids[b]
 
+    def decoding_id(self, use_adapter: bool | str, scoring: bool = False) -> str:
+        """What besides the model and the request decides an answer (part of the answer store's keys): the precision,
+        an adapter merged or not (other rounding), jump-forward (forced text in xgrammar's tokens; not in a score)."""
+        merged = self._merged is not None and self._name(use_adapter) is not None
+        return self.precision + ("+merged" if merged else "") + ("+jump-forward" if self.jump_forward and not scoring
+                                                                  else "")
+
     @staticmethod
     def _name(use_adapter: bool | str) -> str | None:
         return "candidate" if use_adapter is True else (use_adapter or None)
@@ -130,6 +141,8 @@ class Engine:
             return self.model.disable_adapter() if self.adapters else contextlib.nullcontext()
         if name not in self.adapters:
             raise ValueError(f"no {name} adapter loaded" if name != "candidate" else "no adapter loaded")
+        if self._merged is not None:
+            return self._merged.active(name)
         self.model.set_adapter(name)
         return contextlib.nullcontext()
 
@@ -150,7 +163,7 @@ class Engine:
                                                     tokenize=True, return_dict=True, **self.chat_kwargs)["input_ids"]
                 if full[:len(prompt)] != prompt:
                     raise ValueError("the chat template does not extend the prompt with the answer")
-                key = self.store.logprob_key(model_key, full, len(prompt), self.precision) \
+                key = self.store.logprob_key(model_key, full, len(prompt), self.decoding_id(use_adapter, scoring=True)) \
                     if self.store is not None and model_key is not None else None
                 stored = self.store.get_logprob(key) if key else None
                 if stored is not None:
@@ -231,7 +244,7 @@ class Engine:
         if self.prefixes is None or model is None:
             return greedy_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward)
         reused = [self.prefixes.longest(model, p) for p in prompts]
-        ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, self.model.config)
+        ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, max_new_tokens)
 
         def keep(row: int, fed: list[int], kv: list) -> None:
             self.prefixes.put(model, prompts[row] + fed, kv)
@@ -244,7 +257,8 @@ class Engine:
         model = self._model_ids.get(self._name(use_adapter))
         if self.store is None or model is None:  # an unknown adapter name: `_context` says which
             return None
-        return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, self.precision)
+        decoding = self.decoding_id(use_adapter)
+        return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, decoding)
                 for i, ids in enumerate(encoded)]
 
 
@@ -273,14 +287,15 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     columns and `ids`'. `on_leave(row, fed_new_tokens, kv)` is called as each row leaves, with the new tokens fed
     through the model and its KV (per layer (keys, values), `[heads, tokens, head_dim]`, padding dropped)."""
     import xgrammar as xgr
-    from transformers import DynamicCache
+
+    from clap.evaluate.kv_cache import GrowingCache
 
     matchers = [xgr.GrammarMatcher(c) for c in compiled]
     stop_ids = set(matchers[0].stop_token_ids)
     bitmask = xgr.allocate_token_bitmask(len(matchers), compiled[0].tokenizer_info.vocab_size)
     new_tokens: list[list[int]] = [[] for _ in matchers]
     active = list(range(len(matchers)))  # batch rows still decoding, in the cache's row order
-    cache = DynamicCache(config=model.config) if cache is None else cache
+    cache = GrowingCache(model.config.num_hidden_layers, reserve=max_new_tokens) if cache is None else cache
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     step_ids = ids
     # The decoder and the head apart: the head runs on each row's last position only. (Through the causal-LM

@@ -70,11 +70,12 @@ class PrefixCache:
             self.tokens -= len(self.entries.popitem(last=False)[1][0])
 
 
-def seeded_batch(prompts: list[list[int]], reused: list[tuple[int, KV | None]], pad_id: int, config):
+def seeded_batch(prompts: list[list[int]], reused: list[tuple[int, KV | None]], pad_id: int, reserve: int):
     """The inputs of one batch whose rows reuse cached prefixes: (ids, mask, cache). Each row's cached KV is
     left-padded to the longest reused prefix, then its remaining prompt tokens, left-padded inside the chunk;
-    the mask zeroes both paddings, so every token keeps its own position (`greedy_under_grammar`)."""
-    from transformers import DynamicCache
+    the mask zeroes both paddings, so every token keeps its own position (`greedy_under_grammar`). The cache
+    keeps room for `reserve` tokens after the prefix (the prompts' rest and the answer: `GrowingCache`)."""
+    from clap.evaluate.kv_cache import GrowingCache
 
     width = max(n for n, _ in reused)
     tails = [p[n:] for p, (n, _) in zip(prompts, reused)]
@@ -85,7 +86,7 @@ def seeded_batch(prompts: list[list[int]], reused: list[tuple[int, KV | None]], 
     if width == 0:
         return ids, mask, None
     template = next(kv for n, kv in reused if kv is not None)
-    cache = DynamicCache(config=config)
+    cache = GrowingCache(len(template), reserve=chunk + reserve)
     for layer, (k0, v0) in enumerate(template):
         keys, values = [], []
         for n, kv in reused:

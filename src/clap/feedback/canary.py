@@ -239,7 +239,7 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
     p_dir, p_expected = folders[prod["version"]] if prod else (None, None)
     if upstream is None:
         engine = Engine(base, c_dir, c_expected, p_dir, p_expected, dtype=cfg["generate"]["dtype"],
-                        jump_forward=cfg["generate"]["jump_forward"])
+                        jump_forward=cfg["generate"]["jump_forward"], merge_adapters=cfg["generate"]["merge_adapters"])
     else:
         identity = model.identity(base)
         for folder, expected in folders.values():
