@@ -1,6 +1,6 @@
 """The engine's grammar loop beside transformers' `generate` with xgrammar's logits processor, in one process.
 
-    .venv/bin/python benchmarks/bench_grammar_loop.py {eval|replay|norag} [--adapter models/sft/adapter]
+    .venv/bin/python benchmarks/bench_grammar_loop.py {eval|replay|norag} [--adapter models/sft/adapter] [--arm base]
 
 Same batches (length-sorted, left-padded, `evaluate.*` or `replay.*` batch size and token limit), same
 grammars, same weights (bf16 where native): `generate` + `xgrammar.contrib.hf.LogitsProcessor` + the stop at
@@ -54,6 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("kind", choices=["eval", "replay", "norag"])
     ap.add_argument("--adapter", type=Path, default=Path("models/sft/adapter"))
+    ap.add_argument("--arm", choices=["adapter", "base", "both"], default="both")
     ap.add_argument("--repeat", type=int, default=3, help="rounds over the variants, interleaved; the best round counts")
     args = ap.parse_args()
     cfg = yaml.safe_load(Path("params.yaml").read_text())
@@ -94,14 +95,17 @@ def main() -> None:
                     texts[i] = gen.truncate_at_json_end(engine.tok.decode(row, skip_special_tokens=True))
         return texts
 
-    variants = (("generate + xgrammar processor", hf_generate),
-                ("loop, DynamicCache, unmerged", loop(False, cat_cache=True)),  # the loop before 2026-12-03
-                ("loop, token by token, unmerged", loop(False)),
-                ("loop, token by token, merged", loop(False, merge=True)),  # the default (generate.merge_adapters)
-                ("loop, jump-forward, merged", loop(True, merge=True)))
-    for arm, use_adapter in (("adapter", True), ("base", False)):
-        if not use_adapter:  # merging changes nothing for the base model
-            variants = tuple(v for v in variants if "unmerged" not in v[0])
+    per_arm = {"adapter": (True, (("generate + xgrammar processor", hf_generate),
+                                  ("loop, DynamicCache, unmerged", loop(False, cat_cache=True)),  # before 2026-12-03
+                                  ("loop, token by token, unmerged", loop(False)),
+                                  ("loop, token by token, merged", loop(False, merge=True)),  # the default
+                                  ("loop, jump-forward, merged", loop(True, merge=True)))),
+               "base": (False, (("generate + xgrammar processor", hf_generate),  # nothing to merge
+                                ("loop, DynamicCache", loop(False, cat_cache=True)),
+                                ("loop, token by token", loop(False)),
+                                ("loop, jump-forward", loop(True))))}
+    for arm in per_arm if args.arm == "both" else (args.arm,):
+        use_adapter, variants = per_arm[arm]
         seconds: dict[str, list[float]] = {name: [] for name, _ in variants}
         texts: dict[str, list[str]] = {}
         for _ in range(args.repeat):  # interleaved, so a slow spell of the VM hits every variant alike
