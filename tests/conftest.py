@@ -10,6 +10,8 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the repositories tests create with `dvc init` send no usage report (each left a file in /tmp) and check no update
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -582,8 +582,10 @@ def release() -> None:
 
 
 @app.command()
-def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1; default: the previous prod")) -> None:
-    """Assign prod to an earlier version and restore its adapter and data byte-identically."""
+def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1; default: the previous prod; "
+                                               "`base`: withdraw prod, the base model serves")) -> None:
+    """Assign prod to an earlier version and restore its adapter and data byte-identically; `--to base` withdraws
+    prod (GTO unassign tags), so the base model serves."""
     from clap.release import registry as rel
 
     try:
@@ -591,7 +593,11 @@ def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1;
     except rel.ReleaseRefused as exc:
         console.print(f"[bold red]rollback refused:[/] {exc}")
         raise typer.Exit(code=1) from None
-    console.print(f"prod: {r['from']} → {r['to']} ({r['tag']}); artifacts restored and verified")
+    if r["to"] == rel.BASE:
+        console.print(f"prod: {r['from']} → the base model ({', '.join(r['tags'])}); {paths.PROD_POINTER} names no "
+                      "version: commit it, and `dvc repro` judges candidates against the base model")
+    else:
+        console.print(f"prod: {r['from']} → {r['to']} ({r['tag']}); artifacts restored and verified")
 
 
 @app.command()
@@ -866,13 +872,22 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
                           f"verifiable, {e['in_training']} in training, {e['in_holdout']} in holdouts; overall score on "
                           f"those {e['scored']}: {e['before_model']} {e['overall_before']} → candidate {e['overall_after']}",
                           soft_wrap=True)
-    d = result["drill"]
+    print_drill(result["drill"])
+    console.print(tl.table(tl.rounds(Path("."), since=result["since"])))
+
+
+def print_drill(d: dict) -> None:
+    """The rollback drill's line of `clap demo` (`clap.release.rounds.drill`'s result)."""
     if "skipped" in d:
         console.print(f"rollback drill skipped: {escape(d['skipped'])}", soft_wrap=True)
+    elif "restored" in d:
+        console.print(f"rollback drill: prod {d['from']} → the base model ({', '.join(d['withdrawn_tags'])}; no earlier "
+                      f"version was ever in prod); then {d['restored']}'s {d['deleted_files']} adapter files, deleted, "
+                      f"restored from the DVC cache and prod again ({d['restore_tag']}), bundle verified, adapter bytes "
+                      f"identical to {d['restored']}'s: {d['adapter_files_identical']}", soft_wrap=True)
     else:
         console.print(f"rollback drill: prod {d['from']} → {d['to']} ({d['tag']}); restored from the DVC cache, bundle "
                       f"verified, adapter bytes identical to {d['to']}'s: {d['adapter_files_identical']}", soft_wrap=True)
-    console.print(tl.table(tl.rounds(Path("."), since=result["since"])))
 
 
 if __name__ == "__main__":

@@ -337,3 +337,85 @@ def test_every_candidate_gets_its_bundle_and_only_the_shipped_one_releases(repo,
     assert r.exit_code == 0 and "bundle dpo: none" in r.output, r.output
     assert sorted(p.name for p in (root / "release/bundles").iterdir()) == ["sft.json"]
     assert bundle.verify(root / "release/bundle.json", root).candidate == "sft"
+
+
+def test_rollback_to_base_withdraws_prod_and_the_version_comes_back_from_the_cache(repo, tiny_dir):
+    """DESIGN §6's fallback: with one version ever in prod, `--to base` unassigns it (GTO's own tag, GTO agrees that
+    nothing is in prod), and naming the version brings its deleted adapter back byte for byte."""
+    root, params = repo
+    v1 = _commit_version(root, tiny_dir, params, 1)
+    release.release(root)
+    with pytest.raises(release.ReleaseRefused, match="no earlier version was ever in prod .--to base"):
+        release.rollback(root)
+    out = release.rollback(root, release.BASE)
+    assert (out["from"], out["to"], out["tags"]) == ("v0.0.1", "base", ["clap-adapter#prod!#2"])
+    assert release.current(root, "prod") is None and gto_show(root)["stage"] == {}
+    assert json.loads((root / "release/prod.json").read_text())["version"] is None
+    assert "rollback from v0.0.1 to the base model" in sh(root, "git", "tag", "-l", "--format=%(contents)",
+                                                          "clap-adapter#prod!#2")
+    with pytest.raises(release.ReleaseRefused, match="the base model serves already"):
+        release.rollback(root, release.BASE)
+    with pytest.raises(release.ReleaseRefused, match="nothing is in prod: name the version"):
+        release.rollback(root)
+    shutil.rmtree(root / "models/sft/adapter")
+    back = release.rollback(root, "0.0.1")
+    assert (back["from"], back["to"], back["tag"]) == ("base", "v0.0.1", "clap-adapter#prod#3")
+    for path, data in v1.items():
+        assert (root / path).read_bytes() == data, path
+    assert gto_show(root)["stage"] == {"prod": "v0.0.1"}
+    with pytest.raises(release.ReleaseRefused, match="v0.0.1 is in prod already"):
+        release.rollback(root, "v0.0.1")
+
+
+def test_withdrawing_prod_unassigns_every_version_gto_counts_in_it(repo, tiny_dir):
+    """GTO lets several versions hold prod (the latest answers): unassigning only the latest would hand prod to the
+    one before it, so the withdrawal tags each, most recent first."""
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    release.release(root)
+    _commit_version(root, tiny_dir, params, 2)
+    release.release(root)
+    assert [h["version"] for h in release.holders(root, "prod")] == ["v0.0.1", "v0.0.2"]
+    out = release.rollback(root, release.BASE)
+    assert out["tags"] == ["clap-adapter#prod!#3", "clap-adapter#prod!#4"] and out["from"] == "v0.0.2"
+    assert release.holders(root, "prod") == [] and gto_show(root)["stage"] == {}
+
+
+def test_the_demo_drill_goes_through_the_base_model_when_one_version_was_in_prod(repo, tiny_dir, monkeypatch):
+    from clap.release import rounds
+    from clap.release.timeline import stage_events
+
+    root, params = repo
+    v1 = _commit_version(root, tiny_dir, params, 1)
+    release.release(root)
+    sh(root, "git", "add", "release/prod.json")
+    sh(root, "git", "commit", "-qm", "prod v0.0.1")
+    monkeypatch.chdir(root)
+    d = rounds.drill(root)
+    assert (d["from"], d["to"], d["restored"], d["withdrawn_tags"], d["restore_tag"]) == (
+        "v0.0.1", "base", "v0.0.1", ["clap-adapter#prod!#2"], "clap-adapter#prod#3")
+    assert d["adapter_files_identical"] is True and d["deleted_files"] == 4  # config, weights, manifest, model card: all pinned
+    for path, data in v1.items():
+        assert (root / path).read_bytes() == data, path
+    assert sh(root, "git", "log", "-2", "--format=%s").splitlines() == [
+        "clap demo rollback drill: v0.0.1 restored from the DVC cache to prod",
+        "clap demo rollback drill: prod v0.0.1 → the base model"]
+    assert sh(root, "git", "status", "--porcelain", "--untracked-files=no") == ""
+    rows = stage_events(root)
+    assert [(r["baseline"], r["candidate"], r["tags"]) for r in rows] == [
+        ("prod v0.0.1", "base model", ["clap-adapter#prod!#2"]), ("base", "restores v0.0.1", ["clap-adapter#prod#3"])]
+
+
+def test_clap_rollback_to_base_and_its_refusals_from_the_command_line(repo, tiny_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+
+    root, params = repo
+    _commit_version(root, tiny_dir, params, 1)
+    monkeypatch.chdir(root)
+    r = CliRunner().invoke(app, ["rollback"])
+    assert r.exit_code == 1 and "rollback refused: nothing is in prod: name the version" in " ".join(r.output.split())
+    release.release(root)
+    r = CliRunner().invoke(app, ["rollback", "--to", "base"])
+    assert r.exit_code == 0 and "prod: v0.0.1 → the base model (clap-adapter#prod!#2)" in " ".join(r.output.split())

@@ -2,6 +2,7 @@
 
     clap release [--push]      # gate said promote/canary, tree committed, bundle verifies → tags
     clap rollback [--to vN]    # prod → an earlier version, artifacts restored byte-identically
+    clap rollback --to base    # prod withdrawn (GTO unassign tags): the base model serves
     clap registry              # versions and stage assignments (GTO reads the same tags)
 
 Tags follow GTO's format exactly and are read with GTO's own parser: `clap-adapter@v0.0.1` registers
@@ -28,6 +29,7 @@ from clap.errors import UserError
 from clap.release.bundle import BUNDLE_PATH, BundleMismatch, shipped_candidate, verify
 
 ARTIFACT = "clap-adapter"
+BASE = "base"  # `clap rollback --to base`: no adapter in prod, the base model serves
 BUNDLE = Path(BUNDLE_PATH)
 
 
@@ -95,9 +97,9 @@ def assignments(root: Path) -> list[dict]:
     return sorted(out, key=lambda a: a["n"])
 
 
-def current(root: Path, stage: str) -> dict | None:
-    """The assignment that holds `stage` now, as GTO reads it: among versions whose last event for the
-    stage is an assign (not undone by `#stage!#N`), the one assigned most recently (highest counter)."""
+def holders(root: Path, stage: str) -> list[dict]:
+    """Every version whose last event for `stage` is an assign (not undone by `#stage!#N`), by counter: GTO lets
+    several versions hold a stage at once, the latest assigned one answering for it."""
     active: dict[str, dict] = {}
     for a in assignments(root):
         if a["stage"] != stage:
@@ -106,7 +108,23 @@ def current(root: Path, stage: str) -> dict | None:
             active[a["commit"]] = a
         else:
             active.pop(a["commit"], None)
-    return max(active.values(), key=lambda a: a["n"]) if active else None
+    return sorted(active.values(), key=lambda a: a["n"])
+
+
+def current(root: Path, stage: str) -> dict | None:
+    """The assignment that holds `stage` now, as GTO reads it: of `holders`, the one assigned most recently."""
+    held = holders(root, stage)
+    return held[-1] if held else None
+
+
+def previous_prod(root: Path) -> str | None:
+    """The greatest version below the one in prod that was ever assigned prod: what `clap rollback` restores."""
+    cur = current(root, "prod")
+    if cur is None:
+        return None
+    earlier = [a["version"] for a in assignments(root) if a["stage"] == "prod" and a["action"] == "assign"
+               and a["version"] not in (None, cur["version"]) and _semver(a["version"]) < _semver(cur["version"])]
+    return max(earlier, key=_semver) if earlier else None
 
 
 def _next_counter(root: Path) -> int:
@@ -191,30 +209,55 @@ def _summary(b, head: str) -> str:
 
 
 def rollback(root: Path, to: str | None = None, restore: bool = True) -> dict:
-    """Assign prod to an earlier version (default: the one in prod before the current) and restore it."""
+    """Assign prod to an earlier version (default: the one in prod before the current) and restore it.
+
+    `to="base"` withdraws prod instead: GTO's unassign tag (`#prod!#K`, what `gto deprecate clap-adapter vX prod`
+    writes) for every version holding prod, so `release/prod.json` names no version and the base model serves —
+    DESIGN §6's fallback that is always available. With nothing in prod, `to` names the version to bring back."""
     root = Path(root)
     cur = current(root, "prod")
-    if cur is None:
-        raise ReleaseRefused("nothing is in prod: fall back to the base model (no adapter) instead")
-    vs = versions(root)
+    if to == BASE:
+        if cur is None:
+            raise ReleaseRefused("nothing is in prod: the base model serves already")
+        return _withdraw_prod(root, cur["version"])
     if to is None:
-        earlier = [a["version"] for a in assignments(root) if a["stage"] == "prod" and a["action"] == "assign"
-                   and a["version"] not in (None, cur["version"]) and _semver(a["version"]) < _semver(cur["version"])]
-        if not earlier:
-            raise ReleaseRefused(f"prod is {cur['version']} and no earlier version was ever in prod")
-        to = max(earlier, key=_semver)
+        if cur is None:
+            raise ReleaseRefused("nothing is in prod: name the version to restore (--to vX.Y.Z), or keep the base model")
+        to = previous_prod(root)
+        if to is None:
+            raise ReleaseRefused(f"prod is {cur['version']} and no earlier version was ever in prod "
+                                 "(--to base falls back to the base model)")
     to = to if to.startswith("v") else f"v{to}"
+    vs = versions(root)
     if to not in vs:
         raise ReleaseRefused(f"{to} is not a registered version ({', '.join(vs) or 'none'})")
+    if cur is not None and cur["version"] == to:
+        raise ReleaseRefused(f"{to} is in prod already")
+    was = cur["version"] if cur else BASE
     if restore:  # first: a version that cannot be restored and verified is never assigned
         restore_version(root, vs[to])
     with _lock(root):
         k = _next_counter(root)
         _tag(root, f"{ARTIFACT}#prod#{k}", f"Assigning stage prod to artifact {ARTIFACT} version {to}\n\n"
-             f"rollback from {cur['version']}", vs[to])
-    result = {"from": cur["version"], "to": to, "tag": f"{ARTIFACT}#prod#{k}", "commit": vs[to], "verified": restore}
+             f"rollback from {was}", vs[to])
+    result = {"from": was, "to": to, "tag": f"{ARTIFACT}#prod#{k}", "commit": vs[to], "verified": restore}
     write_prod_pointer(root)
     return result
+
+
+def _withdraw_prod(root: Path, was: str) -> dict:
+    """Unassign prod from every version holding it, one GTO unassign tag each, most recent first."""
+    with _lock(root):
+        k = _next_counter(root)
+        tags = []
+        for held in reversed(holders(root, "prod")):
+            tag = f"{ARTIFACT}#prod!#{k}"
+            _tag(root, tag, f"Unassigning stage prod from artifact {ARTIFACT} version {held['version']}\n\n"
+                 f"rollback from {was} to the base model", held["commit"])
+            tags.append(tag)
+            k += 1
+    write_prod_pointer(root)
+    return {"from": was, "to": BASE, "tag": tags[0], "tags": tags, "commit": None, "verified": False}
 
 
 def conclude_canary(root: Path, analysis: dict) -> dict:

@@ -10,11 +10,14 @@ against it (the `prod_adapter` stage depends on `release/prod.json`). Before a r
 SIMULATED annotator (`clap.data.demo_annotator`, the demo generator's ground truth, not a person) corrects that
 share of the previous round's repair queue into `repair/fixed/`, which the round's assetize reads; what the
 repair did is measured into `metrics/repair_effect.json`. After the last round, a rollback drill: prod goes
-back to the version before it, restored from the DVC cache and verified against its release bundle.
+back to the version before it, restored from the DVC cache and verified against its release bundle — or, when
+only one version was ever in prod, to the base model, and that version back from the DVC cache after its
+adapter folder is deleted.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import statistics
@@ -170,13 +173,42 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
 def drill(root: Path) -> dict:
     """Roll prod back to the version before it, restored from the DVC cache: `clap.release.registry.rollback` assigns it
     only after the bundle committed at that version's tag verified every pinned file, the adapter's bytes
-    included. Committed as its own commit."""
+    included. When no earlier version was ever in prod, the drill takes the fallback every deployment has: prod
+    is withdrawn to the base model (GTO unassign tags), the version's adapter folder is deleted, and the version is
+    brought back from the DVC cache, verified and assigned prod again. Each step is its own commit."""
     from clap.release import registry as release
 
-    try:
-        r = release.rollback(root)
-    except release.ReleaseRefused as exc:
-        return {"skipped": str(exc)}
+    cur = release.current(root, "prod")
+    if cur is None:
+        return {"skipped": "nothing is in prod: no round was released"}
+    if release.previous_prod(root) is None:
+        return _drill_through_base(root, cur)
+    r = release.rollback(root)
     r["adapter_files_identical"] = r["verified"]
     r["drill_commit"] = _commit(f"clap demo rollback drill: prod {r['from']} → {r['to']}")
     return r
+
+
+def _drill_through_base(root: Path, cur: dict) -> dict:
+    from clap.io import sha256_file
+    from clap.release import registry as release
+
+    withdrawn = release.rollback(root, release.BASE)
+    _commit(f"clap demo rollback drill: prod {cur['version']} → the base model")
+    pinned = _pinned_adapter_files(root, cur["commit"])
+    for path in pinned:
+        (root / path).unlink(missing_ok=True)
+    restored = release.rollback(root, cur["version"])
+    identical = bool(pinned) and all((root / p).is_file() and sha256_file(root / p) == h for p, h in pinned.items())
+    restored["adapter_files_identical"] = restored["verified"] and identical
+    restored["drill_commit"] = _commit(f"clap demo rollback drill: {cur['version']} restored from the DVC cache to prod")
+    return restored | {"from": cur["version"], "to": release.BASE, "tag": withdrawn["tag"], "withdrawn_tags": withdrawn["tags"],
+                       "restored": cur["version"], "restore_tag": restored["tag"], "deleted_files": len(pinned)}
+
+
+def _pinned_adapter_files(root: Path, commit: str) -> dict[str, str]:
+    """path → sha256 of the adapter files (extraction and agent) the bundle committed at `commit` pins."""
+    from clap.release.bundle import BUNDLE_PATH
+
+    shown = _git("-C", str(root), "show", f"{commit}:{BUNDLE_PATH}").stdout
+    return {f["path"]: f["sha256"] for f in json.loads(shown)["files"] if f["role"] in ("adapter", "agent_adapter")}

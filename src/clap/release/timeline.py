@@ -117,10 +117,17 @@ def stage_events(root: Path, events: list[dict] | None = None) -> list[dict]:
     out = []
     for a in events:
         stamp, message = messages[a["tag"]]
-        if a["stage"] == "prod" and a["action"] == "assign" and "rollback from " in message:
+        if a["stage"] == "prod" and "rollback from " in message:
             was = message.split("rollback from ", 1)[1].split()[0]
-            out.append(row | {"round": "rollback", "time": stamp, "commit": a["commit"][:10], "baseline": f"prod {was}",
-                              "decision": "rollback", "candidate": f"restores {a['version']}", "tags": [a["tag"]]})
+            baseline = "base" if was == release.BASE else f"prod {was}"
+            if a["action"] == "assign":
+                out.append(row | {"round": "rollback", "time": stamp, "commit": a["commit"][:10], "baseline": baseline,
+                                  "decision": "rollback", "candidate": f"restores {a['version']}", "tags": [a["tag"]]})
+            elif out and out[-1]["candidate"] == "base model" and out[-1]["baseline"] == baseline:
+                out[-1]["tags"].append(a["tag"])  # one withdrawal unassigns every version holding prod
+            else:
+                out.append(row | {"round": "rollback", "time": stamp, "commit": a["commit"][:10], "baseline": baseline,
+                                  "decision": "rollback", "candidate": "base model", "tags": [a["tag"]]})
         elif a["stage"] == "canary" and a["action"] == "unassign" and "canary analysis " in message:
             verdict, _, why = message.split("canary analysis ", 1)[1].partition(": ")
             promoted = [e["tag"] for e in events if e["stage"] == "prod" and e["action"] == "assign"
