@@ -4,7 +4,7 @@
 
 Same batches (length-sorted, left-padded, `evaluate.*` or `replay.*` batch size and token limit), same
 grammars, same weights (bf16 where native): `generate` + `xgrammar.contrib.hf.LogitsProcessor` + the stop at
-the JSON end (what `Engine.generate` ran until 2026-12-02) against `clap.evaluate.generate.greedy_under_grammar`
+the JSON end (what `Engine.generate` ran until 2026-12-02) against `clap.evaluate.generate.decode_under_grammar`
 token by token: with transformers' `DynamicCache` (a `torch.cat` of the whole cache every step) and PEFT's unmerged
 adapter (the loop before 2026-12-03), with the loop's `GrowingCache`, then with the adapter folded into the weights
 (`generate.merge_adapters: true`, the default), and with jump-forward (`generate.jump_forward: true`). Requests: `eval`,
@@ -79,7 +79,7 @@ def main() -> None:
         def run(ids, mask, idx):
             cache = DynamicCache(config=engine.model.config) if cat_cache else None
             with merged.active("candidate") if merge else contextlib.nullcontext():
-                return gen.greedy_under_grammar(engine.model, ids, mask, [compiled[i] for i in idx], max_new,
+                return gen.decode_under_grammar(engine.model, ids, mask, [compiled[i] for i in idx], max_new,
                                                 jump_forward, cache=cache)
         return run
 

@@ -1,7 +1,16 @@
 import pytest
+import torch
 
 from clap import prompts
-from clap.evaluate.generate import Engine, json_end, plain_generate_loop, truncate_at_json_end
+from clap.evaluate.generate import (
+    Engine,
+    Sampling,
+    json_end,
+    pick_tokens,
+    plain_generate_loop,
+    sampling_scores,
+    truncate_at_json_end,
+)
 from clap.model import load_model, load_tokenizer
 
 
@@ -20,3 +29,79 @@ def test_batched_engine_matches_plain_loop(tiny_dir):
     ref = plain_generate_loop(load_model(tiny_dir), load_tokenizer(tiny_dir), convs, max_new_tokens=12)
     assert got == ref
     assert got == [truncate_at_json_end(t) for t in got]
+
+
+INF = float("-inf")
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 50, 1.0), (0.7, 3, 1.0), (1.3, 0, 0.9), (0.5, 4, 0.6),
+                                                        (1.0, 1, 1.0), (2.0, 100, 0.3)])
+def test_sampling_scores_are_transformers_warpers_in_generates_order(temperature, top_k, top_p):
+    """Temperature, top-k, top-p as `generate(do_sample=True)` chains them after xgrammar's mask (-inf where the
+    grammar forbids), on rows with masked tokens and ties."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    torch.manual_seed(0)
+    logits = torch.randn(4, 64)
+    logits[0, 10:] = INF  # a grammar that allows ten tokens
+    logits[1, ::2] = INF
+    logits[2, :5] = 3.0  # ties at the top
+    want = TemperatureLogitsWarper(temperature)(None, logits.clone())
+    if top_k:
+        want = TopKLogitsWarper(top_k)(None, want)
+    if top_p < 1.0:
+        want = TopPLogitsWarper(top_p)(None, want)
+    got = sampling_scores(logits, Sampling(temperature, top_k, top_p))
+    assert torch.equal(got.isinf(), want.isinf()) and torch.allclose(got[~got.isinf()], want[~want.isinf()])
+
+
+@pytest.mark.parametrize("logits, sampling, allowed", [
+    ([[0.0, 2.0, 1.0]], None, {1}),                                   # greedy: the argmax
+    ([[0.0, 2.0, 1.0]], Sampling(5.0, top_k=1), {1}),                 # top-k 1 is greedy at any temperature
+    ([[INF, 0.0, INF, 0.0]], Sampling(1.0), {1, 3}),                  # what the grammar masks is never drawn
+    ([[2.0, 1.3, 0.2]], Sampling(1.0, top_p=0.5), {0}),               # the nucleus of 0.5 is the top token alone
+    ([[2.0, 1.3, 0.2]], Sampling(1.0, top_p=0.8), {0, 1}),            # 0.60 + 0.30 reach 0.8: the 0.10 goes
+])
+def test_pick_tokens_draws_only_what_the_rules_allow(logits, sampling, allowed):
+    torch.manual_seed(1)
+    drawn = {pick_tokens(torch.tensor(logits), sampling)[0] for _ in range(200)}
+    assert drawn == allowed
+
+
+def test_pick_tokens_draws_follow_the_tempered_distribution():
+    probs = torch.tensor([0.5, 0.3, 0.2])
+    torch.manual_seed(2)
+    for temperature in (1.0, 0.5):
+        want = (probs ** (1 / temperature)) / (probs ** (1 / temperature)).sum()
+        drawn = pick_tokens(probs.log().repeat(4000, 1), Sampling(temperature))
+        freq = torch.bincount(torch.tensor(drawn), minlength=3) / 4000
+        assert torch.allclose(freq, want, atol=0.03), (temperature, freq, want)
+
+
+ENUM_SCHEMA = {"type": "object", "properties": {"pick": {"enum": ["alpha", "beta", "gamma", "delta"]}},
+               "required": ["pick"], "additionalProperties": False}
+
+
+def test_sampled_answers_under_a_grammar_run_in_the_engines_loop(tiny_dir, monkeypatch):
+    """Sampled rows decode in `decode_under_grammar` (not `generate`): every answer completes its grammar, a seed
+    repeats the draws, draws differ across rows, and top-k 1 gives the greedy answers."""
+    import json
+
+    from transformers import GenerationMixin
+
+    monkeypatch.setattr(GenerationMixin, "generate", lambda *a, **k: pytest.fail("generate() was called"))
+    engine = Engine(tiny_dir)
+    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, f"Question {i}: pick one.") for i in range(12)]
+
+    def sampled(seed: int) -> list[str]:
+        torch.manual_seed(seed)
+        return [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=24, batch_size=5,
+                                                progress=False, schemas=[ENUM_SCHEMA] * len(convs), temperature=1.0)]
+
+    first = sampled(3)
+    assert all(json.loads(t)["pick"] in ENUM_SCHEMA["properties"]["pick"]["enum"] for t in first), first
+    assert sampled(3) == first and len({json.loads(t)["pick"] for t in first}) > 1
+    greedy = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=24, batch_size=5, progress=False,
+                                              schemas=[ENUM_SCHEMA] * len(convs))]
+    engine.model.generation_config.top_k = 1
+    assert sampled(4) == greedy

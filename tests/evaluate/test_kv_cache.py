@@ -4,7 +4,7 @@ from transformers import DynamicCache
 
 from clap import prompts
 from clap.evaluate.decoding import answer_schema
-from clap.evaluate.generate import Engine, greedy_under_grammar
+from clap.evaluate.generate import Engine, decode_under_grammar
 from clap.evaluate.kv_cache import GrowingCache, GrowingLayer
 
 CHUNKS = [{"chunk_id": "c1-p1", "doc_id": "c1", "page": 1, "text": "Revenue was 1,200.5 RMB 10k. Margin was 7%."},
@@ -53,7 +53,7 @@ def test_decoding_with_the_growing_cache_gives_the_tokens_of_dynamic_cache(tiny_
     ids = torch.tensor([[engine.tok.pad_token_id] * (width - len(e)) + e for e in encoded])
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
     compiled = [engine.grammars.compiled(answer_schema(CHUNKS, True))] * len(convs)
-    growing = greedy_under_grammar(engine.model, ids, mask, compiled, 60, jump_forward)
-    plain = greedy_under_grammar(engine.model, ids, mask, compiled, 60, jump_forward,
+    growing = decode_under_grammar(engine.model, ids, mask, compiled, 60, jump_forward)
+    plain = decode_under_grammar(engine.model, ids, mask, compiled, 60, jump_forward,
                                  cache=DynamicCache(config=engine.model.config))
     assert growing == plain and any(growing)

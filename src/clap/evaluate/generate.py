@@ -5,7 +5,8 @@ the JSON answer closes. One base model in memory serves both the baseline and th
 adapter is attached once and switched off (`disable_adapter`) for the baseline. Outputs equal a
 plain one-by-one `generate` loop truncated at the same JSON end (tests/evaluate/test_generate.py checks it).
 
-Under a grammar (`schemas=`), greedy decoding runs its own loop (`greedy_under_grammar`): a row leaves
+Under a grammar (`schemas=`), decoding — greedy, or sampled at a temperature (the agent's pass^k runs and
+mined draws) — runs its own loop (`decode_under_grammar`): a row leaves
 the batch as soon as its answer closes, the head runs on the last position only, and — with
 `generate.jump_forward` — what the grammar forces (keys, the rest of a quote once its first words pick
 it, that sentence's location) is appended in one forward pass instead of one token per step
@@ -81,7 +82,7 @@ class Engine:
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
         `answer_store`: a folder of greedy answers reused by content address (`clap.evaluate.answer_store`).
         `dtype`: `generate.dtype` (auto | float32 | bfloat16, `model.inference_dtype`); None keeps fp32 on CPU.
-        `jump_forward`: `generate.jump_forward`, text the grammar forces appended in one pass (`greedy_under_grammar`).
+        `jump_forward`: `generate.jump_forward`, text the grammar forces appended in one pass (`decode_under_grammar`).
         `reuse_prefixes`: tokens of KV kept to reuse when a later prompt starts with what the model already read
         (`clap.evaluate.prefix_cache`; the agent's multi-turn episodes); 0 prefills every prompt whole.
         `merge_adapters`: `generate.merge_adapters`, each adapter answers with its LoRA folded into a copy of the
@@ -188,7 +189,9 @@ class Engine:
                  temperature: float = 0.0) -> list[Generation]:
         """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
         `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving.
-        `temperature` > 0 samples instead (the agent's pass^k runs; seed torch for repeatable draws)."""
+        `temperature` > 0 samples instead (the agent's pass^k runs; seed torch for repeatable draws): under a
+        grammar through the same loop as greedy answers (`Sampling`: the model's top-k / top-p, as `generate`
+        samples), without one through `generate(do_sample=True)`."""
         if schemas is not None and len(schemas) != len(conversations):
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         encoded = [self.encode(m) for m in conversations]
@@ -211,15 +214,14 @@ class Engine:
                 mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx],
                                     device=self.device)
                 t0 = time.perf_counter()
-                if schemas is not None and temperature == 0:
-                    rows = self._greedy_under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
-                                                      [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens)
+                if schemas is not None:
+                    rows = self._under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
+                                               [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens,
+                                               Sampling.of(self.model, temperature) if temperature > 0 else None)
                 else:
-                    constrain = [self.grammars.processor([schemas[i] for i in idx])] if schemas is not None else []
                     gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                               **({"do_sample": True, "temperature": temperature} if temperature > 0
                                                  else {"do_sample": False}), use_cache=True, pad_token_id=pad,
-                                              logits_processor=LogitsProcessorList(constrain),
                                               stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
                     rows = [[t for t in gen[row, width:].tolist() if t != pad] for row in range(len(idx))]
                 ms = (time.perf_counter() - t0) * 1000
@@ -236,21 +238,22 @@ class Engine:
             bar.close()
         return out  # type: ignore[return-value]
 
-    def _greedy_under_grammar(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor,
-                              use_adapter: bool | str, compiled: list, max_new_tokens: int) -> list[list[int]]:
-        """One batch through `greedy_under_grammar`; with the prefix cache on, each row prefills only what follows
+    def _under_grammar(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor, use_adapter: bool | str,
+                       compiled: list, max_new_tokens: int, sampling: Sampling | None) -> list[list[int]]:
+        """One batch through `decode_under_grammar`; with the prefix cache on, each row prefills only what follows
         its longest cached prefix, and every row's KV is kept as it leaves."""
         model = self._model_ids.get(self._name(use_adapter))
         if self.prefixes is None or model is None:
-            return greedy_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward)
+            return decode_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward,
+                                        sampling=sampling)
         reused = [self.prefixes.longest(model, p) for p in prompts]
         ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, max_new_tokens)
 
         def keep(row: int, fed: list[int], kv: list) -> None:
             self.prefixes.put(model, prompts[row] + fed, kv)
 
-        return greedy_under_grammar(self.model, ids.to(self.device), mask.to(self.device), compiled, max_new_tokens,
-                                    self.jump_forward, cache=cache, on_leave=keep)
+        return decode_under_grammar(self.model, ids.to(self.device), mask.to(self.device), compiled, max_new_tokens,
+                                    self.jump_forward, cache=cache, on_leave=keep, sampling=sampling)
 
     def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
                     max_new_tokens: int) -> list[str] | None:
@@ -267,13 +270,55 @@ def _causal_lm(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-@torch.inference_mode()
-def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
-                         max_new_tokens: int, jump_forward: bool = False, cache=None,
-                         on_leave: Callable[[int, list[int], list], None] | None = None) -> list[list[int]]:
-    """Greedy decoding of a left-padded batch, each row under its compiled xgrammar grammar.
+@dataclass(frozen=True)
+class Sampling:
+    """Sampled decoding as `generate(do_sample=True)` does it after xgrammar's processor: the grammar's mask, then
+    temperature, top-k, top-p, then a draw from torch's global RNG (seed it for repeatable draws)."""
+    temperature: float
+    top_k: int = 50  # transformers' defaults when the model's generation config sets none
+    top_p: float = 1.0
 
-    Each step picks one token per row (argmax over what the grammar allows) and feeds it back; a row
+    @classmethod
+    def of(cls, model, temperature: float) -> Sampling:
+        """At `temperature`, with the top-k and top-p the model's generation config sets (as `generate` reads them)."""
+        config = getattr(model, "generation_config", None)
+        top_k, top_p = getattr(config, "top_k", None), getattr(config, "top_p", None)
+        return cls(temperature, cls.top_k if top_k is None else top_k, cls.top_p if top_p is None else top_p)
+
+
+def pick_tokens(logits: torch.Tensor, sampling: Sampling | None) -> list[int]:
+    """One token per row of `logits` ([rows, vocab], the grammar's mask applied: -inf where it forbids): the argmax,
+    or with `sampling` a draw from `sampling_scores`."""
+    if sampling is None:
+        return logits.argmax(-1).tolist()
+    return torch.multinomial(sampling_scores(logits, sampling).softmax(-1), 1).squeeze(1).tolist()
+
+
+def sampling_scores(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """The temperature-scaled logits cut to their top-k, then to their top-p nucleus (-inf outside): transformers'
+    `TemperatureLogitsWarper`, `TopKLogitsWarper` and `TopPLogitsWarper` in `generate`'s order, the most likely
+    token always kept."""
+    scores = logits / sampling.temperature
+    if 0 < sampling.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, sampling.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        ascending, order = torch.sort(scores, dim=-1)
+        drop = ascending.softmax(-1).cumsum(-1) <= 1 - sampling.top_p
+        drop[:, -1] = False
+        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return scores
+
+
+@torch.inference_mode()
+def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
+                         max_new_tokens: int, jump_forward: bool = False, cache=None,
+                         on_leave: Callable[[int, list[int], list], None] | None = None,
+                         sampling: Sampling | None = None) -> list[list[int]]:
+    """Greedy (or, with `sampling`, sampled) decoding of a left-padded batch, each row under its compiled xgrammar
+    grammar.
+
+    Each step picks one token per row (`pick_tokens` over what the grammar allows) and feeds it back; a row
     leaves the batch (and the KV cache) when its grammar completes — the JSON answer closed — or at
     `max_new_tokens`, so the batch does not carry finished rows to the longest one's end. Token by
     token this gives the answers of `generate` with xgrammar's logits processor (tested). With
@@ -309,7 +354,7 @@ def greedy_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
         for r, i in enumerate(active):
             matchers[i].fill_next_token_bitmask(bitmask, r)
         xgr.apply_token_bitmask_inplace(logits, bitmask[:len(active)].to(logits.device))
-        picked = logits.argmax(-1).tolist()
+        picked = pick_tokens(logits, sampling)
         chunks, keep, fed = [], [], [len(new_tokens[i]) for i in active]  # every token so far went through the model
         for r, i in enumerate(active):
             token, matcher = picked[r], matchers[i]

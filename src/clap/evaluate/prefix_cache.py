@@ -6,7 +6,7 @@ every turn re-reads the whole conversation (prefill dominated the rollouts, `ben
 `Engine(reuse_prefixes=N)` keeps up to N tokens of KV, least recently used first out, per model (an adapter
 switched on or off changes every key and value), and each new prompt prefills only what follows its longest
 cached prefix — vLLM's automatic prefix caching, on the engine's own grammar loop. Only greedy decoding under
-a grammar uses it (`greedy_under_grammar`); reused keys and values are those the same model computed for the
+a grammar uses it (`decode_under_grammar`); reused keys and values are those the same model computed for the
 same tokens at the same positions, so answers equal a fresh prefill up to floating-point rounding (measured
 by `bench_agent`).
 """
@@ -73,7 +73,7 @@ class PrefixCache:
 def seeded_batch(prompts: list[list[int]], reused: list[tuple[int, KV | None]], pad_id: int, reserve: int):
     """The inputs of one batch whose rows reuse cached prefixes: (ids, mask, cache). Each row's cached KV is
     left-padded to the longest reused prefix, then its remaining prompt tokens, left-padded inside the chunk;
-    the mask zeroes both paddings, so every token keeps its own position (`greedy_under_grammar`). The cache
+    the mask zeroes both paddings, so every token keeps its own position (`decode_under_grammar`). The cache
     keeps room for `reserve` tokens after the prefix (the prompts' rest and the answer: `GrowingCache`)."""
     from clap.evaluate.kv_cache import GrowingCache
 
