@@ -105,3 +105,20 @@ def test_sampled_answers_under_a_grammar_run_in_the_engines_loop(tiny_dir, monke
                                               schemas=[ENUM_SCHEMA] * len(convs))]
     engine.model.generation_config.top_k = 1
     assert sampled(4) == greedy
+
+
+def test_sample_under_grammar_says_which_completions_closed(tiny_dir):
+    """GRPO's rollouts: a completion that closed its grammar before the cap is marked closed (the stage then adds the
+    end-of-turn token), one cut at the cap is not."""
+    import json
+
+    from clap.evaluate.generate import sample_under_grammar
+
+    engine = Engine(tiny_dir)
+    encoded = [engine.encode(prompts.messages(prompts.SYSTEM_EXTRACT, f"Question {i}: pick one.")) for i in range(4)]
+    compiled = [engine.grammars.compiled(ENUM_SCHEMA)] * len(encoded)
+    torch.manual_seed(0)
+    whole = sample_under_grammar(engine.model, encoded, compiled, 24, 1.0, engine.tok.pad_token_id)
+    assert all(closed and json.loads(engine.tok.decode(row))["pick"] for row, closed in whole)
+    cut = sample_under_grammar(engine.model, encoded, compiled, 2, 1.0, engine.tok.pad_token_id)
+    assert all(len(row) == 2 and not closed for row, closed in cut)

@@ -310,6 +310,20 @@ def sampling_scores(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return scores
 
 
+def sample_under_grammar(model, prompts: list[list[int]], compiled: list, max_new_tokens: int, temperature: float,
+                         pad_id: int) -> list[tuple[list[int], bool]]:
+    """Sampled completions of token prompts, each under its compiled grammar, through `decode_under_grammar`: the
+    GRPO rollouts' policy (TRL's `rollout_func` hands over prompts, and the policy is the model in training).
+    Per prompt: its new tokens, and whether it closed (grammar completed, or a stop token drawn) before
+    `max_new_tokens` — one that did not was cut there, as `generate` cuts it."""
+    width = max(map(len, prompts))
+    device = next(model.parameters()).device
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    rows = decode_under_grammar(model, ids, mask, compiled, max_new_tokens, sampling=Sampling.of(model, temperature))
+    return [(row, len(row) < max_new_tokens) for row in rows]
+
+
 @torch.inference_mode()
 def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
                          max_new_tokens: int, jump_forward: bool = False, cache=None,

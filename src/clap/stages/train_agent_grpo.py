@@ -119,7 +119,8 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
     and, per completion, the episode (its steps and answer) for the reward functions. Log-probabilities
     are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
-    from transformers import LogitsProcessorList
+
+    from clap.evaluate.generate import sample_under_grammar
 
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class
@@ -129,13 +130,17 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
 
         def policy(conversations: list[list[dict]]) -> list[Turn]:
             encoded = [render(tok, c, generation_prompt=True)["input_ids"] for c in conversations]
+            if grammars is not None:  # the engine's grammar loop: a turn leaves the batch as its action closes
+                rows = sample_under_grammar(model, encoded, [grammars.compiled(schema)] * len(encoded),
+                                            agent["turn_tokens"], temperature, tok.pad_token_id)
+                for conv, (_, closed) in zip(conversations, rows):
+                    last_clipped[id(conv)] = not closed  # cut at agent.turn_tokens before its end-of-turn token
+                return [Turn(tok.decode(row, skip_special_tokens=True), len(row) + closed) for row, closed in rows]
             width, pad = max(map(len, encoded)), tok.pad_token_id
             ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=model.device)
             mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=model.device)
-            processors = LogitsProcessorList([grammars.processor([schema] * len(conversations))]) if grammars else None
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=agent["turn_tokens"],
-                                 do_sample=True, temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop),
-                                 logits_processor=processors)
+                                 do_sample=True, temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop))
             turns = []
             for conv, row in zip(conversations, out[:, width:].tolist()):
                 end = next((i for i, t in enumerate(row) if t in stop), None)

@@ -55,34 +55,27 @@ def part_reward(part: str, max_chars: int):
 
 def constrained_rollout(grammars: GrammarCache, actions: list[str] | None, max_new_tokens: int, temperature: float):
     """A TRL `rollout_func`: one sampled completion per prompt of the (already repeated) slice, each under
-    its case's decision schema; completion ids end at the first end-of-turn token, as TRL's own masking
-    cuts them. Log-probabilities are left to TRL (`logprobs: None`: it scores the completions itself)."""
+    its case's decision schema, in the engine's grammar loop (`sample_under_grammar`: rows leave as they close);
+    a closed completion ends with the end-of-turn token, as TRL's own masking cuts it, a cut one does not.
+    Log-probabilities are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
-    from transformers import LogitsProcessorList
+
+    from clap.evaluate.generate import sample_under_grammar
 
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
         encoded = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
                    for p in prompts]
-        schemas = [decision_schema(decision_cause_fields(p[-1]["content"]), actions) for p in prompts]
-        width, pad = max(map(len, encoded)), tok.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=model.device)
-        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=model.device)
-        stop = set(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])
+        compiled = [grammars.compiled(decision_schema(decision_cause_fields(p[-1]["content"]), actions)) for p in prompts]
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
-                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=True,
-                                     temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop),
-                                     logits_processor=LogitsProcessorList([grammars.processor(schemas)]))
+                rows = sample_under_grammar(model, encoded, compiled, max_new_tokens, temperature, tok.pad_token_id)
         finally:
             model.train(was_training)
-        completions = []
-        for row in out[:, width:].tolist():
-            end = next((i for i, t in enumerate(row) if t in stop), None)
-            completions.append(row if end is None else row[:end + 1])
+        completions = [row + [tok.eos_token_id] if closed else row for row, closed in rows]
         return {"prompt_ids": encoded, "completion_ids": completions, "logprobs": None}
 
     return rollout
