@@ -419,3 +419,14 @@ def test_clap_rollback_to_base_and_its_refusals_from_the_command_line(repo, tiny
     release.release(root)
     r = CliRunner().invoke(app, ["rollback", "--to", "base"])
     assert r.exit_code == 0 and "prod: v0.0.1 → the base model (clap-adapter#prod!#2)" in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize("pinned, defined, stray", [
+    (["data/materialized/b1", "data/materialized/b5"], ["data/materialized/b1"], ["data/materialized/b5"]),
+    (["data/materialized/b1"], ["data/materialized/b1", "data/materialized/b2"], []),  # the restore brings b2 back
+    (["metrics/eval/b5.json"], ["data/materialized/b1", "metrics/eval/b5.json"], []),  # git restored it: it stays
+    (["models/sft"], ["models/sft/adapter"], []),                                       # overlapping paths stay
+    (["data/materialized"], ["data/materialized/b1"], []),
+])
+def test_stray_outputs_are_the_later_rounds_own(pinned, defined, stray):
+    assert release.stray_outputs(dict.fromkeys(pinned, "x"), defined) == stray

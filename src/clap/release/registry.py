@@ -21,8 +21,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
+
+import yaml
 
 from clap import paths
 from clap.errors import UserError
@@ -296,14 +299,22 @@ def restore_version(root: Path, commit: str) -> None:
     """Bring back a version's configuration (conf/, params.yaml), dvc.lock and evidence, check out its data
     through DVC, verify the bundle. The configuration comes back with the lock: the pipeline's stages follow
     params.yaml (`foreach` over its batches), so a lock restored under another round's params would name
-    outputs that round never produced."""
+    outputs that round never produced. Outputs git keeps (`cache: false`, e.g. the repair queue) come back from git,
+    the others from the DVC cache; a later round's outputs the version's pipeline does not define are set aside
+    (`stray_outputs`), so `dvc status` afterwards shows only what depends on the prod it now points at."""
+    in_git = tuple(f"{o}/" for o in stage_outputs(_git(root, "show", f"{commit}:dvc.lock", check=False)))
+
     def wanted(p: str) -> bool:
         return p != str(paths.PROD_POINTER) and (p in ("dvc.lock", "params.yaml") or p.endswith(".dvc") or p.startswith(
-            ("release/", "metrics/", "conf/", f"{paths.ADMISSION}/", f"{paths.REPAIR_FIXED}/")))
+            ("release/", "metrics/", "conf/", f"{paths.ADMISSION}/", f"{paths.REPAIR_FIXED}/")) or f"{p}/".startswith(in_git))
 
     restored = [p for p in _git(root, "ls-tree", "-r", "--name-only", commit).splitlines() if wanted(p)]
     if str(BUNDLE) not in restored:
         raise ReleaseRefused(f"{commit[:10]} has no {BUNDLE}: not a CLAP release commit")
+    lock = root / "dvc.lock"
+    running = set(pipeline_outputs(root))  # what the workspace's rounds produced: the lock's other entries are stale
+    before = {p: md5 for p, md5 in stage_outputs(lock.read_text(encoding="utf-8") if lock.exists() else "").items()
+              if p in running}
     later = sorted({p for p in _git(root, "ls-files").splitlines() if wanted(p)} - set(restored))
     if later:  # evidence the version did not have (a later batch's admission, a later repair file) goes too
         _git(root, "rm", "-q", "--", *later)
@@ -313,10 +324,49 @@ def restore_version(root: Path, commit: str) -> None:
         r = subprocess.run(["dvc", "pull", "--force"], cwd=root, capture_output=True, text=True)
         if r.returncode != 0:
             raise ReleaseRefused(f"dvc checkout/pull failed: {r.stderr.strip()[-400:]}")
+    _set_aside_later_outputs(root, before, pipeline_outputs(root) + restored)  # what git restored stays
     try:
         verify(root / BUNDLE, root)
     except BundleMismatch as exc:
         raise ReleaseRefused(f"restored artifacts do not verify: {exc}") from exc
+
+
+def stage_outputs(lock_text: str) -> dict[str, str]:
+    """path → md5 of every stage output a dvc.lock pins ("" for one it pins no hash for)."""
+    stages = (yaml.safe_load(lock_text) or {}).get("stages") or {}
+    return {o["path"]: o.get("md5", "") for stage in stages.values() for o in stage.get("outs", [])}
+
+
+def pipeline_outputs(root: Path) -> list[str]:
+    """Every output of the pipeline as `dvc.yaml` defines it under the workspace's params.yaml (foreach expanded)."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return sorted(str(out.def_path) for stage in repo.index.stages for out in stage.outs)
+
+
+def stray_outputs(pinned: dict[str, str], defined: list[str]) -> list[str]:
+    """Outputs the workspace's lock pinned that the restored pipeline (or git) does not define, overlapping none it does: a
+    later round's stage output (`materialize@b5`'s `data/materialized/b5`), which `dvc checkout` leaves in place.
+    (The restored lock itself is no guide: DVC keeps the entries of stages a round no longer runs.) Left there, it
+    changes every directory dependency above it (`data/materialized`), and `dvc repro` would retrain the version."""
+    def overlaps(p: str, q: str) -> bool:
+        return p == q or p.startswith(q + "/") or q.startswith(p + "/")
+
+    return sorted(p for p in pinned if not any(overlaps(p, q) for q in defined))
+
+
+def _set_aside_later_outputs(root: Path, before: dict[str, str], defined: list[str]) -> None:
+    """Delete `stray_outputs` whose content the DVC cache holds (the later round's commit restores them with
+    `dvc checkout`); one the cache does not hold is left alone, never lost."""
+    cache = subprocess.run(["dvc", "cache", "dir"], cwd=root, capture_output=True, text=True).stdout.strip()
+    for path in stray_outputs(before, defined):
+        md5, target = before[path], root / path
+        cached = md5 and cache and (Path(cache) / "files" / "md5" / md5[:2] / md5[2:]).exists()
+        if cached and target.is_dir():
+            shutil.rmtree(target)
+        elif cached and target.exists():
+            target.unlink()
 
 
 def registry(root: Path) -> list[dict]:
