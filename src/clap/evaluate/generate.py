@@ -208,11 +208,9 @@ class Engine:
         with self._context(use_adapter):
             for s in range(0, len(order), batch_size):
                 idx = order[s:s + batch_size]
-                width = max(len(encoded[i]) for i in idx)
                 pad = self.tok.pad_token_id
-                ids = torch.tensor([[pad] * (width - len(encoded[i])) + encoded[i] for i in idx], device=self.device)
-                mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx],
-                                    device=self.device)
+                ids, mask = left_padded([encoded[i] for i in idx], pad, self.device)
+                width = ids.shape[1]
                 t0 = time.perf_counter()
                 if schemas is not None:
                     rows = self._under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
@@ -263,6 +261,14 @@ class Engine:
         decoding = self.decoding_id(use_adapter)
         return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, decoding)
                 for i, ids in enumerate(encoded)]
+
+
+def left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token prompts as one left-padded batch: (input ids, attention mask)."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    return ids, mask
 
 
 def _causal_lm(model):
@@ -316,10 +322,7 @@ def sample_under_grammar(model, prompts: list[list[int]], compiled: list, max_ne
     GRPO rollouts' policy (TRL's `rollout_func` hands over prompts, and the policy is the model in training).
     Per prompt: its new tokens, and whether it closed (grammar completed, or a stop token drawn) before
     `max_new_tokens` — one that did not was cut there, as `generate` cuts it."""
-    width = max(map(len, prompts))
-    device = next(model.parameters()).device
-    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    ids, mask = left_padded(prompts, pad_id, next(model.parameters()).device)
     rows = decode_under_grammar(model, ids, mask, compiled, max_new_tokens, sampling=Sampling.of(model, temperature))
     return [(row, len(row) < max_new_tokens) for row in rows]
 

@@ -120,7 +120,7 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
     are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
 
-    from clap.evaluate.generate import sample_under_grammar
+    from clap.evaluate.generate import left_padded, sample_under_grammar
 
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class
@@ -136,9 +136,9 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
                 for conv, (_, closed) in zip(conversations, rows):
                     last_clipped[id(conv)] = not closed  # cut at agent.turn_tokens before its end-of-turn token
                 return [Turn(tok.decode(row, skip_special_tokens=True), len(row) + closed) for row, closed in rows]
-            width, pad = max(map(len, encoded)), tok.pad_token_id
-            ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=model.device)
-            mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=model.device)
+            pad = tok.pad_token_id
+            ids, mask = left_padded(encoded, pad, model.device)
+            width = ids.shape[1]
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=agent["turn_tokens"],
                                  do_sample=True, temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop))
             turns = []
