@@ -10,6 +10,10 @@ Each trainer runs in its own process, one after the other, so each peak RSS is i
 `clap_fp32`, is the project's trainer with `train.sft.bf16: off`: the same trainer and loss, so its
 final loss beside `clap`'s shows what bf16 autocast changes (the plain script's loss is over every
 token of the conversation, the project's over the answer only, so those two losses do not compare).
+A fourth, `clap_tiled`, is the project's trainer with TRL's own LM head (every position projected onto the
+vocabulary in tiles, on CPU) instead of `clap.train.labelled_head`'s (the labelled positions only): same
+loss, so its speed and memory beside `clap`'s are what computing the head only where the loss is saves.
+`--runs` picks which of the four run (default: all).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from clap.io import read_jsonl
 from clap.model import load_model, load_tokenizer
 from clap.stages import train_sft
 from clap.stages.train_common import lora_config
+
+TRAINERS = ("clap", "clap_tiled", "clap_fp32", "plain")
 
 
 def plain_trl(cfg: dict, rows: list[dict], model_dir: Path, out: Path, steps: int) -> dict:
@@ -62,6 +68,12 @@ def one(which: str, steps: int, model: Path, seed: int | None = None) -> dict:
     cfg["train"]["sft"].update(max_steps=steps, save_steps=10_000, logging_steps=1)
     if which == "clap_fp32":
         cfg["train"]["sft"]["bf16"] = "off"
+    if which == "clap_tiled":  # this process only: the project's trainer, TRL's own head
+        from trl import SFTTrainer
+
+        from clap.train.labelled_head import LabelledHeadSFTTrainer
+
+        LabelledHeadSFTTrainer.compute_loss = SFTTrainer.compute_loss
     rows = [r for p in sorted(Path("data/materialized").glob("*/sft_train.jsonl")) for r in read_jsonl(p)]
     with tempfile.TemporaryDirectory() as tmp:
         if which == "plain":
@@ -81,26 +93,28 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--model", type=Path, default=Path("models/base"))
     ap.add_argument("--seed", type=int, help="train.seed of the project's runs (default: params.yaml's; the plain script keeps TRL's)")
-    ap.add_argument("--only", choices=["clap", "clap_fp32", "plain"], help="run one trainer in this process (used internally)")
+    ap.add_argument("--only", choices=TRAINERS, help="run one trainer in this process (used internally)")
+    ap.add_argument("--runs", default=",".join(TRAINERS), help="comma-separated trainers to run, in this order")
     args = ap.parse_args()
     if args.only:
         print("RESULT " + json.dumps(one(args.only, args.steps, args.model, args.seed)))
         return
     runs = {}
-    for which in ("clap", "clap_fp32", "plain"):
+    for which in args.runs.split(","):
         done = subprocess.run([sys.executable, __file__, "--only", which, "--steps", str(args.steps),
                                "--model", str(args.model), *(["--seed", str(args.seed)] if args.seed is not None else [])],
                               capture_output=True, text=True, check=True)
         runs[which] = json.loads(next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))[7:])
-    clap, clap_fp32, plain = runs["clap"], runs["clap_fp32"], runs["plain"]
     cfg = load(Path("params.yaml"))
     samples = args.steps * cfg["train"]["sft"]["per_device_batch_size"] * cfg["train"]["sft"]["gradient_accumulation"]
-    for r in (clap, clap_fp32, plain):
+    for r in runs.values():
         r["samples_s"] = round(samples / r["s"], 3)
-    print(json.dumps({"clap": clap, "clap_fp32": clap_fp32, "plain_trl": plain,
-                      "ratio_tokens_s": round(clap["tokens_s"] / plain["tokens_s"], 2),
-                      "ratio_samples_s": round(clap["samples_s"] / plain["samples_s"], 2),
-                      "ratio_samples_s_clap_fp32": round(clap_fp32["samples_s"] / plain["samples_s"], 2)}, indent=2))
+    ratios = {f"samples_s_{which}_over_{peer}": round(runs[which]["samples_s"] / runs[peer]["samples_s"], 2)
+              for which, peer in (("clap", "plain"), ("clap_fp32", "plain"), ("clap", "clap_tiled"))
+              if which in runs and peer in runs}
+    if "clap" in runs and "plain" in runs:
+        ratios["tokens_s_clap_over_plain"] = round(runs["clap"]["tokens_s"] / runs["plain"]["tokens_s"], 2)
+    print(json.dumps(runs | {"ratios": ratios}, indent=2))
 
 
 if __name__ == "__main__":

@@ -176,8 +176,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
         _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo, agent-grpo or agent-rm"))
     cfg = _params()
     if switch := _switched_off(cfg, kind):
-        return _disabled(kind, switch, out or paths.MODELS / kind.replace("-", "_"),
-                         checkpoints or paths.CHECKPOINTS / kind.replace("-", "_"))
+        return _disabled(kind, switch, out or paths.MODELS / kind.replace("-", "_"))
     # torch, transformers, PEFT and TRL take ≈ 13 s to import here: a switched-off trainer does not pay it
     from clap import model
     from clap.io import check_output_dir
@@ -216,7 +215,7 @@ def _switched_off(cfg: dict, kind: str) -> str | None:
     return None
 
 
-def _disabled(kind: str, switch: str, out: Path, checkpoints: Path) -> None:
+def _disabled(kind: str, switch: str, out: Path) -> None:
     """A switched-off trainer trains nothing: its folder says so (status `disabled` in its guard report and
     metrics, an empty log) so that the pipeline's outputs exist, and evaluation and the gate leave it out."""
     from clap.io import atomic_dir, write_json
@@ -227,7 +226,6 @@ def _disabled(kind: str, switch: str, out: Path, checkpoints: Path) -> None:
                "note": f"{switch} is false: not trained, not evaluated, not judged"}
     with atomic_dir(out) as tmp:
         write_untrained(tmp, name, metrics, status="disabled")
-    Path(checkpoints).mkdir(parents=True, exist_ok=True)
     write_json(paths.METRICS / f"train_{name}.json", metrics)
     console.print(f"{kind}: disabled ({switch} is false)")
 

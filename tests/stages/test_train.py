@@ -258,7 +258,7 @@ def test_a_disabled_chain_step_trains_nothing_and_says_so(kind, switch, params, 
     assert r.exit_code == 0 and f"{switch[0]}.{switch[1]}.enabled is false" in r.output
     folder = tmp_path / "models" / name
     assert json.loads((folder / "guard_report.json").read_text())["status"] == "disabled"
-    assert not (folder / "adapter").exists() and (tmp_path / "models" / "checkpoints" / name).is_dir()
+    assert not (folder / "adapter").exists() and not (tmp_path / "models" / "checkpoints").exists()
     assert json.loads((tmp_path / "metrics" / f"train_{name}.json").read_text())["status"] == "disabled"
 
 

@@ -34,7 +34,9 @@ def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
 def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None) -> dict:
     import torch
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
+
+    from clap.train.labelled_head import LabelledHeadSFTTrainer
 
     started = time.time()
     s, t = cfg["agent"]["sft"], cfg["train"]
@@ -63,8 +65,8 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
         bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
     guard = GuardCallback("agent_sft", t["guards"], Path(out) / "guard_report.json")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                         peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
+    trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
+                                     peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)
     resume = resume_point(checkpoints, {"cfg": s, "seed": t["seed"], "rows": [r["input_ids"] for r in rows],
                                         "base": base_identity})

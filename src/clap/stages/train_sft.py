@@ -2,7 +2,8 @@
 
     clap train sft             (DVC stage `train_sft`, writes models/sft/)
 
-Loss is on the answer only (prompt–completion data). Defaults follow the paper (r 16, alpha 32);
+Loss is on the answer only (prompt–completion data), and the LM head runs only there
+(`clap.train.labelled_head`). Defaults follow the paper (r 16, alpha 32);
 the learning rate and epochs in conf/ are sized for the 135M CPU demo, see the comments there.
 Padding-free batching packs a batch into one row without pad tokens, which saves the compute
 padding wastes on variable-length prompts; on CPU, where that does not pay, batches of similar
@@ -50,7 +51,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
         checkpoints: Path, callbacks: list | None = None) -> dict:
     import torch
     from peft import prepare_model_for_kbit_training
-    from trl import SFTTrainer
+
+    from clap.train.labelled_head import LabelledHeadSFTTrainer
 
     started = time.time()
     s, t = cfg["train"]["sft"], cfg["train"]
@@ -72,8 +74,8 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
         model = prepare_model_for_kbit_training(model)
     args = sft_config(s, t["seed"], checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
     guard = GuardCallback("sft", t["guards"], Path(out) / "guard_report.json")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                         peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
+    trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
+                                     peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
     resume = resume_point(checkpoints, {"cfg": t["sft"], "seed": t["seed"], "rows": rows, "base": base_identity})
     if resume:
