@@ -288,6 +288,7 @@ class AgentSft(Lora):
     per_device_batch_size: PosInt
     gradient_accumulation: PosInt
     max_length: Annotated[StrictInt, Field(ge=64)]
+    bf16: Literal["auto", "on", "off"] | StrictBool
     logging_steps: PosInt
     save_steps: PosInt
     max_steps: Annotated[StrictInt, Field(ge=-1)]

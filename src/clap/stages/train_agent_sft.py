@@ -56,13 +56,14 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
         raise NotAdmitted(f"agent-sft: every trajectory is longer than agent.sft.max_length {s['max_length']}")
     dataset = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
     cuda = torch.cuda.is_available()
+    bf16 = base_model.use_bf16(s["bf16"])
     model = base_model.load_model(base_dir)
     args = SFTConfig(
         output_dir=str(checkpoints), num_train_epochs=s["epochs"], max_steps=s["max_steps"], learning_rate=s["learning_rate"],
         per_device_train_batch_size=s["per_device_batch_size"], gradient_accumulation_steps=s["gradient_accumulation"],
         logging_steps=s["logging_steps"], save_steps=s["save_steps"], save_total_limit=2, max_length=None,
         train_sampling_strategy="group_by_length", report_to=[], seed=t["seed"],
-        bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0,
+        bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
     guard = GuardCallback("agent_sft", t["guards"], Path(out) / "guard_report.json")
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
@@ -76,4 +77,4 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     return finish(trainer, guard, out, "agent_sft", base_identity,
                   {"trajectories": len(rows), "set_aside_too_long": [r["task_id"] for r in too_long],
                    "assistant_tokens": sum(sum(x != -100 for x in r["labels"]) for r in rows),
-                   "resumed_from": resume}, started)
+                   "resumed_from": resume, "bf16": bf16}, started)
