@@ -23,9 +23,10 @@ def next_token_targets(labels):
     import torch
 
     following = labels[:, 1:]
+    labelled = following != -100
     keep = torch.zeros_like(labels, dtype=torch.bool)
-    keep[:, :-1] = following != -100
-    return keep, following[following != -100]
+    keep[:, :-1] = labelled
+    return keep, following[labelled]
 
 
 def labelled_loss(logits, targets, num_items_in_batch=None):
