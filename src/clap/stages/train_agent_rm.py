@@ -37,18 +37,18 @@ def split_pairs(pairs: list[dict], eval_fraction: float, seed: str) -> tuple[lis
 def build_dataset(pairs: list[dict], tok):
     from datasets import Dataset
 
-    return Dataset.from_list([{"prompt": reward_model.state_action_text(tok, p["prompt_messages"], "")
-                               .removesuffix(tok.eos_token),
+    return Dataset.from_list([{"prompt": reward_model.state_text(tok, p["prompt_messages"]),
                                "chosen": p["chosen"] + tok.eos_token, "rejected": p["rejected"] + tok.eos_token}
                               for p in pairs])
 
 
 def agreement(model, tok, pairs: list[dict]) -> dict:
-    """The reward model against the rule rewards on `pairs` (`clap.agent.scoring.pairwise_agreement`)."""
-    chosen = reward_model.scores(model, tok, [reward_model.state_action_text(tok, p["prompt_messages"], p["chosen"])
-                                              for p in pairs])
-    rejected = reward_model.scores(model, tok, [reward_model.state_action_text(tok, p["prompt_messages"], p["rejected"])
-                                                for p in pairs])
+    """The reward model against the rule rewards on `pairs` (`clap.agent.scoring.pairwise_agreement`); a pair's
+    state is read once for both its actions (`reward_model.state_scores`)."""
+    states = [reward_model.state_text(tok, p["prompt_messages"]) for p in pairs]
+    actions = [p["chosen"] + tok.eos_token for p in pairs] + [p["rejected"] + tok.eos_token for p in pairs]
+    both = reward_model.state_scores(model, tok, states + states, actions)
+    chosen, rejected = both[:len(pairs)], both[len(pairs):]
     return scoring.pairwise_agreement(chosen, rejected, [p["reason"] for p in pairs])
 
 
