@@ -38,6 +38,7 @@ Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 OpenFraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 PosFloat = Annotated[float, Field(gt=0.0)]
 NonNegFloat = Annotated[float, Field(ge=0.0)]
+Switch = Literal["auto", "on", "off"] | StrictBool  # auto: where the hardware makes it pay
 BatchId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 
@@ -129,9 +130,9 @@ class Sft(Lora):
     gradient_accumulation: PosInt
     max_length: Annotated[StrictInt, Field(ge=16)]
     group_by_length: StrictBool
-    padding_free: Literal["auto", "on", "off"] | StrictBool
-    qlora: Literal["auto", "on", "off"] | StrictBool
-    bf16: Literal["auto", "on", "off"] | StrictBool
+    padding_free: Switch
+    qlora: Switch
+    bf16: Switch
     logging_steps: PosInt
     save_steps: PosInt
     max_steps: Annotated[StrictInt, Field(ge=-1)]
@@ -288,7 +289,7 @@ class AgentSft(Lora):
     per_device_batch_size: PosInt
     gradient_accumulation: PosInt
     max_length: Annotated[StrictInt, Field(ge=64)]
-    bf16: Literal["auto", "on", "off"] | StrictBool
+    bf16: Switch
     logging_steps: PosInt
     save_steps: PosInt
     max_steps: Annotated[StrictInt, Field(ge=-1)]
@@ -301,6 +302,7 @@ class AgentDpo(_Section):
     beta: PosFloat
     max_steps: PosInt
     gradient_accumulation: PosInt
+    bf16: Switch
 
 
 class AgentRm(_Section):
@@ -309,10 +311,12 @@ class AgentRm(_Section):
     max_steps: PosInt
     gradient_accumulation: PosInt
     min_agreement: Fraction
+    bf16: Switch
 
 
 class AgentGrpo(_GrpoRun):
     reward_model_weight: NonNegFloat
+    bf16: Switch
 
 
 class AgentEvaluate(_Section):

@@ -50,6 +50,27 @@ def test_what_the_answer_depends_on_is_in_the_key(tiny_dir, tmp_path):
     assert store.key(base, [1, 2], None, 16, "float32") != store.key(base, [1, 2], None, 16, "bfloat16")
 
 
+def test_a_seeded_sampled_answer_is_stored_and_read_back_under_its_seed(tiny_dir, tmp_path):
+    """The agent's pass^k runs sample with a per-request seed: such a draw is the request's own, so it is stored; a
+    later run reads it back, and another seed or temperature is another key."""
+    store = tmp_path / "answers"
+    enum = {"type": "object", "properties": {"pick": {"enum": ["alpha", "beta", "gamma", "delta"]}},
+            "required": ["pick"], "additionalProperties": False}
+
+    def sampled(engine, seed, temperature=1.0):
+        return engine.generate(CONVS, use_adapter=False, max_new_tokens=16, batch_size=2, progress=False,
+                               schemas=[enum] * 3, temperature=temperature, seed=seed)
+
+    first = sampled(Engine(tiny_dir, answer_store=store), 3)
+    assert not any(g.reused for g in first) and len(_files(store)) == 3
+    later = Engine(tiny_dir, answer_store=store)
+    again = sampled(later, 3)
+    assert all(g.reused for g in again) and [g.text for g in again] == [g.text for g in first]
+    assert not any(g.reused for g in sampled(later, 4)) and not any(g.reused for g in sampled(later, 3, 0.7))
+    fresh = sampled(Engine(tiny_dir), 3)  # no store: the same seed draws the same answers
+    assert [g.text for g in fresh] == [g.text for g in first]
+
+
 def test_an_answer_decoded_in_fp32_is_not_reused_in_bf16(tiny_dir, tmp_path):
     fp32 = Engine(tiny_dir, answer_store=tmp_path / "answers", dtype="float32")
     fp32.generate(CONVS[:1], use_adapter=False, max_new_tokens=8, progress=False)

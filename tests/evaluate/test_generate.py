@@ -107,6 +107,32 @@ def test_sampled_answers_under_a_grammar_run_in_the_engines_loop(tiny_dir, monke
     assert sampled(4) == greedy
 
 
+def test_a_seeded_draw_is_the_requests_own_whatever_the_batch(tiny_dir):
+    """A per-request seed (`Engine.generate(seed=)`): a request draws the same answer alone, in any batch and in any
+    order, whatever the global RNG does; another seed draws other answers; a seed without sampling or a grammar is
+    refused."""
+    import json
+
+    engine = Engine(tiny_dir)
+    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, f"Question {i}: pick one.") for i in range(10)]
+
+    def sampled(rows, seed, batch_size):
+        torch.manual_seed(len(rows) * 7 + batch_size)  # the global RNG moves: seeded draws must not follow it
+        return [g.text for g in engine.generate([convs[i] for i in rows], use_adapter=False, max_new_tokens=24,
+                                                batch_size=batch_size, progress=False,
+                                                schemas=[ENUM_SCHEMA] * len(rows), temperature=1.0, seed=seed)]
+
+    batched = sampled(range(10), 5, 4)
+    assert all(json.loads(t)["pick"] in ENUM_SCHEMA["properties"]["pick"]["enum"] for t in batched)
+    assert sampled(range(10), 5, 10) == batched
+    assert sampled([7, 3, 0], 5, 2) == [batched[7], batched[3], batched[0]]
+    assert sampled([4], 5, 1) == [batched[4]]
+    assert sampled(range(10), 6, 4) != batched
+    for bad in ({"temperature": 0.0, "schemas": [ENUM_SCHEMA]}, {"temperature": 1.0}):
+        with pytest.raises(ValueError, match="per-request seed"):
+            engine.generate(convs[:1], use_adapter=False, progress=False, seed=1, **bad)
+
+
 def test_sample_under_grammar_says_which_completions_closed(tiny_dir):
     """GRPO's rollouts: a completion that closed its grammar before the cap is marked closed (the stage then adds the
     end-of-turn token), one cut at the cap is not."""

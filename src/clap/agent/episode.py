@@ -67,14 +67,16 @@ def step(episode: dict, tools: ReportTools, text: str) -> None:
 
 
 def engine_policy(engine, use_adapter, max_new_tokens: int, batch_size: int, schema: dict | None,
-                  temperature: float = 0.0) -> Policy:
+                  temperature: float = 0.0, seed: int | None = None) -> Policy:
     """A policy served by `clap.evaluate.generate.Engine` (built with `chat.CHAT_TEMPLATE` and the tools):
-    greedy or sampled, every turn under the action grammar when `schema` is given."""
+    greedy or sampled, every turn under the action grammar when `schema` is given. `seed` (sampled, under the
+    grammar): each turn draws from its request's own generator, so a sampled episode is the same in every run
+    and the engine's answer store keeps its turns (`Engine.generate`)."""
     def policy(conversations: list[list[dict]]) -> list:
         return engine.generate(conversations, use_adapter=use_adapter, max_new_tokens=max_new_tokens,
                                batch_size=batch_size, progress=False,
                                schemas=None if schema is None else [schema] * len(conversations),
-                               temperature=temperature)
+                               temperature=temperature, seed=seed if schema is not None else None)
     return policy
 
 

@@ -186,17 +186,24 @@ class Engine:
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
-                 temperature: float = 0.0) -> list[Generation]:
+                 temperature: float = 0.0, seed: int | None = None) -> list[Generation]:
         """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
         `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving.
-        `temperature` > 0 samples instead (the agent's pass^k runs; seed torch for repeatable draws): under a
-        grammar through the same loop as greedy answers (`Sampling`: the model's top-k / top-p, as `generate`
-        samples), without one through `generate(do_sample=True)`."""
+        `temperature` > 0 samples instead (the agent's pass^k runs and mined draws): under a grammar through the
+        same loop as greedy answers (`Sampling`: the model's top-k / top-p, as `generate` samples), without one
+        through `generate(do_sample=True)`. Draws come from torch's global RNG, or with `seed` (under a grammar)
+        from a generator per request seeded by `seed` and its prompt (`request_generator`, vLLM's per-request
+        seed): a draw then depends on neither the batch nor the order it ran in, and is stored and read back
+        like a greedy answer."""
         if schemas is not None and len(schemas) != len(conversations):
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
+        if seed is not None and (temperature == 0 or schemas is None):
+            raise ValueError("a per-request seed needs sampling (temperature > 0) under a grammar (schemas)")
+        sampling = Sampling.of(self.model, temperature, seed) if temperature > 0 else None
         encoded = [self.encode(m) for m in conversations]
         out: list[Generation | None] = [None] * len(encoded)
-        keys = self._store_keys(encoded, use_adapter, schemas, max_new_tokens) if temperature == 0 else None
+        keys = (self._store_keys(encoded, use_adapter, schemas, max_new_tokens, sampling)
+                if temperature == 0 or seed is not None else None)
         if keys:
             for i, key in enumerate(keys):
                 hit = self.store.get(key)
@@ -215,7 +222,7 @@ class Engine:
                 if schemas is not None:
                     rows = self._under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
                                                [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens,
-                                               Sampling.of(self.model, temperature) if temperature > 0 else None)
+                                               sampling)
                 else:
                     gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                               **({"do_sample": True, "temperature": temperature} if temperature > 0
@@ -241,9 +248,11 @@ class Engine:
         """One batch through `decode_under_grammar`; with the prefix cache on, each row prefills only what follows
         its longest cached prefix, and every row's KV is kept as it leaves."""
         model = self._model_ids.get(self._name(use_adapter))
+        generators = ([request_generator(sampling.seed, p) for p in prompts]
+                      if sampling is not None and sampling.seed is not None else None)
         if self.prefixes is None or model is None:
             return decode_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward,
-                                        sampling=sampling)
+                                        sampling=sampling, generators=generators)
         reused = [self.prefixes.longest(model, p) for p in prompts]
         ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, max_new_tokens)
 
@@ -251,14 +260,15 @@ class Engine:
             self.prefixes.put(model, prompts[row] + fed, kv)
 
         return decode_under_grammar(self.model, ids.to(self.device), mask.to(self.device), compiled, max_new_tokens,
-                                    self.jump_forward, cache=cache, on_leave=keep, sampling=sampling)
+                                    self.jump_forward, cache=cache, on_leave=keep, sampling=sampling,
+                                    generators=generators)
 
     def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
-                    max_new_tokens: int) -> list[str] | None:
+                    max_new_tokens: int, sampling: Sampling | None = None) -> list[str] | None:
         model = self._model_ids.get(self._name(use_adapter))
         if self.store is None or model is None:  # an unknown adapter name: `_context` says which
             return None
-        decoding = self.decoding_id(use_adapter)
+        decoding = self.decoding_id(use_adapter) + ("" if sampling is None else f"+{sampling.key()}")
         return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, decoding)
                 for i, ids in enumerate(encoded)]
 
@@ -279,25 +289,44 @@ def _causal_lm(model):
 @dataclass(frozen=True)
 class Sampling:
     """Sampled decoding as `generate(do_sample=True)` does it after xgrammar's processor: the grammar's mask, then
-    temperature, top-k, top-p, then a draw from torch's global RNG (seed it for repeatable draws)."""
+    temperature, top-k, top-p, then a draw — from torch's global RNG (seed it for repeatable draws), or with `seed`
+    from each request's own generator (`request_generator`)."""
     temperature: float
     top_k: int = 50  # transformers' defaults when the model's generation config sets none
     top_p: float = 1.0
+    seed: int | None = None
 
     @classmethod
-    def of(cls, model, temperature: float) -> Sampling:
+    def of(cls, model, temperature: float, seed: int | None = None) -> Sampling:
         """At `temperature`, with the top-k and top-p the model's generation config sets (as `generate` reads them)."""
         config = getattr(model, "generation_config", None)
         top_k, top_p = getattr(config, "top_k", None), getattr(config, "top_p", None)
-        return cls(temperature, cls.top_k if top_k is None else top_k, cls.top_p if top_p is None else top_p)
+        return cls(temperature, cls.top_k if top_k is None else top_k, cls.top_p if top_p is None else top_p, seed)
+
+    def key(self) -> str:
+        """What decides a seeded draw beyond the model and the request: part of the answer store's key."""
+        return f"sample(t={self.temperature},k={self.top_k},p={self.top_p},seed={self.seed})"
 
 
-def pick_tokens(logits: torch.Tensor, sampling: Sampling | None) -> list[int]:
+def request_generator(seed: int, prompt_ids: list[int]) -> torch.Generator:
+    """A CPU generator seeded by `seed` and the request's prompt tokens: the same request with the same seed draws the
+    same tokens in any batch, any order and any process; another seed or another prompt draws independently."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{seed}:{','.join(map(str, prompt_ids))}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+
+
+def pick_tokens(logits: torch.Tensor, sampling: Sampling | None,
+                generators: list[torch.Generator] | None = None) -> list[int]:
     """One token per row of `logits` ([rows, vocab], the grammar's mask applied: -inf where it forbids): the argmax,
-    or with `sampling` a draw from `sampling_scores`."""
+    or with `sampling` a draw from `sampling_scores` — from torch's global RNG, or row r's from `generators[r]`."""
     if sampling is None:
         return logits.argmax(-1).tolist()
-    return torch.multinomial(sampling_scores(logits, sampling).softmax(-1), 1).squeeze(1).tolist()
+    probs = sampling_scores(logits, sampling).softmax(-1)
+    if generators is None:
+        return torch.multinomial(probs, 1).squeeze(1).tolist()
+    return [int(torch.multinomial(row.cpu(), 1, generator=g)) for row, g in zip(probs, generators)]
 
 
 def sampling_scores(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -331,7 +360,8 @@ def sample_under_grammar(model, prompts: list[list[int]], compiled: list, max_ne
 def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
                          max_new_tokens: int, jump_forward: bool = False, cache=None,
                          on_leave: Callable[[int, list[int], list], None] | None = None,
-                         sampling: Sampling | None = None) -> list[list[int]]:
+                         sampling: Sampling | None = None,
+                         generators: list[torch.Generator] | None = None) -> list[list[int]]:
     """Greedy (or, with `sampling`, sampled) decoding of a left-padded batch, each row under its compiled xgrammar
     grammar.
 
@@ -347,7 +377,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
 
     `cache`: the KV of tokens that precede `ids` (a reused prefix, `PrefixCache`); `mask` then covers those
     columns and `ids`'. `on_leave(row, fed_new_tokens, kv)` is called as each row leaves, with the new tokens fed
-    through the model and its KV (per layer (keys, values), `[heads, tokens, head_dim]`, padding dropped)."""
+    through the model and its KV (per layer (keys, values), `[heads, tokens, head_dim]`, padding dropped).
+    `generators`: one per row, each row's draws from its own (`request_generator`)."""
     import xgrammar as xgr
 
     from clap.evaluate.kv_cache import GrowingCache
@@ -371,7 +402,7 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
         for r, i in enumerate(active):
             matchers[i].fill_next_token_bitmask(bitmask, r)
         xgr.apply_token_bitmask_inplace(logits, bitmask[:len(active)].to(logits.device))
-        picked = pick_tokens(logits, sampling)
+        picked = pick_tokens(logits, sampling, None if generators is None else [generators[i] for i in active])
         chunks, keep, fed = [], [], [len(new_tokens[i]) for i in active]  # every token so far went through the model
         for r, i in enumerate(active):
             token, matcher = picked[r], matchers[i]

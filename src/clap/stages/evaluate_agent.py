@@ -49,9 +49,10 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
     for name, use_adapter in models:
         greedy = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema)
         runs = [("greedy", rollout(greedy, tools, tasks, a["max_steps"], a["max_new_tokens"]))]
-        sampled = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema, e["temperature"])
-        for k in range(e["samples"]):
-            torch.manual_seed(1000 + k)
+        for k in range(e["samples"]):  # run k draws with seed 1000 + k per request: the same episodes every time
+            torch.manual_seed(1000 + k)  # the draws without a grammar (generate.constrained off)
+            sampled = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema, e["temperature"],
+                                    seed=1000 + k)
             runs.append((f"sample{k}", rollout(sampled, tools, tasks, a["max_steps"], a["max_new_tokens"])))
         for run_name, eps in runs:
             for ep in eps:

@@ -45,11 +45,11 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     if not rows:
         return _unchanged(out, start_adapter, start_expected, base_identity, started)
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
-    cuda = torch.cuda.is_available()
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(d["bf16"])
     args = DPOConfig(output_dir=str(checkpoints), max_steps=d["max_steps"], learning_rate=d["learning_rate"],
                      beta=d["beta"], per_device_train_batch_size=1, gradient_accumulation_steps=d["gradient_accumulation"],
                      logging_steps=1, save_steps=max(1, d["max_steps"] // 2), save_total_limit=2, report_to=[],
-                     seed=t["seed"], bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
+                     seed=t["seed"], bf16=bf16, use_cpu=not cuda,
                      max_length=cfg["agent"]["sft"]["max_length"], dataloader_num_workers=0)
     guard = GuardCallback("agent_dpo", t["guards"], Path(out) / "guard_report.json")
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows, tok), processing_class=tok,
@@ -58,7 +58,7 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                                         "base": base_identity})
     run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_dpo", base_identity,
-                  {"pairs": len(rows), "resumed_from": resume, "start_adapter_sha256": start_sha}, started, start_adapter)
+                  {"pairs": len(rows), "resumed_from": resume, "start_adapter_sha256": start_sha, "bf16": bf16}, started, start_adapter)
 
 
 def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identity: dict, started: float) -> dict:

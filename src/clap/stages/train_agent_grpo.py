@@ -188,7 +188,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     tok.padding_side = "left"
     base_identity = base_model.identity(base_dir)
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
-    cuda = torch.cuda.is_available()
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(g["bf16"])
     weights = a["rewards"]["weights"]
     funcs = [part_reward(p, a["rewards"]["per_extra_call"]) for p in REWARD_PARTS]
     func_weights = [weights[p] for p in REWARD_PARTS]
@@ -203,7 +203,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
                       max_completion_length=a["max_new_tokens"], reward_weights=func_weights,
                       per_device_train_batch_size=g["num_generations"], logging_steps=g["logging_steps"],
                       save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
-                      bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
+                      bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
     guard = GuardCallback("agent_grpo", t["guards"], Path(out) / "guard_report.json")
     constrained = cfg["generate"]["constrained"]
     grammars = GrammarCache(tok, model.config.vocab_size) if constrained else None

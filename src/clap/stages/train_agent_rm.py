@@ -9,7 +9,8 @@ seed): the held-out tasks' pairs measure how often the model agrees with the rul
 prefer every chosen action to its rejected one — overall and by why the rejected action failed.
 `clap train agent-grpo` adds the model's episode score to its reward only when that agreement reaches
 `agent.rm.min_agreement`; below it, or without pairs to learn from, the rule rewards stand alone and
-the metrics say why.
+the metrics say why. The check reads each pair's state once for both its actions
+(`reward_model.state_scores`), in the precision the model trained in (`agent.rm.bf16`).
 
 TRL 1.16 no longer ships a PPO trainer, so the reward model serves GRPO (as one of its rewards) rather
 than PPO's value/reward pair.
@@ -67,11 +68,11 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
         return _untrained(out, base_identity, started, len(pairs), len(held))
     tok = base_model.load_tokenizer(base_dir)
     model = reward_model.load_base(base_dir)
-    cuda = torch.cuda.is_available()
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(rm["bf16"])
     args = RewardConfig(output_dir=str(checkpoints), max_steps=rm["max_steps"], learning_rate=rm["learning_rate"],
                         per_device_train_batch_size=1, gradient_accumulation_steps=rm["gradient_accumulation"],
                         logging_steps=1, save_steps=max(1, rm["max_steps"] // 2), save_total_limit=2, report_to=[],
-                        seed=t["seed"], bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
+                        seed=t["seed"], bf16=bf16, use_cpu=not cuda,
                         max_length=lora["max_length"], dataloader_num_workers=0)
     peft = LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
                       target_modules=lora["target_modules"], task_type="SEQ_CLS", modules_to_save=["score"], bias="none")
@@ -81,7 +82,8 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t["seed"], "pairs": train, "base": base_identity})
     run_training(trainer, resume)
     trainer.model.eval()
-    checked = {"train": agreement(trainer.model, tok, train), "held_out": agreement(trainer.model, tok, held)}
+    with torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bf16):  # scored as it trained
+        checked = {"train": agreement(trainer.model, tok, train), "held_out": agreement(trainer.model, tok, held)}
     usable = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm["min_agreement"]
     logged = [h for h in trainer.state.log_history if "num_tokens" in h]  # RewardTrainer counts its own tokens
     tokens = int(float(logged[-1]["num_tokens"])) if logged else 0
@@ -89,7 +91,8 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     return finish(trainer, guard, out, "agent_rm", base_identity,
                   {"tokens_seen": tokens, "tokens_per_s": round(tokens / runtime, 2) if runtime else 0.0,
                    "pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held),
-                   "agreement_with_rules": checked, "usable_as_reward": usable, "resumed_from": resume}, started)
+                   "agreement_with_rules": checked, "usable_as_reward": usable, "resumed_from": resume,
+                   "bf16": bf16}, started)
 
 
 def _untrained(out: Path, base_identity: dict, started: float, pairs: int, held: int) -> dict:
