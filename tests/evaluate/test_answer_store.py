@@ -38,7 +38,7 @@ def test_what_the_answer_depends_on_is_in_the_key(tiny_dir, tmp_path):
     for kwargs in ({"max_new_tokens": 8}, {"max_new_tokens": 16, "schemas": schema}):
         assert not engine.generate(CONVS[:1], use_adapter=False, progress=False, **kwargs)[0].reused
     sampled = engine.generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False, temperature=0.7)
-    assert not sampled[0].reused and len(_files(tmp_path / "answers")) == 3  # a sampled answer is never stored
+    assert not sampled[0].reused and len(_files(tmp_path / "answers")) == 3  # a draw from the global RNG is not stored
     jumping = Engine(tiny_dir, answer_store=tmp_path / "answers", jump_forward=True)  # forced text, other tokens
     assert not jumping.generate(CONVS[:1], use_adapter=False, max_new_tokens=16, progress=False, schemas=schema)[0].reused
     store = AnswerStore(tmp_path / "x")

@@ -10,7 +10,9 @@ depends on — the base weights, the active adapter's pinned file hashes, the pr
 template included), the JSON schema, `max_new_tokens`, the precision and decoding options (adapters merged,
 jump-forward), the decoding code (`generate.py`, `decoding.py`,
 `metrics.py`) and the torch / transformers / peft / xgrammar versions — so a change to any of them is a
-miss, never a stale answer. Sampled answers (temperature > 0) are not stored. A reused answer keeps the
+miss, never a stale answer. A sampled answer is stored only when its draw is the request's own (a per-request
+seed: `Engine.generate(seed=)`, the agent's pass^k runs and mined draws), with the temperature, top-k, top-p
+and seed in the key; draws from torch's global RNG are not. A reused answer keeps the
 latency measured when it was decoded; records say which answers were reused. The decision evaluation's
 ranking scores (a completion's summed log-probability under a model) are kept the same way, keyed by the
 model, the prompt-and-completion tokens and the precision (adapters merged or not).
