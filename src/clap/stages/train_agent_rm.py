@@ -10,7 +10,7 @@ prefer every chosen action to its rejected one — overall and by why the reject
 `clap train agent-grpo` adds the model's episode score to its reward only when that agreement reaches
 `agent.rm.min_agreement`; below it, or without pairs to learn from, the rule rewards stand alone and
 the metrics say why. The check reads each pair's state once for both its actions
-(`reward_model.state_scores`), in the precision the model trained in (`agent.rm.bf16`).
+(`reward_model.state_scores`), in fp32 whatever `agent.rm.bf16` trained it in.
 
 TRL 1.16 no longer ships a PPO trainer, so the reward model serves GRPO (as one of its rewards) rather
 than PPO's value/reward pair.
@@ -81,9 +81,10 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                             peft_config=peft, callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t["seed"], "pairs": train, "base": base_identity})
     run_training(trainer, resume)
-    trainer.model.eval()
-    with torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bf16):  # scored as it trained
-        checked = {"train": agreement(trainer.model, tok, train), "held_out": agreement(trainer.model, tok, held)}
+    # Scored in full precision, as GRPO loads it: off accelerate's bf16 autocast wrapper, which on 40 held-out pairs
+    # was no faster for this path and moved one pair's order (benchmarks/README.md § agent reward model)
+    scorer = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
+    checked = {"train": agreement(scorer, tok, train), "held_out": agreement(scorer, tok, held)}
     usable = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm["min_agreement"]
     logged = [h for h in trainer.state.log_history if "num_tokens" in h]  # RewardTrainer counts its own tokens
     tokens = int(float(logged[-1]["num_tokens"])) if logged else 0
