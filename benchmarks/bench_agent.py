@@ -14,7 +14,8 @@ loop's (same turns, same answer). Run it alone: two torch jobs on two cores slow
 for sampled rows until 2026-12-03), beside the engine's own grammar loop sampling the same way
 (`clap.evaluate.generate.Sampling`), without and with prefix reuse. Draws differ between the paths, so it prints
 what the episodes did (turns, well-formed turns, finished) instead of a match count; each run starts from
-`torch.manual_seed(--seed)`.
+`torch.manual_seed(--seed)`. The last path draws with a generator per request seeded by `--seed` and its prompt (what
+`evaluate_agent` and `agent_pairs` run since 2026-12-03: the same episodes in every run, stored like greedy answers).
 """
 
 from __future__ import annotations
@@ -121,7 +122,10 @@ def sampled(args, engine: Engine, use_adapter: bool, tools: ReportTools, tasks: 
             ("loop_sampled", engine_policy(engine, use_adapter, args.turn_tokens, args.batch_size, schema,
                                            args.temperature), 0),
             ("loop_sampled_prefix_reuse", engine_policy(engine, use_adapter, args.turn_tokens, args.batch_size, schema,
-                                                        args.temperature), args.prefix_tokens)):
+                                                        args.temperature), args.prefix_tokens),
+            ("loop_seeded_per_request_prefix_reuse", engine_policy(engine, use_adapter, args.turn_tokens,
+                                                                   args.batch_size, schema, args.temperature,
+                                                                   seed=args.seed), args.prefix_tokens)):
         engine.prefixes = PrefixCache(reuse) if reuse else None
         torch.manual_seed(args.seed)
         t = time.perf_counter()

@@ -220,4 +220,4 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_grpo", base_identity,
                   {"tasks": len(tasks), "resumed_from": resume, "beta": g["beta"], "start_adapter_sha256": start_sha,
-                   "constrained_rollouts": constrained, "reward_model": rm_note}, started, start_adapter)
+                   "constrained_rollouts": constrained, "reward_model": rm_note, "bf16": bf16}, started, start_adapter)
