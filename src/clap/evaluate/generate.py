@@ -19,6 +19,7 @@ requests waits for the whole batch, so each record carries its batch's wall time
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -311,8 +312,6 @@ class Sampling:
 def request_generator(seed: int, prompt_ids: list[int]) -> torch.Generator:
     """A CPU generator seeded by `seed` and the request's prompt tokens: the same request with the same seed draws the
     same tokens in any batch, any order and any process; another seed or another prompt draws independently."""
-    import hashlib
-
     digest = hashlib.sha256(f"{seed}:{','.join(map(str, prompt_ids))}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
 
