@@ -42,10 +42,9 @@ def main() -> None:
     actions = [p["chosen"] + tok.eos_token for p in pairs] + [p["rejected"] + tok.eos_token for p in pairs]
     texts = [s + a for s, a in zip(states + states, actions)]
     whole_tokens = sum(len(tok(t, add_special_tokens=False).input_ids) for t in texts)
-    shared_tokens = (sum(len(tok(s, add_special_tokens=False).input_ids) for s in set(states))
-                     + sum(len(tok(s + a, add_special_tokens=False).input_ids) - len(tok(s, add_special_tokens=False)
-                                                                                      .input_ids)
-                           for s, a in set(zip(states + states, actions))))
+    state_tokens = {s: len(tok(s, add_special_tokens=False).input_ids) for s in set(states)}
+    shared_tokens = sum(state_tokens.values()) + sum(len(tok(s + a, add_special_tokens=False).input_ids) - state_tokens[s]
+                                                     for s, a in set(zip(states + states, actions)))
     reasons = [p["reason"] for p in pairs]
     runs = {}
     for precision in ("fp32", "bf16") if args.bf16 else ("fp32",):

@@ -30,9 +30,9 @@ def run(cfg: dict, tasks_dir: Path, engine, tools, out: Path) -> dict:
     by_id = {t["task_id"]: t for t in tasks}
     schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
     draws = [("greedy", engine_policy(engine, "agent_sft", a["turn_tokens"], a["evaluate"]["batch_size"], schema))]
-    for k in range(d["mine_samples"]):  # seeded per request (2000 + the draw's index): the same draws every run
+    for k in range(d["mine_samples"]):  # seeded per request by the draw's seed below: the same draws every run
         draws.append((f"sample{k}", engine_policy(engine, "agent_sft", a["turn_tokens"], a["evaluate"]["batch_size"], schema,
-                                                  a["evaluate"]["temperature"], seed=2000 + k + 1)))
+                                                  a["evaluate"]["temperature"], seed=2000 + len(draws))))
     pairs, seen, checked = [], set(), 0
     for k, (draw, policy) in enumerate(draws):
         torch.manual_seed(2000 + k)
