@@ -273,3 +273,99 @@ def test_a_chain_step_from_an_unpinned_sft_adapter_is_refused_in_one_line(projec
     for kind in ("dpo", "grpo"):
         one_line_error(*clap("train", kind), "models/sft/adapter", "not pinned by dvc.lock")
     assert not (project / "models" / "dpo").exists() and not (project / "models" / "grpo").exists()
+
+
+# ---------------------------------------------------------------- 6. careless input, checked before the work
+def test_a_raw_table_that_is_a_folder_is_one_line(corpus, tmp_path):
+    raw = raw_with(corpus, tmp_path / "raw")
+    (raw / "facts.jsonl").unlink()
+    (raw / "facts.jsonl").mkdir()
+    one_line_error(*clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out")), "facts.jsonl: is a folder")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_header_only_facts_csv_is_one_line_or_no_rows(corpus, tmp_path):
+    header = ",".join(facts_csv(corpus).columns) + "\n"
+    raw = raw_with(corpus, tmp_path / "raw", **{"facts.csv": header.encode()})
+    (raw / "facts.jsonl").unlink(missing_ok=True)
+    code, text = clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out"))
+    assert "Traceback" not in text
+    if code == 0:  # an empty table is legal: nothing kept, nothing lost
+        assert conserved(tmp_path / "out")["inputs"]["facts"]["rows_in"] == 0
+    else:
+        one_line_error(code, text, "facts.csv")
+
+
+def test_a_key_repeated_inside_one_json_row_is_quarantined_never_resolved(corpus, tmp_path):
+    facts = rows(corpus, "facts")
+    lines = [json.dumps(r, ensure_ascii=False) for r in facts]
+    lines[0] = lines[0][:-1] + ', "value": 99999}'  # the row names `value` twice: which one was meant?
+    raw = raw_with(corpus, tmp_path / "raw", **{"facts.jsonl": ("\n".join(lines) + "\n").encode()})
+    assert clap("assetize", "--raw", str(raw), "--out", str(tmp_path / "out"))[0] == 0
+    report = conserved(tmp_path / "out")
+    quarantine = [json.loads(line) for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    dup = [q for q in quarantine if q["rule"] == "duplicate_key"]
+    assert len(dup) == 1 and dup[0]["row"] == 1 and "99999" in dup[0]["original"], dup
+    assert report["inputs"]["facts"]["rows_in"] == len(facts)
+
+
+def test_a_duplicate_key_in_an_evidence_file_holds_the_gate_naming_it(project):
+    """JSON the gate reads is parsed strictly: a repeated key is not silently resolved to its last value."""
+    from clap.io import InputFileError, read_json
+
+    path = project / "twice.json"
+    path.write_text('{"decision": "hold", "decision": "promote"}')
+    with pytest.raises(InputFileError, match="twice.json: not a valid JSON document .*'decision' appears twice"):
+        read_json(path)
+
+
+@pytest.mark.parametrize("cmd, named", [
+    (["admit", "b1"], "data/materialized/b1/data_quality.json: missing (made by `dvc repro materialize@b1`"),
+    (["train", "sft"], "data/admission/b1.json: missing (made by `dvc repro admit@b1`"),
+    (["train", "dpo", "--batch", "b1"], "data/admission/b1.json: missing"),
+    (["train", "agent-dpo"], "data/agent_pairs: missing (made by `dvc repro agent_pairs`"),
+])
+def test_a_batch_never_materialized_is_named_before_any_model_loads(project, monkeypatch, cmd, named):
+    from clap import model
+
+    monkeypatch.setattr(model, "resolve_base", lambda *a, **k: pytest.fail("the base model was converted first"))
+    one_line_error(*clap(*cmd), named)
+
+
+def test_two_writers_of_one_output_one_line_and_nothing_left(tmp_path):
+    """The loser of two concurrent writers is refused in one line and leaves no temporary folder."""
+    import multiprocessing
+    import os
+
+    from clap.io import OutputRefused, atomic_dir
+
+    out = tmp_path / "assets"
+    ready, done = multiprocessing.Event(), multiprocessing.Event()
+
+    def first_writer():
+        with atomic_dir(out) as tmp:
+            (tmp / "x").write_text("first")
+            ready.set()
+            done.wait(30)
+
+    p = multiprocessing.get_context("fork").Process(target=first_writer)
+    p.start()
+    assert ready.wait(30)
+    with pytest.raises(OutputRefused, match=f"another clap process \\(pid {p.pid}\\) is writing it"):
+        with atomic_dir(out):
+            pytest.fail("the second writer got a folder")
+    assert sorted(x.name for x in tmp_path.iterdir() if str(os.getpid()) in x.name) == []
+    done.set()
+    p.join(30)
+    assert (out / "x").read_text() == "first"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["assets"]
+
+
+def test_a_killed_writers_lock_is_taken_over(tmp_path):
+    from clap.io import atomic_dir
+
+    out = tmp_path / "assets"
+    (tmp_path / ".assets.lock").write_text("999999")  # no such process
+    with atomic_dir(out) as tmp:
+        (tmp / "x").write_text("ok")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["assets"]

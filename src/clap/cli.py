@@ -177,6 +177,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     cfg = _params()
     if switch := _switched_off(cfg, kind):
         return _disabled(kind, switch, out or paths.MODELS / kind.replace("-", "_"))
+    _training_inputs(kind, batches or cfg["data"]["batches"], materialized, admission, start)
     # torch, transformers, PEFT and TRL take ≈ 13 s to import here: a switched-off trainer does not pay it
     from clap import model
     from clap.io import check_output_dir
@@ -228,6 +229,26 @@ def _disabled(kind: str, switch: str, out: Path) -> None:
         write_untrained(tmp, name, metrics, status="disabled")
     write_json(paths.METRICS / f"train_{name}.json", metrics)
     console.print(f"{kind}: disabled ({switch} is false)")
+
+
+def _training_inputs(kind: str, batches: list[str], materialized: Path, admission: Path, start: Path | None) -> None:
+    """What `kind` reads, checked before the base model is converted or loaded: one line names the first missing
+    input and the stage that makes it."""
+    from clap.io import require_inputs
+
+    if kind in ("sft", "dpo", "grpo"):
+        needed = [(Path(admission) / f"{b}.json", f"dvc repro admit@{b}") for b in batches]
+        needed += [(Path(materialized) / b, f"dvc repro materialize@{b}") for b in batches]
+        if kind != "sft":
+            needed.append((start or paths.adapter("sft"), "dvc repro train_sft"))
+    else:
+        needed = {"agent-sft": [(paths.AGENT_TASKS, "dvc repro agent_tasks")],
+                  "agent-dpo": [(paths.AGENT_PAIRS, "dvc repro agent_pairs"),
+                                (paths.adapter("agent_sft"), "dvc repro train_agent_sft")],
+                  "agent-rm": [(paths.AGENT_PAIRS, "dvc repro agent_pairs")],
+                  "agent-grpo": [(paths.AGENT_TASKS, "dvc repro agent_tasks"), (paths.ASSETS, "dvc repro assetize"),
+                                 (paths.adapter("agent_sft"), "dvc repro train_agent_sft")]}[kind]
+    require_inputs(needed)
 
 
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
@@ -408,8 +429,10 @@ def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict |
     folder = None if prod is None else prod / "adapter" if role == "adapter" else paths.prod_agent_adapter(prod)
     if not (ptr and ptr.get("version")) or (role != "adapter" and not folder.is_dir()):
         return None, None
-    console.print(f"baseline: prod {ptr['version']} ({ptr['version_tag']}, {role.replace('_', ' ')}) and the base model")
-    return folder, pinned_expectation(Path("."), folder, ptr["version_tag"], role)
+    tag = ptr["version_tag"] if role == "adapter" else f"{ptr['version_tag'].split('@')[0]}@{ptr['agent_version']}" \
+        if ptr.get("agent_version") else ptr["version_tag"]  # a release that kept prod's agent adapter: its source
+    console.print(f"baseline: prod {ptr['version']} ({tag}, {role.replace('_', ' ')}) and the base model")
+    return folder, pinned_expectation(Path("."), folder, tag, role)
 
 
 @app.command("prod-adapter")

@@ -211,6 +211,7 @@ class Evaluate(_Section):
     pass_rule: Literal["value_and_evidence", "target_match"]
     weights: EvalWeights
     unconstrained_format_check: StrictBool
+    latency_requests: Annotated[StrictInt, Field(ge=0, le=64)]
 
 
 class EvaluateDecisions(_Section):
@@ -348,8 +349,23 @@ class Agent(_Section):
         return v
 
 
+ActsOn = Literal["point", "interval"]
+
+
+class GateActsOn(_Section):
+    """What each rule group decides on: the point estimate or its confidence interval."""
+
+    batch: ActsOn
+    pooled: ActsOn
+    decision: ActsOn
+    chain_extraction: ActsOn
+    human: ActsOn
+    agent: ActsOn
+
+
 class Gate(_Section):
     name: Annotated[str, Field(min_length=1)]
+    acts_on: GateActsOn
     min_overall_delta: float
     ci_lower_must_exceed: float
     max_batch_regression: Annotated[float, Field(le=0.0)]

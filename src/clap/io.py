@@ -34,11 +34,22 @@ def quarantine_record(stage: str, file: str, row: int | None, rule: str, column:
     return {"stage": stage, "file": file, "row": row, "rule": rule, "column": column, "original": original}
 
 
+def require_inputs(needed: list[tuple[Path, str]]) -> None:
+    """Before any work: every (path, the command that makes it) exists, else one line naming the first missing
+    path and that command — never minutes of model loading and then a traceback."""
+    for path, made_by in needed:
+        if not Path(path).exists():
+            raise InputFileError(f"{path}: missing (made by `{made_by}`; run it first)")
+
+
 def find_input(folder: Path, name: str) -> Path:
-    """`folder/name.{jsonl,csv,parquet}` — exactly one must exist."""
+    """`folder/name.{jsonl,csv,parquet}` — exactly one must exist, and be a file."""
     found = [folder / f"{name}{s}" for s in SUFFIXES if (folder / f"{name}{s}").exists()]
     if not found:
         raise InputFileError(f"{folder}/{name}.(jsonl|csv|parquet): no such file")
+    folders = [p for p in found if not p.is_file()]
+    if folders:
+        raise InputFileError(f"{folders[0]}: is a folder, not a file; the raw {name} table must be one file")
     if len(found) > 1:
         raise InputFileError(f"{folder}/{name}: several formats present ({', '.join(p.name for p in found)})")
     return found[0]
@@ -130,6 +141,14 @@ def atomic_dir(out: Path, inputs: tuple[Path, ...] = ()) -> Iterator[Path]:
     check_output_dir(out, inputs)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputRefused(f"{out}: cannot write ({exc.strerror or exc})") from None
+    with _writer_lock(out):
+        yield from _write_dir(out)
+
+
+def _write_dir(out: Path) -> Iterator[Path]:
+    try:
         _clear_stale(out)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     except OSError as exc:
@@ -149,6 +168,39 @@ def atomic_dir(out: Path, inputs: tuple[Path, ...] = ()) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(out)
+
+
+@contextlib.contextmanager
+def _writer_lock(out: Path) -> Iterator[None]:
+    """One writer per output at a time: `.name.lock` beside it, created exclusively and holding the writer's pid.
+    A second writer gets `OutputRefused` naming the first and leaves nothing behind; a lock whose process is gone
+    (killed) is taken over."""
+    lock = out.with_name(f".{out.name}.lock")
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            break
+        except FileExistsError:
+            try:
+                holder = int(lock.read_text() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and _alive(holder) and holder != os.getpid():
+                raise OutputRefused(f"{out}: another clap process (pid {holder}) is writing it; nothing was changed "
+                                    f"— wait for it, or remove {lock} if that process is not clap") from None
+            if holder == os.getpid():
+                raise OutputRefused(f"{out}: this process is writing it already") from None
+            lock.unlink(missing_ok=True)  # the writer was killed: its lock is stale
+        except OSError as exc:
+            raise OutputRefused(f"{out}: cannot write ({exc.strerror or exc})") from None
+    else:
+        raise OutputRefused(f"{out}: another clap process took the lock first; nothing was changed")
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def write_switched_off(out: Path, empty_files: tuple[str, ...], report: dict) -> None:
@@ -182,8 +234,35 @@ def write_jsonl(path: Path, rows) -> None:
     atomic_write_text(path, "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in rows))
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice; which value was meant cannot be known."""
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """`object_pairs_hook` that refuses a key repeated inside one object (json keeps the last one silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKey(f"key {dup!r} appears twice in one object")
+    return out
+
+
+def loads_strict(text: str | bytes):
+    """json.loads that refuses duplicate keys (`DuplicateKey`)."""
+    return json.loads(text, object_pairs_hook=unique_keys)
+
+
 def read_json(path: Path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The JSON document at `path`; unreadable JSON or a key repeated inside one object is `InputFileError`
+    naming the file."""
+    path = Path(path)
+    try:
+        return loads_strict(path.read_text(encoding="utf-8"))
+    except (DuplicateKey, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{path}: not a valid JSON document ({exc})") from None
+    except IsADirectoryError:
+        raise InputFileError(f"{path}: is a folder, a JSON file was expected") from None
 
 
 def read_json_if_exists(path: Path):
@@ -192,7 +271,19 @@ def read_json_if_exists(path: Path):
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """Every JSON line of `path`; a malformed line or a key repeated in one object is `InputFileError` naming
+    the file and line."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputFileError(f"{path}: is a folder, a JSONL file was expected")
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                out.append(loads_strict(line))
+            except (DuplicateKey, json.JSONDecodeError) as exc:
+                raise InputFileError(f"{path}: line {n} is not valid JSON ({exc})") from None
+    return out
 
 
 def write_parquet(path: Path, df: pd.DataFrame) -> None:

@@ -375,6 +375,7 @@ class EvidenceBundle(_Doc):
     decision: dict
     dataset_versions: dict[str, str]
     signature: str | None = None  # "hmac-sha256:…" when CLAP_BUNDLE_KEY was set at `clap bundle`
+    tracks: dict = {}  # per track (extraction, agent): the candidate, its verdict, what ships (bundle.release_tracks)
 
 
 # ---------------------------------------------------------------- applying table contracts

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import threading
 
+import numpy as np
 import pytest
 
 from clap.feedback import canary_analysis
@@ -266,3 +267,57 @@ def test_the_router_sends_each_arm_to_its_vllm_lora_module_and_logs_it(tmp_path)
     cmd = vllm_command(tmp_path / "base", {"v0.0.2": tmp_path / "serving/v0.0.2/adapter"})
     assert cmd[:2] == ["vllm", "serve"] and cmd[cmd.index("--max-lora-rank") + 1] == "32"
     assert json.loads(cmd[-1]) == {"name": "v0.0.2", "path": str((tmp_path / "serving/v0.0.2/adapter").resolve())}
+
+
+def _simulated_canary(rng, n: int, p_win: float, sigma: float):
+    """Paired traffic: request i answered by both arms; 40 % of pairs discordant, the canary winning `p_win` of those;
+    both arms' latencies from one log-normal (a canary exactly as fast as prod)."""
+    rows = []
+    for i in range(n):
+        if rng.random() < 0.4:
+            canary = int(rng.random() < p_win)
+            prod = 1 - canary
+        else:
+            prod = canary = int(rng.random() < 0.5)
+        for arm, outcome in (("prod", prod), ("canary", canary)):
+            rows.append(({"request_id": f"{arm}-{i}", "request_hash": f"q{i}", "arm": arm,
+                          "version": "v0.0.2" if arm == "canary" else "v0.0.1",
+                          "latency_ms": float(rng.lognormal(6.0, sigma))},
+                         {"request_id": f"{arm}-{i}", "outcome": outcome}))
+    return rows
+
+
+def test_false_alarm_rate_of_the_whole_analysis_under_repeated_looks(params):
+    """A canary as good as prod (H1 on the discordant pairs, prod's latency distribution, noisy), analysed after every
+    request as `clap canary traffic` does: it fails no more often than β/(1 − α) + α, and never on fewer than
+    `min_requests` requests."""
+    cfg = json.loads(json.dumps(params))
+    cfg["evaluate"]["bootstrap"] = 100  # the CI is reported, never decides: keep the simulation quick
+    c = cfg["canary"]
+    rng = np.random.default_rng(20261203)
+    runs, horizon, failed = 200, 60, 0
+    for _ in range(runs):
+        rows = _simulated_canary(rng, horizon, c["p_better"], sigma=0.6)
+        for n in range(1, horizon + 1):
+            requests, feedback = [r for r, _ in rows[:2 * n]], [f for _, f in rows[:2 * n]]
+            verdict = canary_analysis.analyze(requests, feedback, cfg)["verdict"]
+            if verdict != "inconclusive":
+                assert n >= c["min_requests"], (n, verdict)
+                failed += verdict == "failed"
+                break
+    nominal = c["beta"] / (1 - c["alpha"]) + c["alpha"]
+    assert failed / runs <= nominal + 3 * np.sqrt(nominal * (1 - nominal) / runs), failed / runs
+
+
+def test_latency_is_looked_at_once_on_the_first_min_requests(params):
+    """A slow stretch after the first `min_requests` requests does not fail a canary (no optional stopping on p95);
+    a canary slow from the start does, but only once `min_requests` have been served."""
+    c = params["canary"]
+    k = c["min_requests"]
+    requests, feedback = _logs({"prod": [1, 0] * k, "canary": [1, 0] * k}, paired=True)
+    for r in requests:
+        if r["arm"] == "canary" and int(r["request_id"].split("-")[1]) >= k:
+            r["latency_ms"] = 10_000.0
+    assert canary_analysis.analyze(requests, feedback, params)["verdict"] == "inconclusive"
+    requests, feedback = _logs({"prod": [1] * (k - 1), "canary": [1] * (k - 1)}, paired=True, latency={"canary": 900.0})
+    assert canary_analysis.analyze(requests, feedback, params)["verdict"] == "inconclusive"

@@ -11,18 +11,32 @@ OK = {"status": "ok", "trip": None}
 
 def metrics(overall, halluc=0.02, wrong=0.07, parse=1.0, p95=2800.0):
     return {"overall_score": overall, "hallucination_rate": halluc, "wrong_fact_rate": wrong, "parse_ok": parse,
-            "p95_latency_ms": p95}
+            "p50_latency_ms": p95 * 0.8, "p95_latency_ms": p95}
+
+
+def table(ref: dict, new: dict, overall: float, half: float, n: int = 12) -> dict:
+    """A delta table over every metric the models carry, as `evaluate` writes it (overall_score ± `half`)."""
+    out = {m: {"delta": round(new[m] - ref[m], 6), "ci_low": round(new[m] - ref[m], 6),
+               "ci_high": round(new[m] - ref[m], 6), "n": n} for m in ref if "latency" not in m}
+    return out | {"overall_score": {"delta": overall, "ci_low": overall - half, "ci_high": overall + half, "n": n}}
+
+
+def timing(ref: dict, new: dict) -> dict:
+    return {"n": 4, "reference_p95_ms": ref["p95_latency_ms"], "candidate_p95_ms": new["p95_latency_ms"],
+            "p95_ratio": round(new["p95_latency_ms"] / ref["p95_latency_ms"], 4), "interleaved": True}
 
 
 def evaluation(deltas, ci_half=0.01, **cand):
     out = {}
     for i, d in enumerate(deltas, start=1):
-        out[f"b{i}"] = {"baseline": metrics(0.84, p95=3082.0), "candidate": metrics(0.84 + d, **cand),
-                        "deltas": {"overall_score": {"delta": d, "ci_low": d - ci_half, "ci_high": d + ci_half}}}
+        base, new = metrics(0.84, p95=3082.0), metrics(0.84 + d, **cand)
+        out[f"b{i}"] = {"batch": f"b{i}", "n": 12, "baseline": base, "candidate": new,
+                        "deltas": table(base, new, d, ci_half), "latency": {"baseline": timing(base, new)}}
     return out
 
 
-REPLAY_GOOD = {"arms": {"A": {"value_exact": 0.83, "core_fields_exact": 0.71}, "B": {"value_exact": 0.85, "core_fields_exact": 0.78},
+REPLAY_GOOD = {"n_cases": 40,
+               "arms": {"A": {"value_exact": 0.83, "core_fields_exact": 0.71}, "B": {"value_exact": 0.85, "core_fields_exact": 0.78},
                         "C": {"value_exact": 0.0, "core_fields_exact": 0.0}, "D": {"value_exact": 0.0, "core_fields_exact": 0.0}}}
 
 
@@ -72,10 +86,10 @@ def test_policy_table(case, kwargs, expected, rule):
 def with_prod(ev: dict, cand_vs_prod: float, prod_vs_base: float) -> dict:
     for rec in ev.values():
         rec["prod"] = metrics(0.84 + prod_vs_base, p95=3082.0)
-        rec["deltas_vs_prod"] = {"overall_score": {"delta": cand_vs_prod, "ci_low": cand_vs_prod - 0.01,
-                                                   "ci_high": cand_vs_prod + 0.01}}
-        rec["prod_vs_base"] = {"overall_score": {"delta": prod_vs_base, "ci_low": prod_vs_base - 0.01,
-                                                 "ci_high": prod_vs_base + 0.01}}
+        rec["deltas_vs_prod"] = table(rec["prod"], rec["candidate"], cand_vs_prod, 0.01)
+        rec["prod_vs_base"] = table(rec["baseline"], rec["prod"], prod_vs_base, 0.01)
+        rec["candidate_is_prod"] = False
+        rec["latency"]["prod"] = timing(rec["prod"], rec["candidate"])
     return ev
 
 
@@ -122,7 +136,7 @@ def test_missing_evidence_never_promotes():
 
 
 def test_replay_loss_holds():
-    bad = {"arms": REPLAY_GOOD["arms"] | {"B": {"value_exact": 0.8, "core_fields_exact": 0.5}}}
+    bad = REPLAY_GOOD | {"arms": REPLAY_GOOD["arms"] | {"B": {"value_exact": 0.8, "core_fields_exact": 0.5}}}
     d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5), bad)
     assert d.decision == "hold" and any(r.rule == "replay_core_fields_B_minus_A" for r in d.reasons)
 
@@ -133,7 +147,7 @@ def test_replay_judges_the_candidate_against_prod_plus_rag_when_prod_exists():
     prod_arm = {"P": {"value_exact": 0.9, "core_fields_exact": 0.85}}
     ci = {"B-P": {"core_fields_exact": {"delta": -0.07, "ci_low": -0.12, "ci_high": -0.02, "n": 100}}}
     d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5),
-               {"arms": REPLAY_GOOD["arms"] | prod_arm, "contrasts": ci})
+               REPLAY_GOOD | {"arms": REPLAY_GOOD["arms"] | prod_arm, "contrasts": ci})
     reason = next(r for r in d.reasons if r.rule == "replay_core_fields_B_minus_P")
     assert d.decision == "hold" and reason.observed == "-0.0700 [-0.1200, -0.0200]"
     assert not any(r.rule == "replay_core_fields_B_minus_A" for r in d.reasons)
@@ -142,7 +156,8 @@ def test_replay_judges_the_candidate_against_prod_plus_rag_when_prod_exists():
 # --- the chain: SFT, SFT→DPO and SFT→GRPO as candidates (clap.release.gate.decide_chain_step, choose) ---
 
 def ci(delta, half=0.02):
-    return {"decision_score": {"delta": delta, "ci_low": round(delta - half, 6), "ci_high": round(delta + half, 6)}}
+    return {"decision_score": {"delta": delta, "ci_low": round(delta - half, 6), "ci_high": round(delta + half, 6),
+                               "n": 20}}
 
 
 def decisions(vs_base: dict[str, float], vs_sft: dict[str, float], prod: bool = False,
@@ -151,10 +166,12 @@ def decisions(vs_base: dict[str, float], vs_sft: dict[str, float], prod: bool = 
     its extraction overall_score − SFT (default 0.0 ± 0.02) and hallucination rate (default 0)."""
     ref = "prod" if prod else "base"
     deltas = {f"{m}-{ref}": ci(d) for m, d in vs_base.items()} | {f"{m}-sft": ci(d) for m, d in vs_sft.items()}
-    models = {m: {} for m in ["base", *(["prod"] if prod else []), *vs_base]}
+    models = {m: {"decision_score": 0.5} for m in ["base", *(["prod"] if prod else []), *vs_base]}
     ext = {s: 0.0 for s in vs_sft} | (extraction_vs_sft or {})
-    extraction = {"n": 60, "models": {s: {"hallucination_rate": (hallucination or {}).get(s, 0.0)} for s in ext},
-                  "deltas": {f"{s}-sft": {"overall_score": ci(d)["decision_score"]} for s, d in ext.items()}}
+    extraction = {"n": 60, "models": {s: {"hallucination_rate": (hallucination or {}).get(s, 0.0), "overall_score": 0.8}
+                                      for s in ["sft", *ext]},
+                  "deltas": {f"{s}-sft": {"overall_score": ci(d)["decision_score"],
+                                          "hallucination_rate": ci(0.0, 0.0)["decision_score"]} for s, d in ext.items()}}
     return {"n": 20, "models": models, "deltas": deltas, "extraction": extraction}
 
 
@@ -262,7 +279,7 @@ def _human(delta, ci, alpha=0.7, manifest="m1"):
     ("people prefer the candidate", True, _human(1.0, (0.5, 1.5)), "promote", None),
     ("people like it less, significantly", False, _human(-0.8, (-1.2, -0.4)), "hold", "human_usefulness_candidate_minus_base"),
     ("people like it less, within noise", False, _human(-0.2, (-0.7, 0.3)), "canary",
-     "human_usefulness_candidate_minus_base"),
+     "human_usefulness_candidate_minus_base_not_significant"),
     ("raters disagree, required", True, _human(1.0, (0.5, 1.5), alpha=0.05), "canary", "human_agreement_usefulness"),
     ("raters disagree, not required", False, _human(-0.8, (-1.2, -0.4), alpha=0.05), "promote",
      "human_agreement_usefulness"),
@@ -290,7 +307,7 @@ def agent_metrics(delta, ci_half=0.05, halluc=0.05, tool_calls=0.8, vs_prod=None
     """`vs_prod`: the candidate's success delta against the agent adapter in prod (None: nothing in prod)."""
     def ci(d):
         return {"success": {"delta": d, "ci_low": d - ci_half, "ci_high": d + ci_half, "n": 28}}
-    out = {"models": {"base": {"success": 0.0, "hallucinated": 0.0, "tool_call_accuracy": 0.1},
+    out = {"n_tasks": 28, "models": {"base": {"success": 0.0, "hallucinated": 0.0, "tool_call_accuracy": 0.1},
                       "agent_sft": {"success": delta, "hallucinated": halluc, "tool_call_accuracy": tool_calls}},
            "deltas_vs_base": {"agent_sft": ci(delta)}}
     return out if vs_prod is None else out | {"deltas_vs_prod": {"agent_sft": ci(vs_prod)}}

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clap.config import dump
 from clap.model import identity, load_model
@@ -229,6 +230,28 @@ TAMPERS = {  # what a hostile edit does → what `clap verify` must name
     "config edited": (lambda root, b: b["config"]["gate"].update(min_parse_ok=0.0), "config"),
     "extra adapter_model.bin": (lambda root, b: (root / "models/sft/adapter/adapter_model.bin").write_bytes(b"\x80\x04"),
                                 "adapter_model.bin: in the adapter folder but not pinned"),
+    "evidence entry dropped, file rewritten": (
+        lambda root, b: (b.update(files=[f for f in b["files"] if f["path"] != "metrics/eval/b1.json"]),
+                         (root / "metrics/eval/b1.json").write_text('{"forged": true}')),
+        "metrics/eval/b1.json: exists but the bundle does not pin it (role eval_metrics)"),
+    "evidence entry and file both dropped": (
+        lambda root, b: (b.update(files=[f for f in b["files"] if f["path"] != "metrics/eval/b1.json"]),
+                         (root / "metrics/eval/b1.json").unlink()),
+        "pins no metrics/eval/b1.json"),
+    "entry outside the repository": (
+        lambda root, b: b["files"].append({"path": "../outside.json", "sha256": "0" * 64, "role": "eval_metrics"}),
+        "entry '../outside.json' leaves the repository"),
+    "entry under another role": (
+        lambda root, b: b["files"].append({"path": "params.yaml", "sha256": bundle.sha256_file(root / "params.yaml"),
+                                           "role": "dataset"}),
+        "entry 'params.yaml' is not a file the pipeline makes as 'dataset'"),
+    "file added to a pinned data folder": (
+        lambda root, b: (root / "data/materialized/b1/extra_rows.csv").write_text("v\n9\n"),
+        "extra_rows.csv: exists but the bundle does not pin it (role dataset)"),
+    "one byte of the base model changed": (
+        lambda root, b: flip_last_byte(root / "models/base/config.json"), "base model file differs from the bundle"),
+    "one byte of the base weights changed": (
+        lambda root, b: flip_last_byte(next((root / "models/base").glob("*.safetensors"))), "base model weights differ"),
 }
 
 
@@ -430,3 +453,92 @@ def test_clap_rollback_to_base_and_its_refusals_from_the_command_line(repo, tiny
 ])
 def test_stray_outputs_are_the_later_rounds_own(pinned, defined, stray):
     assert release.stray_outputs(dict.fromkeys(pinned, "x"), defined) == stray
+
+
+def test_a_fresh_clone_elsewhere_verifies_a_release_made_here(repo, tiny_dir, tmp_path):
+    """The bundle names the base model by a repository path and its content, never by this machine's path."""
+    root, params = repo
+    sh(root, "dvc", "add", "-q", "models/base")
+    _commit_version(root, tiny_dir, params, 1)
+    sh(root, "dvc", "push", "-q")
+    b = bundle.verify(root / "release/bundle.json", root)
+    assert b.base_model["path"] == "models/base" and "config.json" in b.base_model["files_sha256"]
+    assert str(tmp_path) not in json.dumps(b.model_dump()["base_model"])
+    release.release(root)
+    clone = tmp_path / "elsewhere" / "clone"
+    sh(tmp_path, "git", "clone", "-q", str(root), str(clone))
+    sh(clone, "dvc", "pull", "-q")
+    assert bundle.verify(clone / "release/bundle.json", clone).candidate == "sft"
+    flip_last_byte(clone / "models/base/tokenizer.json") if (clone / "models/base/tokenizer.json").exists() \
+        else flip_last_byte(clone / "models/base/config.json")
+    with pytest.raises(bundle.BundleMismatch, match="base model file differs"):
+        bundle.verify(clone / "release/bundle.json", clone)
+
+
+def _agent_run(root: Path, tiny_dir, params, agent_decision: str, seed: int) -> None:
+    """A loop run with the agent track: the gate judged agent_sft `agent_decision`."""
+    (root / "models/agent_sft/adapter").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(root / "models/agent_sft/adapter")
+    make_adapter(tiny_dir, root / "models/agent_sft/adapter")
+    (root / "models/agent_sft/guard_report.json").write_text(json.dumps({"status": "ok", "seed": seed}))
+    _fake_run(root, tiny_dir, params, "promote", seed)
+    gate = json.loads((root / "metrics/gate.json").read_text())
+    gate["agent"] = {"candidate": "agent_sft", "decision": agent_decision, "reasons": [], "summary": {}}
+    (root / "metrics/gate.json").write_text(json.dumps(gate))
+    bundle.write(root, params, root / "release/bundle.json")
+    sh(root, "dvc", "add", "-q", "data/materialized", "models/sft", "models/agent_sft")
+    outs = {o: yaml.safe_load((root / f"{o}.dvc").read_text())["outs"][0]["md5"] for o in ("models/sft", "models/agent_sft")}
+    (root / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {  # the pipeline's lock, as prod restores by
+        f"train_{Path(o).name}": {"cmd": "clap train", "outs": [{"path": o, "md5": md5}]} for o, md5 in outs.items()}}))
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", f"run {seed}")
+
+
+def test_a_held_agent_adapter_never_ships(repo, tiny_dir, monkeypatch):
+    """The agent track on and its verdict hold: the bundle pins no agent adapter, `clap agent-adapter` refuses in one
+    line; a later release that holds the agent keeps the agent adapter already in prod, pinned by its own release."""
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+    from clap.release import prod
+
+    root, params = repo
+    monkeypatch.chdir(root)
+    _agent_run(root, tiny_dir, params, "hold", 1)
+    b = bundle.verify(root / "release/bundle.json", root)
+    assert not [f for f in b.files if f.role == "agent_adapter"]
+    assert b.tracks["agent"] == {"candidate": "agent_sft", "decision": "hold", "ships": None, "carried_from": None}
+    assert release.release(root)["version"] == "v0.0.1"
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", "prod pointer")
+    r = CliRunner().invoke(app, ["agent-adapter"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "v0.0.1 serves no agent adapter: its gate's agent verdict was hold" in " ".join(r.output.split())
+    assert not (root / "models/serving/agent/v0.0.1/adapter").exists()
+    ptr = prod.restore(root, root / "models/prod")
+    assert "agent_candidate" not in ptr and not (root / "models/prod/agent_adapter").exists()
+
+    # a held agent adapter pinned by hand is refused by verify and release
+    path = root / "release/bundle.json"
+    forged = json.loads(path.read_text())
+    forged["files"] += [{"path": f"models/agent_sft/adapter/{n}", "sha256": bundle.sha256_file(
+        root / f"models/agent_sft/adapter/{n}"), "role": "agent_adapter"} for n in bundle.ADAPTER_REQUIRED]
+    path.write_text(json.dumps(forged))
+    with pytest.raises(bundle.BundleMismatch, match="agent adapter"):
+        bundle.verify(path, root)
+    sh(root, "git", "checkout", "--", "release/bundle.json")
+
+    # round 2 promotes its agent adapter; round 3 holds a new one: prod's (v0.0.2's) stays, restored from v0.0.2
+    _agent_run(root, tiny_dir, params, "promote", 2)
+    assert {f.path for f in bundle.verify(path, root).files if f.role == "agent_adapter"} >= {
+        "models/agent_sft/adapter/adapter_model.safetensors"}
+    assert release.release(root)["version"] == "v0.0.2"
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", "prod pointer")
+    v2_agent = (root / "models/agent_sft/adapter/adapter_model.safetensors").read_bytes()
+    _agent_run(root, tiny_dir, params, "hold", 3)
+    b3 = bundle.verify(path, root)
+    assert b3.tracks["agent"]["carried_from"] == "v0.0.2" and not [f for f in b3.files if f.role == "agent_adapter"]
+    assert release.release(root)["version"] == "v0.0.3"
+    folder, _ = prod.restore_version_adapter(root, "v0.0.3", root / "served", role="agent_adapter")
+    assert (folder / "adapter_model.safetensors").read_bytes() == v2_agent

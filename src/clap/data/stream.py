@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from clap.io import InputFileError, quarantine_record
+from clap.io import DuplicateKey, InputFileError, loads_strict, quarantine_record
 
 BOMS = [(codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")]
@@ -86,7 +86,13 @@ class TableReader:
                 continue
             try:
                 obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
+                if isinstance(obj, dict) and line.count(b'":') > len(obj):  # nested, quoted — or a repeated key
+                    loads_strict(line)
+            except DuplicateKey:
+                text = line.rstrip(b"\n").decode("utf-8", errors="replace")
+                bad.append(quarantine_record(self.stage, str(self.path), n, "duplicate_key", None, text))
+                continue
+            except (orjson.JSONDecodeError, ValueError):
                 text = line.rstrip(b"\n").decode("utf-8", errors="replace")
                 rule = "malformed_json" if _is_utf8(line) else "non_utf8"
                 bad.append(quarantine_record(self.stage, str(self.path), n, rule, None, text))
@@ -233,6 +239,7 @@ def _read_jsonl_columnar(data: bytes, types: dict[str, str]) -> pd.DataFrame | N
     """
     if not data or data.startswith(b"\n") or b"\n\n" in data or b"\r" in data:
         return None
+
     typed = {c: t for c, t in types.items() if t in ("str", "int")}
     loose = [c for c, t in types.items() if t == "object"]
     schema = pa.schema([(c, pa.string() if t == "str" else pa.int64()) for c, t in typed.items()])
@@ -263,6 +270,9 @@ def _loose_columns(lines: list[bytes], types: dict[str, str], loose: list[str]) 
     line_type = msgspec.defstruct("Line", [(c, object if c in loose else msgspec.Raw, msgspec.UNSET) for c in types],
                                   forbid_unknown_fields=True)
     decode = msgspec.json.Decoder(line_type).decode
+    keys = [b'"%s"' % c.encode() for c in loose]  # arrow refuses a typed key twice; msgspec would keep a loose one's last
+    if any(line.count(k) > 1 for line in lines for k in keys):
+        return None  # maybe repeated (or quoted in a value): the line-by-line path decides, and quarantines a repeat
     try:
         decoded = [decode(line) for line in lines]
     except msgspec.DecodeError:

@@ -187,7 +187,7 @@ class Engine:
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
-                 temperature: float = 0.0, seed: int | None = None) -> list[Generation]:
+                 temperature: float = 0.0, seed: int | None = None, use_store: bool = True) -> list[Generation]:
         """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
         `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving.
         `temperature` > 0 samples instead (the agent's pass^k runs and mined draws): under a grammar through the
@@ -195,7 +195,7 @@ class Engine:
         through `generate(do_sample=True)`. Draws come from torch's global RNG, or with `seed` (under a grammar)
         from a generator per request seeded by `seed` and its prompt (`request_generator`, vLLM's per-request
         seed): a draw then depends on neither the batch nor the order it ran in, and is stored and read back
-        like a greedy answer."""
+        like a greedy answer. `use_store=False` decodes afresh and stores nothing (the paired latency timing)."""
         if schemas is not None and len(schemas) != len(conversations):
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         if seed is not None and (temperature == 0 or schemas is None):
@@ -204,7 +204,7 @@ class Engine:
         encoded = [self.encode(m) for m in conversations]
         out: list[Generation | None] = [None] * len(encoded)
         keys = (self._store_keys(encoded, use_adapter, schemas, max_new_tokens, sampling)
-                if temperature == 0 or seed is not None else None)
+                if use_store and (temperature == 0 or seed is not None) else None)
         if keys:
             for i, key in enumerate(keys):
                 hit = self.store.get(key)

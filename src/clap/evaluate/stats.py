@@ -1,24 +1,63 @@
-"""Paired bootstrap confidence intervals and latency percentiles; pure numpy."""
+"""Paired confidence intervals and latency percentiles.
+
+Every CI the gate reads comes from `paired_bootstrap`: the bias-corrected and accelerated (BCa) bootstrap
+of the mean paired difference (`scipy.stats.bootstrap`, resampling the sample index so both models keep
+their pairing), with Hesterberg's small-sample expansion of the nominal level. The plain percentile
+bootstrap under-covers at the sizes the gate lives on (12 held-out samples per batch, 12–21 decision
+cases): on bounded, skewed per-sample deltas it covers 0.88–0.92 of the time at a nominal 0.95; the
+expanded BCa interval covers ≥ 0.93 (`tests/evaluate/test_stats.py` simulates it). The expansion
+widens the level to 1 − α′ with α′ = 2·Φ(−√(n/(n−1))·t₍₁₋α/₂, n−1₎, which tends to α as n grows.
+"""
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
+from scipy import stats as _st
+
+METHOD = "bca-expanded"  # what `paired_bootstrap` computes; recorded beside the intervals it writes
+
+
+def expanded_level(ci: float, n: int) -> float:
+    """The confidence level the bootstrap is run at so that its interval covers `ci` at sample size `n`
+    (Hesterberg 2015, "What teachers should know about the bootstrap", §5: the expanded percentile interval)."""
+    if n < 2:
+        return ci
+    alpha = 1.0 - ci
+    z = math.sqrt(n / (n - 1)) * float(_st.t.ppf(1 - alpha / 2, n - 1))
+    return 1.0 - 2.0 * float(_st.norm.cdf(-z))
 
 
 def paired_bootstrap(baseline: list[float], candidate: list[float], n: int = 1000, ci: float = 0.95,
                      seed: int = 0) -> dict:
-    """Mean delta (candidate − baseline) over paired samples with a percentile bootstrap CI."""
+    """Mean delta (candidate − baseline) over paired samples, with its expanded-BCa CI (`n` resamples).
+
+    Degenerate samples — one pair, or every pair with the same delta — have no spread to resample: the
+    interval is the point. Values are rounded to 6 decimals, as the metric files carry them."""
     b, c = np.asarray(baseline, float), np.asarray(candidate, float)
     if b.shape != c.shape:
         raise ValueError("paired bootstrap needs the same samples for both models")
     if len(b) == 0:
         return {"delta": None, "ci_low": None, "ci_high": None, "n": 0}
+    if not (np.isfinite(b).all() and np.isfinite(c).all()):
+        raise ValueError("paired bootstrap needs finite values (a NaN or inf sample has no mean)")
     d = c - b
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(n, len(d)))].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - ci) / 2, 1 - (1 - ci) / 2])
-    return {"delta": round(float(d.mean()), 6), "ci_low": round(float(lo), 6), "ci_high": round(float(hi), 6),
-            "n": int(len(d))}
+    mean = float(d.mean())
+    if len(d) < 2 or float(np.ptp(d)) == 0.0:
+        lo = hi = mean
+    else:
+        with warnings.catch_warnings():  # BCa on a nearly degenerate sample warns and falls back to NaN: handled below
+            warnings.simplefilter("ignore")
+            res = _st.bootstrap((d,), np.mean, n_resamples=n, confidence_level=expanded_level(ci, len(d)),
+                                method="BCa", vectorized=True, axis=-1, rng=np.random.default_rng(seed),
+                                batch=None if len(d) <= 1000 else 64)  # the jackknife is n × n: batch it when n is large
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # BCa undefined (e.g. all resamples equal the mean)
+            lo, hi = float(d.min()), float(d.max())
+        lo, hi = min(lo, mean), max(hi, mean)
+    return {"delta": round(mean, 6), "ci_low": round(lo, 6), "ci_high": round(hi, 6), "n": int(len(d))}
 
 
 def p95(values: list[float]) -> float | None:

@@ -4,8 +4,12 @@ successful (promote the canary to prod), failed (roll the canary back) or inconc
 Pairs: requests both arms answered (same messages) pair by request hash; otherwise the i-th outcome
 of each arm pairs in arrival order. On them: Wald's SPRT over the discordant pairs (it stops as soon
 as the evidence suffices), McNemar's exact test, and a bootstrap CI of the success-rate difference.
-A canary whose p95 latency exceeds prod's by more than `canary.max_latency_ratio` fails whatever its
-outcomes. Requests without an outcome are counted, never silently dropped.
+Nothing ends before `min_requests` scored requests per arm — neither a success nor a failure. Latency is
+looked at once, on each arm's first `min_requests` requests (`latency_look`): a canary whose p95 there exceeds
+prod's by more than `canary.max_latency_ratio`, significantly (one-sided Mann–Whitney at `alpha`), fails whatever
+its outcomes. The SPRT is valid at every look (Wald); the latency rule has one look. A canary as good as prod
+therefore fails with probability ≤ β/(1 − α) + α however often the analysis runs
+(`tests/feedback/test_canary.py` simulates it). Requests without an outcome are counted, never silently dropped.
 """
 
 from __future__ import annotations
@@ -75,21 +79,19 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
     delta = paired_bootstrap([p for p, _ in pairs], [q for _, q in pairs], n=cfg["evaluate"]["bootstrap"],
                              ci=cfg["evaluate"]["ci"], seed=11)
     reasons = []
-    ratio = latency["canary"] / latency["prod"] if latency["prod"] and latency["canary"] else None
-    if ratio is not None and ratio > c["max_latency_ratio"]:
-        reasons.append({"rule": "p95_latency_ratio", "observed": round(ratio, 3), "threshold": c["max_latency_ratio"],
-                        "outcome": "failed"})
-    if test.outcome == "accept_h0":
+    few = min(len(scored["prod"]), len(scored["canary"])) < c["min_requests"]
+    slow = latency_look(served, c)
+    if slow is not None:
+        reasons.append(slow)
+    if test.outcome in ("accept_h0", "accept_h1"):
+        ended = "failed" if test.outcome == "accept_h0" else "successful"
         reasons.append({"rule": "sprt", "observed": f"canary won {test.canary_wins} of {test.discordant_seen} discordant",
-                        "threshold": f"H0 p={c['p_worse']}", "outcome": "failed"})
-    elif test.outcome == "accept_h1":
-        few = min(len(scored["prod"]), len(scored["canary"])) < c["min_requests"]
-        reasons.append({"rule": "sprt", "observed": f"canary won {test.canary_wins} of {test.discordant_seen} discordant",
-                        "threshold": f"H1 p={c['p_better']}", "outcome": "inconclusive" if few else "successful"})
-        if few:
-            reasons.append({"rule": "min_requests", "observed": min(len(scored['prod']), len(scored['canary'])),
-                            "threshold": c["min_requests"], "outcome": "inconclusive"})
-    else:
+                        "threshold": f"H{0 if ended == 'failed' else 1} p={c['p_worse' if ended == 'failed' else 'p_better']}",
+                        "outcome": "inconclusive" if few else ended})
+    if few:  # neither a success nor a failure on fewer requests: a handful of answers never ends a canary
+        reasons.append({"rule": "min_requests", "observed": min(len(scored['prod']), len(scored['canary'])),
+                        "threshold": c["min_requests"], "outcome": "inconclusive"})
+    if test.outcome == "continue":
         reasons.append({"rule": "sprt", "observed": f"llr {test.llr:.3f} within ({test.lower:.3f}, {test.upper:.3f})",
                         "threshold": "a bound", "outcome": "inconclusive"})
     order = ["failed", "inconclusive", "successful"]
@@ -104,6 +106,27 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
                                       else pairs_until(pairs, test.discordant_seen), "p_worse": c["p_worse"], "p_better": c["p_better"], "alpha": c["alpha"],
                                       "beta": c["beta"]},
             "p95_latency_ms": latency}
+
+
+def latency_look(served: dict[str, list[dict]], c: dict) -> dict | None:
+    """The latency rule, looked at once: on the first `min_requests` requests of each arm (a fixed sample, so
+    re-running the analysis after every request does not re-test a noisy statistic), the canary fails when its
+    p95 exceeds prod's by more than `max_latency_ratio` and a one-sided Mann–Whitney test at level `alpha` says its
+    latencies run higher. Before that many requests it says nothing; None when it passes."""
+    from scipy.stats import mannwhitneyu
+
+    k = c["min_requests"]
+    if min(len(served["prod"]), len(served["canary"])) < k:
+        return None
+    first = {a: [r["latency_ms"] for r in served[a][:k]] for a in ARMS}
+    ratio = p95(first["canary"]) / p95(first["prod"]) if p95(first["prod"]) else None
+    if ratio is None or ratio <= c["max_latency_ratio"]:
+        return None
+    p_value = float(mannwhitneyu(first["canary"], first["prod"], alternative="greater").pvalue)
+    if p_value >= c["alpha"]:
+        return None
+    return {"rule": "p95_latency_ratio", "observed": f"{ratio:.3f} on the first {k} requests (Mann-Whitney p "
+            f"{p_value:.3g})", "threshold": c["max_latency_ratio"], "outcome": "failed"}
 
 
 def decided(logs: Path, cfg: dict) -> bool:

@@ -22,11 +22,11 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from clap import paths
 from clap.errors import UserError
-from clap.io import read_json, sha256_file, write_json
+from clap.io import OUTPUT_MARKER, read_json, sha256_file, write_json
 from clap.schemas import BundleFile, EvidenceBundle
 
 
@@ -47,8 +47,7 @@ ROLES = [  # (glob, role)
     ("models/{c}/adapter/README.md", "adapter"),
     ("models/*/guard_report.json", "guard_report"),
     ("models/*/train_metrics.json", "train_metrics"),
-    ("data/materialized/*/*.jsonl", "dataset"),
-    ("data/materialized/*/data_quality.json", "dataset"),
+    ("data/materialized/*/**/*", "dataset"),  # every file of each batch's folder: its DVC hash is recomputed too
     ("data/admission/*.json", "admission"),
     ("data/eval/*/records.jsonl", "eval_records"),
     ("data/eval/*/regressed_samples.jsonl", "regressed_samples"),
@@ -96,37 +95,115 @@ def build(root: Path, params: dict, candidate: str = "sft", hashes: dict[str, st
     one candidate's bundle computed to the next: the candidates share every file but their adapter."""
     root = Path(root)
     decision = read_json(root / GATE_PATH)
-    files = _pinned_files(root, candidate, (decision.get("agent") or {}).get("candidate"),
-                          {} if hashes is None else hashes)
+    tracks = release_tracks(decision, candidate, prod_agent(root))
+    files = _pinned_files(root, candidate, tracks["agent"]["ships"], {} if hashes is None else hashes)
     base = base or base_identity(root, params)
     bundle = EvidenceBundle(candidate=candidate, code_commit=git_commit(root), base_model=base,
                             config_sha256=_config_sha256(params), config=params, files=files, decision=decision,
-                            dataset_versions=_dataset_versions(files, params["data"]["batches"], _dvc_dir_hashes(root)))
+                            dataset_versions=_dataset_versions(files, params["data"]["batches"], _dvc_dir_hashes(root)),
+                            tracks=tracks)
     key = signing_key()
     return bundle.model_copy(update={"signature": sign(bundle, key)}) if key else bundle
 
 
+SHIPPABLE = ("promote", "canary")  # the verdicts whose adapter a release may pin, restore and serve
+
+
+def release_tracks(decision: dict, candidate: str, prod_agent_version: str | None) -> dict:
+    """What a release ships on each track, from the gate's record: `ships` is the candidate the gate promoted or
+    canaried, else None. The extraction track's bundle is evidence for a held candidate (release refuses it);
+    on the agent track a held adapter is never pinned — the agent adapter already in prod stays
+    (`carried_from`: the version whose bundle pins it), else none ships."""
+    agent = decision.get("agent") or {}
+    agent_ships = agent.get("candidate") if agent.get("decision") in SHIPPABLE else None
+    return {"extraction": {"candidate": candidate, "decision": decision.get("decision"),
+                           "ships": candidate if decision.get("decision") in SHIPPABLE else None},
+            "agent": {"candidate": agent.get("candidate"), "decision": agent.get("decision"), "ships": agent_ships,
+                      "carried_from": None if agent_ships or not agent else prod_agent_version}}
+
+
+def prod_agent(root: Path) -> str | None:
+    """The version whose bundle pins the agent adapter in prod (following `carried_from`), or None."""
+    pointer = root / paths.PROD_POINTER
+    version = (read_json(pointer) if pointer.exists() else {}).get("version")
+    return agent_source(root, version) if version else None
+
+
+def agent_source(root: Path, version: str, depth: int = 0) -> str | None:
+    """The version whose committed bundle pins the agent adapter `version` ships: itself, the one it carried
+    from, or None when it ships none."""
+    if depth > 100:
+        raise BundleMismatch(f"{version}: the agent adapter's carried_from chain does not end")
+    shown = subprocess.run(["git", "show", f"clap-adapter@{version}:{BUNDLE_PATH}"], cwd=root, capture_output=True,
+                           text=True)
+    if shown.returncode != 0:
+        return None
+    b = EvidenceBundle.model_validate_json(shown.stdout)
+    if any(f.role == "agent_adapter" for f in b.files):
+        return version
+    carried = (b.tracks.get("agent") or {}).get("carried_from")
+    return agent_source(root, carried, depth + 1) if carried else None
+
+
 def _pinned_files(root: Path, candidate: str, agent_candidate: str | None, hashes: dict[str, str]) -> list[BundleFile]:
-    """Every file of ROLES that exists; no agent adapter when the gate judged none (`agent.enabled: false`)."""
+    """Every file of ROLES that exists; the agent adapter only when the gate shipped one (`agent_candidate`)."""
     files = []
+    for path, role in expected_entries(root, candidate, agent_candidate):
+        if path not in hashes:
+            hashes[path] = sha256_file(root / path)
+        files.append(BundleFile(path=path, sha256=hashes[path], role=role))
+    return files
+
+
+def expected_entries(root: Path, candidate: str, agent_candidate: str | None) -> list[tuple[str, str]]:
+    """(path, role) of every file a release of `candidate` must pin, found in the working tree by ROLES: what
+    `build` pins and what `verify` recomputes, so an entry dropped from the bundle or a file added beside the
+    pinned ones is named."""
+    out, seen = [], set()
     for pattern, role in ROLES:
         if agent_candidate is None and "{a}" in pattern:
             continue
         for p in sorted(root.glob(pattern.format(c=candidate, a=agent_candidate))):
-            path = str(p.relative_to(root))
-            if path not in hashes:
-                hashes[path] = sha256_file(p)
-            files.append(BundleFile(path=path, sha256=hashes[path], role=role))
-    return files
+            path = p.relative_to(root).as_posix()
+            if p.is_file() and path not in seen:
+                seen.add(path)
+                out.append((path, role))
+    return out
+
+
+def _role_of(path: str, candidate: str, agent_candidate: str | None) -> set[str]:
+    """The roles whose ROLES pattern `path` matches."""
+    return {role for pattern, role in ROLES if (agent_candidate is not None or "{a}" not in pattern)
+            and _glob_regex(pattern.format(c=candidate, a=agent_candidate or "")).fullmatch(path)}
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """Path.glob's pattern as a regex over a POSIX relative path: `*` within one folder, `**/` across folders."""
+    out = []
+    for part in re.split(r"(\*\*/|\*)", pattern):
+        out.append("(?:[^/]+/)*" if part == "**/" else "[^/]*" if part == "*" else re.escape(part))
+    return re.compile("".join(out))
 
 
 def base_identity(root: Path, params: dict) -> dict:
-    """The base model's identity (its weights hashed), its path relative to the repository when inside it."""
+    """The base model's identity by content — every file of its folder hashed (`files_sha256`), the weights also
+    under `weights_sha256` as the serving check reads them — with its path relative to the repository when inside
+    it (a clone elsewhere verifies it), absolute only for a folder outside the repository."""
     from clap import model
 
-    base = model.identity(_base_dir(root, params))
-    base["path"] = str(Path(base["path"]).relative_to(root)) if Path(base["path"]).is_relative_to(root) else base["path"]
+    folder = _base_dir(root, params)
+    base = model.identity(folder)
+    base["files_sha256"] = base_files(folder)
+    where, top = Path(base["path"]).resolve(), Path(root).resolve()
+    base["path"] = where.relative_to(top).as_posix() if where.is_relative_to(top) else str(where)
     return base
+
+
+def base_files(folder: Path) -> dict[str, str]:
+    """sha256 of every file in the base model's folder (config, tokenizer, weights, manifest), by relative path."""
+    folder = Path(folder)
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != OUTPUT_MARKER}
 
 
 def _base_dir(root: Path, params: dict) -> Path:
@@ -210,6 +287,8 @@ def verify(bundle_path: Path, root: Path | None = None) -> EvidenceBundle:
     _check_config(b, root, where)
     _check_code_commit(b, root, where)
     _check_candidate(b, root, where)
+    _check_tracks(b, root, where)
+    _check_entries(b, root, where)
     for f in b.files:
         p = root / f.path
         if not p.exists():
@@ -301,6 +380,60 @@ def _check_candidate(b: EvidenceBundle, root: Path, where: str) -> None:
         raise BundleMismatch(f"{root / extra[0]}: in the adapter folder but not pinned by the bundle")
 
 
+def required_entries(params: dict) -> list[str]:
+    """Files every release's bundle pins whatever else ran: the gate's record, and each batch's admission record
+    and evaluation metrics (the evidence its rules read)."""
+    return [GATE_PATH] + [p.as_posix() for b in params["data"]["batches"]
+                          for p in (paths.admission(b), paths.eval_metrics(b))]
+
+
+def _check_entries(b: EvidenceBundle, root: Path, where: str) -> None:
+    """The bundle's file list is recomputed, not trusted: every entry stays inside the repository, is a file the
+    pipeline makes for its role, appears once; every file the roles find in the tree is pinned; the evidence every
+    release needs is there."""
+    top = root.resolve()
+    agent = (b.tracks.get("agent") or {}).get("ships") if b.tracks else \
+        next((PurePosixPath(f.path).parts[1] for f in b.files if f.role == "agent_adapter"), None)
+    seen: set[str] = set()
+    for f in b.files:
+        pure = PurePosixPath(f.path)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in f.path or not (root / f.path).resolve().is_relative_to(top):
+            raise BundleMismatch(f"{where}: entry {f.path!r} leaves the repository")
+        if f.path in seen:
+            raise BundleMismatch(f"{where}: entry {f.path!r} appears twice")
+        seen.add(f.path)
+        if f.role not in _role_of(f.path, b.candidate, agent):
+            raise BundleMismatch(f"{where}: entry {f.path!r} is not a file the pipeline makes as {f.role!r}")
+    for path, role in expected_entries(root, b.candidate, agent):
+        if path not in seen:
+            raise BundleMismatch(f"{root / path}: exists but the bundle does not pin it (role {role})")
+    for path in required_entries(b.config):
+        if path not in seen:
+            raise BundleMismatch(f"{where}: pins no {path} (every release's evidence)")
+
+
+def _check_tracks(b: EvidenceBundle, root: Path, where: str) -> None:
+    """The tracks are what the gate's record says they are, and the agent adapter pinned is exactly the one the
+    gate shipped: none when its verdict was not promote/canary (a held agent adapter never ships)."""
+    agent = b.tracks.get("agent") or {}
+    expected = release_tracks(b.decision, b.candidate, agent.get("carried_from"))
+    if b.tracks and b.tracks != expected:  # a bundle written before tracks existed is checked on its pins alone
+        raise BundleMismatch(f"{where}: tracks do not follow the gate's record (expected {expected})")
+    pinned = {f.path for f in b.files if f.role == "agent_adapter"}
+    ships = expected["agent"]["ships"]
+    if ships is None and pinned:
+        raise BundleMismatch(f"{where}: pins an agent adapter ({sorted(pinned)[0]}) the gate did not ship "
+                             f"(agent verdict {agent.get('decision')})")
+    if ships is not None:
+        folder = ADAPTER_DIR.format(c=ships)
+        required = {f"{folder}/{n}" for n in ADAPTER_REQUIRED}
+        if any(not p.startswith(folder + "/") for p in pinned) or not required <= pinned:
+            raise BundleMismatch(f"{where}: the agent adapter pinned is not exactly {folder} (the gate ships {ships})")
+    carried = expected["agent"]["carried_from"]
+    if carried is not None and agent_source(root, carried) != carried:
+        raise BundleMismatch(f"{where}: tracks.agent.carried_from {carried} is not a release that pins an agent adapter")
+
+
 def _check_dataset_versions(b: EvidenceBundle, root: Path, where: str) -> None:
     expected = _dataset_versions(b.files, b.config["data"]["batches"], {})
     got = {k: v for k, v in b.dataset_versions.items() if not k.endswith(":dvc_md5")}
@@ -314,6 +447,18 @@ def _check_dataset_versions(b: EvidenceBundle, root: Path, where: str) -> None:
                 raise BundleMismatch(f"{where}: dataset_versions {k} cannot be checked ({path} not in dvc.lock)")
             if dvc[path] != v:
                 raise BundleMismatch(f"{where}: dataset_versions {k} differs from dvc.lock")
+            if dvc_dir_md5(root / path) != v:
+                raise BundleMismatch(f"{root / path}: its files no longer hash to the DVC directory hash the bundle "
+                                     f"pins ({v}): a file was added, removed or changed")
+
+
+def dvc_dir_md5(folder: Path) -> str:
+    """DVC's directory hash of `folder`, recomputed from its files: md5 of the sorted [{md5, relpath}] listing as
+    dvc-data serialises it (`Tree.as_bytes`), with `.dir` appended."""
+    folder = Path(folder)
+    entries = sorted(({"md5": hashlib.md5(p.read_bytes()).hexdigest(), "relpath": p.relative_to(folder).as_posix()}
+                      for p in folder.rglob("*") if p.is_file()), key=lambda e: e["relpath"])
+    return hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest() + ".dir"
 
 
 def _check_base_model(b: EvidenceBundle, root: Path, where: str) -> None:
@@ -328,6 +473,12 @@ def _check_base_model(b: EvidenceBundle, root: Path, where: str) -> None:
     ident = model.identity(base_path)
     if ident["weights_sha256"] != b.base_model.get("weights_sha256"):
         raise BundleMismatch(f"{base_path}: base model weights differ from the bundle (field base_model)")
+    pinned = b.base_model.get("files_sha256")
+    if pinned is not None:  # bundles from before content identity pin the weights alone
+        now = base_files(base_path)
+        changed = sorted(set(pinned) ^ set(now)) + sorted(n for n in set(pinned) & set(now) if pinned[n] != now[n])
+        if changed:
+            raise BundleMismatch(f"{base_path / changed[0]}: base model file differs from the bundle (field base_model)")
     if ident["name"] != b.base_model.get("name"):
         raise BundleMismatch(f"{base_path}: base model is {ident['name']!r}, the bundle names {b.base_model.get('name')!r}")
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import statistics
 
+from clap import paths
+from clap.release import evidence
 from clap.schemas import GateDecision, Reason
 
 SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
@@ -34,23 +36,36 @@ CHAIN = ("sft", "dpo", "grpo")  # the steps in order; DPO and GRPO both continue
 
 
 def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> None:
-    """The decision task's rules for `step`, on its decision_score against prod (else base): hold when
-    the whole CI is below `min_decision_delta` (significantly worse); canary when only the point
-    estimate is (a drop the held-out cases cannot tell from noise), or when the CI lower bound is not
-    above `decision_ci_lower_must_exceed`. The decision holdout is small (≈ 20 cases in the demo), so
-    the rule is on the interval, not the point."""
+    """The decision task's rules for `step`, on its decision_score against prod (else base), on the interval or
+    the point as `acts_on.decision` says (`_delta_rule`). The decision holdout is small (≈ 20 cases in the
+    demo): the default acts on the interval."""
     if decisions is None or not decisions["n"]:
         fire("decision_eval_missing", None, "≥1 held-out case", "hold")
         return
     ref, d = _vs_reference(decisions, step)
-    if d is None or d["delta"] is None:
+    if d is None:
         fire(f"decision_eval_missing:{step}", None, "present", "hold")
-    elif d["ci_high"] < policy["min_decision_delta"]:
-        fire(f"decision_score_{step}_minus_{ref}", _with_ci(d), policy["min_decision_delta"], "hold")
-    elif d["delta"] < policy["min_decision_delta"]:
-        fire(f"decision_score_{step}_minus_{ref}_not_significant", _with_ci(d), policy["min_decision_delta"], "canary")
-    elif d["ci_low"] <= policy["decision_ci_lower_must_exceed"]:
-        fire(f"decision_score_{step}_minus_{ref}_ci_low", _with_ci(d), policy["decision_ci_lower_must_exceed"], "canary")
+        return
+    _delta_rule(fire, f"decision_score_{step}_minus_{ref}", d, policy["min_decision_delta"],
+                policy["decision_ci_lower_must_exceed"], policy["acts_on"]["decision"])
+
+
+def _delta_rule(fire, rule: str, d: dict, floor: float, must_exceed: float | None, acts_on: str) -> None:
+    """One paired delta against its policy. On the interval: hold when the whole CI is below `floor` (significantly
+    worse); canary when only the point is (`<rule>_not_significant`: a drop the cases cannot tell from noise), or
+    when the CI's lower bound is not above `must_exceed` (`<rule>_ci_low`: a gain not yet shown). On the point:
+    hold when the point is below `floor`; canary when it is not above `must_exceed` (`<rule>_point`)."""
+    if acts_on == "interval":
+        if d["ci_high"] < floor:
+            fire(rule, _with_ci(d), floor, "hold")
+        elif d["delta"] < floor:
+            fire(f"{rule}_not_significant", _with_ci(d), floor, "canary")
+        elif must_exceed is not None and d["ci_low"] <= must_exceed:
+            fire(f"{rule}_ci_low", _with_ci(d), must_exceed, "canary")
+    elif d["delta"] < floor:
+        fire(rule, _with_ci(d), floor, "hold")
+    elif must_exceed is not None and d["delta"] <= must_exceed:
+        fire(f"{rule}_point", _with_ci(d), must_exceed, "canary")
 
 
 def _vs_reference(decisions: dict, step: str) -> tuple[str, dict | None]:
@@ -81,8 +96,7 @@ def _with_ci(d: dict) -> str:
 
 def _human_rules(fire, policy: dict, human: dict | None, candidate_manifest: str | None) -> None:
     """The human verdict (metrics/human.json) on the candidate it rated: its usefulness delta against
-    the reference (hold when the whole CI is below `min_human_usefulness_delta`, canary when the point
-    is), trusted only when the raters agree (Krippendorff's α ≥ `min_human_agreement`). A verdict on
+    the reference against `min_human_usefulness_delta` (`_delta_rule`, on what `acts_on.human` says), trusted only when the raters agree (Krippendorff's α ≥ `min_human_agreement`). A verdict on
     another adapter is stale. With `require_human`, a missing, stale or untrusted verdict keeps the
     candidate from promote; without it, those are recorded as info."""
     required = policy["require_human"]
@@ -102,10 +116,9 @@ def _human_rules(fire, policy: dict, human: dict | None, candidate_manifest: str
     d = (human.get("deltas", {}).get(f"candidate-{ref}") or {}).get("usefulness")
     if d is None or d["delta"] is None:
         fire(f"human_usefulness_candidate_minus_{ref}", None, "rated", missing)
-    elif d["ci_high"] < policy["min_human_usefulness_delta"]:
-        fire(f"human_usefulness_candidate_minus_{ref}", _with_ci(d), policy["min_human_usefulness_delta"], "hold")
-    elif d["delta"] < policy["min_human_usefulness_delta"]:
-        fire(f"human_usefulness_candidate_minus_{ref}", _with_ci(d), policy["min_human_usefulness_delta"], "canary")
+    else:
+        _delta_rule(fire, f"human_usefulness_candidate_minus_{ref}", d, policy["min_human_usefulness_delta"], None,
+                    policy["acts_on"]["human"])
 
 
 def via_canary(policy: dict, decision: GateDecision) -> GateDecision:
@@ -121,24 +134,66 @@ def via_canary(policy: dict, decision: GateDecision) -> GateDecision:
 def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], evaluation: dict[str, dict],
            replay: dict | None, candidate: str = "sft", decisions: dict | None = None, human: dict | None = None,
            candidate_manifest: str | None = None) -> GateDecision:
-    """`evaluation[batch]` = {"baseline", "candidate", "deltas"} metrics per batch, plus "prod",
-    "deltas_vs_prod" and "prod_vs_base" when an adapter is in prod: then prod is the reference M.
-    `decisions` (metrics/decisions.json, when the decision evaluation ran) adds the decision rules;
-    `human` (metrics/human.json) the human rules, for the adapter whose manifest sha256 is `candidate_manifest`."""
+    """`evaluation[batch]` = the batch's metrics/eval record: {"n", "baseline", "candidate", "deltas"}, plus "prod",
+    "deltas_vs_prod", "prod_vs_base" and "candidate_is_prod" when an adapter is in prod (then prod is the
+    reference M), and "latency" (the paired timing). `decisions` (metrics/decisions.json, when the decision
+    evaluation ran) adds the decision rules; `human` (metrics/human.json) the human rules, for the adapter whose
+    manifest sha256 is `candidate_manifest`. Evidence that is not a finite number with its n holds before any rule
+    reads it (`evidence_invalid`, naming the file and field)."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome, batch=None):
         reasons.append(Reason(rule=rule, observed=observed, threshold=threshold, batch=batch, outcome=outcome))
 
+    _admission_rules(fire, admission)
+    trainers = _guard_rules(fire, policy, guards, candidate)
+    bad = evidence.problems(evaluation, replay, decisions, human, batches=admission)
+    if bad:
+        for file, field, problem in bad:
+            fire("evidence_invalid", f"{file}: {field} {problem}", "a finite number with its n", "hold",
+                 _batch_of(file, evaluation, admission))
+        summary = {"decision_code": SEVERITY.index("hold"), "mean_overall_delta": None, "regressed_batches": None,
+                   "reasons": _counted(reasons), "decision_score_delta": None}
+        return GateDecision(decision="hold", reasons=reasons, per_batch={b: "hold" for b in {*evaluation} | {*admission}},
+                            requires_rag=False, policy=policy["name"], candidate=candidate, trainers=trainers,
+                            summary=summary)
+    per_batch, regressed = _batch_rules(fire, policy, evaluation)
+    mean_delta = _pooled_rules(fire, policy, evaluation, regressed)
+    parse = [ev["candidate"]["parse_ok"] for ev in evaluation.values()]
+    if parse and statistics.fmean(parse) < policy["min_parse_ok"]:
+        fire("parse_ok", round(statistics.fmean(parse), 4), policy["min_parse_ok"], "reject")
+    requires_rag = _replay_rules(fire, policy, replay)
+    if decisions is not None and decisions["n"]:
+        _decision_rules(fire, policy, decisions, candidate)
+    _human_rules(fire, policy, human, candidate_manifest)
+    decision = _prod_regression_rules(fire, policy, evaluation, _worst(reasons))
+    summary = {"decision_code": SEVERITY.index(decision), "mean_overall_delta": mean_delta,
+               "regressed_batches": regressed, "reasons": _counted(reasons),
+               "decision_score_delta": _decision_delta(decisions, candidate)}
+    return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
+                        policy=policy["name"], candidate=candidate, trainers=trainers, summary=summary)
+
+
+def _batch_of(file: str, evaluation: dict, admission: dict) -> str | None:
+    return next((b for b in {*evaluation} | {*admission} if file == str(paths.eval_metrics(b))), None)
+
+
+def _admission_rules(fire, admission: dict[str, dict]) -> None:
+    """A batch whose admission did not allow SFT holds the candidate trained on it."""
     for b, rec in sorted(admission.items()):
-        if "sft" not in rec.get("trainable", []):
-            fire("admission", rec["decision"], "admit|sft_only", "hold", b)
+        if "sft" not in (rec or {}).get("trainable", []):
+            fire("admission", (rec or {}).get("decision"), "admit|sft_only", "hold", b)
+
+
+def _guard_rules(fire, policy: dict, guards: dict[str, dict | None], candidate: str) -> dict[str, str]:
+    """Each trainer's guard report: a missing report or a trip holds the candidate; a probe's trip is recorded
+    (info) and holds that probe only. Returns trainer → ok | hold."""
     trainers: dict[str, str] = {}
     for name, g in sorted(guards.items()):
-        scope = "hold" if name == candidate else "info"  # a probe's trip holds the probe, not the candidate
-        if g is None:
+        scope = "hold" if name == candidate else "info"
+        if g is None or not isinstance(g, dict) or g.get("status") not in ("ok", "stopped", "disabled"):
             trainers[name] = "hold"
-            fire(f"guard_report_missing:{name}", None, "present", scope)
+            fire(f"guard_report_missing:{name}", None if g is None else str(g)[:80], "present", scope)
         elif g["status"] != "ok":
             trainers[name] = "hold"
             trip = g.get("trip") or {}
@@ -146,87 +201,124 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
                 fire(f"guard:{name}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), scope)
         else:
             trainers[name] = "ok"
-    per_batch: dict[str, str] = {}
-    overall = []
-    regressed = 0
+    return trainers
+
+
+def _reference(ev: dict) -> tuple[str, dict, dict]:
+    """(name, metrics, candidate − reference deltas) of the batch's reference: prod when one is in prod, else base."""
+    return ("prod", ev["prod"], ev["deltas_vs_prod"]) if "prod" in ev else ("baseline", ev["baseline"], ev["deltas"])
+
+
+def _batch_rules(fire, policy: dict, evaluation: dict) -> tuple[dict[str, str], int]:
+    """Per batch, against the reference: the overall_score regression (on the point or on the interval, as
+    `acts_on.batch` says), hallucination and wrong facts, and the paired latency ratio. Returns each batch's
+    outcome and the number of regressed batches."""
+    per_batch, regressed = {}, 0
+    on_interval = policy["acts_on"]["batch"] == "interval"
     for b, ev in sorted(evaluation.items()):
-        d, base = (ev["deltas_vs_prod"], ev["prod"]) if "prod" in ev else (ev["deltas"], ev["baseline"])
-        cand = ev["candidate"]
-        delta = d["overall_score"]["delta"]
-        overall.append(delta)
+        ref, base, d = _reference(ev)
+        cand, o = ev["candidate"], d["overall_score"]
         outcome = "promote"
-        if delta < 0:
+        below_zero = o["ci_high"] < 0 if on_interval else o["delta"] < 0
+        critical = (o["ci_high"] if on_interval else o["delta"]) < policy["max_batch_regression"]
+        if below_zero:
             regressed += 1
             outcome = "canary"
-        if delta < policy["max_batch_regression"]:
-            fire("critical_batch_regression", delta, policy["max_batch_regression"], "hold", b)
+        elif on_interval and o["delta"] < 0:
+            fire("batch_regression_not_significant", _with_ci(o), 0.0, "canary", b)
+            outcome = "canary"
+        if critical:
+            fire("critical_batch_regression", _with_ci(o) if on_interval else o["delta"],
+                 policy["max_batch_regression"], "hold", b)
             outcome = "hold"
-        if cand["hallucination_rate"] > policy["max_hallucination_rate"]:
-            fire("hallucination_rate", cand["hallucination_rate"], policy["max_hallucination_rate"], "hold", b)
-            outcome = "hold"
-        if cand["hallucination_rate"] - base["hallucination_rate"] > policy["max_hallucination_increase"]:
-            fire("hallucination_increase", round(cand["hallucination_rate"] - base["hallucination_rate"], 4),
-                 policy["max_hallucination_increase"], "hold", b)
-            outcome = "hold"
-        if cand["wrong_fact_rate"] - base["wrong_fact_rate"] > policy["max_wrong_fact_increase"]:
-            fire("wrong_fact_increase", round(cand["wrong_fact_rate"] - base["wrong_fact_rate"], 4),
-                 policy["max_wrong_fact_increase"], "hold", b)
-            outcome = "hold"
-        bl, cl = base.get("p95_latency_ms"), cand.get("p95_latency_ms")
-        if bl and cl and cl / bl > policy["max_p95_latency_ratio"]:
-            fire("p95_latency_ratio", round(cl / bl, 3), policy["max_p95_latency_ratio"], "canary", b)
+        for rule, observed, limit in (
+                ("hallucination_rate", cand["hallucination_rate"], policy["max_hallucination_rate"]),
+                ("hallucination_increase", round(cand["hallucination_rate"] - base["hallucination_rate"], 4),
+                 policy["max_hallucination_increase"]),
+                ("wrong_fact_increase", round(cand["wrong_fact_rate"] - base["wrong_fact_rate"], 4),
+                 policy["max_wrong_fact_increase"])):
+            if observed > limit:
+                fire(rule, observed, limit, "hold", b)
+                outcome = "hold"
+        if _latency_rule(fire, policy, ev.get("latency"), ref, b):
             outcome = max(outcome, "canary", key=SEVERITY.index)
         per_batch[b] = outcome
+    return per_batch, regressed
+
+
+def _latency_rule(fire, policy: dict, latency: dict | None, ref: str, batch: str) -> bool:
+    """The candidate's p95 over its reference's, both timed in one interleaved run on the same requests
+    (`evaluate.latency_requests`): canary above `max_p95_latency_ratio`. Without such a timing the rule abstains
+    (info): stored latencies were measured at other times, under other loads, and are never compared."""
+    timing = (latency or {}).get(ref)
+    if not timing or timing.get("abstained"):
+        fire("p95_latency_ratio_abstained", (timing or {}).get("abstained") or "no paired timing", "paired timing",
+             "info", batch)
+        return False
+    if timing["p95_ratio"] > policy["max_p95_latency_ratio"]:
+        fire("p95_latency_ratio", round(timing["p95_ratio"], 3), policy["max_p95_latency_ratio"], "canary", batch)
+        return True
+    return False
+
+
+def _pooled_rules(fire, policy: dict, evaluation: dict, regressed: int) -> float | None:
+    """Over all batches: too many regressed batches holds (one or more canaries); the mean overall_score delta
+    holds below `min_overall_delta`; on the interval (`acts_on.pooled`), the mean of the batches' CI lower bounds —
+    below the pooled mean's own lower bound, so the rule errs towards canary — must exceed
+    `ci_lower_must_exceed`, on the point the mean itself must. Returns the mean delta."""
     if regressed > policy["max_regressed_batches"]:
         fire("regressed_batches", regressed, policy["max_regressed_batches"], "hold")
     elif regressed:
         fire("regressed_batches", regressed, policy["max_regressed_batches"], "canary")
-    mean_delta = round(statistics.fmean(overall), 6) if overall else None
-    if mean_delta is None:
+    overall = [_reference(ev)[2]["overall_score"] for ev in evaluation.values()]
+    if not overall:
         fire("no_evaluation", None, "≥1 batch", "hold")
-    elif mean_delta < policy["min_overall_delta"]:
+        return None
+    mean_delta = round(statistics.fmean(o["delta"] for o in overall), 6)
+    if mean_delta < policy["min_overall_delta"]:
         fire("overall_delta", mean_delta, policy["min_overall_delta"], "hold")
-    else:
-        lows = [ev.get("deltas_vs_prod", ev["deltas"])["overall_score"]["ci_low"] for ev in evaluation.values()]
-        pooled_low = statistics.fmean(lows)
+    elif policy["acts_on"]["pooled"] == "interval":
+        pooled_low = statistics.fmean(o["ci_low"] for o in overall)
         if pooled_low <= policy["ci_lower_must_exceed"]:
             fire("overall_delta_ci_low", round(pooled_low, 6), policy["ci_lower_must_exceed"], "canary")
-    parse = [ev["candidate"]["parse_ok"] for ev in evaluation.values()]
-    if parse and statistics.fmean(parse) < policy["min_parse_ok"]:
-        fire("parse_ok", round(statistics.fmean(parse), 4), policy["min_parse_ok"], "reject")
-    requires_rag = False
-    if replay:
-        arms = replay["arms"]
-        requires_rag = arms["D"]["value_exact"] < 0.5 * max(arms["B"]["value_exact"], 1e-9)
-        champion = "P" if "P" in arms else "A"  # the application's current answer: prod + RAG, else base + RAG
-        gain = arms["B"]["core_fields_exact"] - arms[champion]["core_fields_exact"]
-        ci = replay.get("contrasts", {}).get(f"B-{champion}", {}).get("core_fields_exact")
-        if policy["require_replay_gain"] and gain < 0:
-            fire(f"replay_core_fields_B_minus_{champion}", round(gain, 4) if ci is None else
-                 f"{gain:+.4f} [{ci['ci_low']:+.4f}, {ci['ci_high']:+.4f}]", 0.0, "hold")
-    elif policy["require_replay_gain"]:
-        fire("replay_missing", None, "present", "hold")
-    if decisions is not None and decisions["n"]:
-        _decision_rules(fire, policy, decisions, candidate)
-    _human_rules(fire, policy, human, candidate_manifest)
-    decision = _worst(reasons)
+    elif mean_delta <= policy["ci_lower_must_exceed"]:
+        fire("overall_delta_point", mean_delta, policy["ci_lower_must_exceed"], "canary")
+    return mean_delta
+
+
+def _replay_rules(fire, policy: dict, replay: dict | None) -> bool:
+    """The ABCD replay: with `require_replay_gain`, B (adapter + RAG) must not lose to the application's current
+    answer (P: prod + RAG, else A: base + RAG) on core fields. Returns whether the adapter needs RAG (D recovers
+    under half of B's values)."""
+    if not replay:
+        if policy["require_replay_gain"]:
+            fire("replay_missing", None, "present", "hold")
+        return False
+    arms = replay["arms"]
+    champion = "P" if "P" in arms else "A"
+    gain = arms["B"]["core_fields_exact"] - arms[champion]["core_fields_exact"]
+    ci = replay.get("contrasts", {}).get(f"B-{champion}", {}).get("core_fields_exact")
+    if policy["require_replay_gain"] and gain < 0:
+        fire(f"replay_core_fields_B_minus_{champion}", round(gain, 4) if ci is None else _with_ci(ci), 0.0, "hold")
+    return arms["D"]["value_exact"] < 0.5 * max(arms["B"]["value_exact"], 1e-9)
+
+
+def _prod_regression_rules(fire, policy: dict, evaluation: dict, decision: str) -> str:
+    """Prod against the base model on every batch of the evidence: below `min_prod_delta_vs_base` prod regressed.
+    A promote replaces it (recorded only); otherwise, with `rollback_on_prod_regression`, the decision is rollback
+    (prod's own adapter re-gated is no remedy)."""
     for b, ev in sorted(evaluation.items()):
         if "prod_vs_base" not in ev:
             continue
         prod_delta = ev["prod_vs_base"]["overall_score"]["delta"]
         if prod_delta < policy["min_prod_delta_vs_base"]:
-            # a promote replaces prod only when it ships another adapter: the one in prod, re-gated, is no remedy
             replaced = (decision == "promote" and not ev.get("candidate_is_prod")) \
                 or not policy["rollback_on_prod_regression"]
             fire("prod_regressed_vs_base", prod_delta, policy["min_prod_delta_vs_base"],
                  "info" if replaced else "rollback", b)
             if not replaced:
                 decision = "rollback"
-    summary = {"decision_code": SEVERITY.index(decision), "mean_overall_delta": mean_delta,
-               "regressed_batches": regressed, "reasons": _counted(reasons),
-               "decision_score_delta": _decision_delta(decisions, candidate)}
-    return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
-                        policy=policy["name"], candidate=candidate, trainers=trainers, summary=summary)
+    return decision
 
 
 def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDecision,
@@ -250,11 +342,17 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
              None if trip.get("step") is None else f"step {trip['step']}")
     if start.decision != "promote":
         fire("starts_from_sft", start.decision, "promote", "canary" if start.decision == "canary" else "hold")
-    _decision_rules(fire, policy, decisions, step)
-    _chain_extraction_rules(fire, policy, (decisions or {}).get("extraction"), step)
+    bad = evidence.problems({}, decisions=decisions) if decisions is not None else []
+    for file, field, problem in bad:
+        fire("evidence_invalid", f"{file}: {field} {problem}", "a finite number with its n", "hold")
+    if bad:
+        decisions = None
+    if not bad:
+        _decision_rules(fire, policy, decisions, step)
+        _chain_extraction_rules(fire, policy, (decisions or {}).get("extraction"), step)
     if policy["chain_step_must_beat_start"] and decisions is not None and decisions["n"]:
         d = decisions["deltas"].get(f"{step}-sft", {}).get("decision_score")
-        if d is None or d["delta"] is None:
+        if d is None:
             fire(f"decision_eval_missing:{step}-sft", None, "present", "hold")
         elif d["ci_low"] <= 0:
             fire(f"decision_score_{step}_minus_sft", _with_ci(d), "CI above 0", "hold")
@@ -269,14 +367,11 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
 def _chain_extraction_rules(fire, policy: dict, extraction: dict | None, step: str) -> None:
     """A chain step on the extraction holdouts against the SFT adapter it continues (evaluate_decisions)."""
     d = ((extraction or {}).get("deltas", {}).get(f"{step}-sft") or {}).get("overall_score")
-    if d is None or d["delta"] is None:
+    if d is None or step not in extraction.get("models", {}):
         fire(f"extraction_eval_missing:{step}-sft", None, "present", "hold")
         return
-    floor = policy["max_chain_extraction_regression"]
-    if d["ci_high"] < floor:
-        fire(f"extraction_overall_{step}_minus_sft", _with_ci(d), floor, "hold")
-    elif d["delta"] < floor:
-        fire(f"extraction_overall_{step}_minus_sft", _with_ci(d), floor, "canary")
+    _delta_rule(fire, f"extraction_overall_{step}_minus_sft", d, policy["max_chain_extraction_regression"], None,
+                policy["acts_on"]["chain_extraction"])
     rate = extraction["models"][step]["hallucination_rate"]
     if rate > policy["max_hallucination_rate"]:
         fire(f"extraction_hallucination_rate:{step}", rate, policy["max_hallucination_rate"], "hold")
@@ -308,26 +403,27 @@ def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate
     elif guard["status"] != "ok":
         trip = guard.get("trip") or {}
         fire(f"guard:{candidate}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), "hold")
-    model = (agent or {}).get("models", {}).get(candidate)
+    bad = evidence.problems({}, agent=agent) if agent is not None else []
+    for file, field, problem in bad:
+        fire("evidence_invalid", f"{file}: {field} {problem}", "a finite number with its n", "hold")
+    model = None if bad else (agent or {}).get("models", {}).get(candidate)
     reference = "prod" if "deltas_vs_prod" in (agent or {}) else "base"
-    d = (agent or {}).get(f"deltas_vs_{reference}", {}).get(candidate, {}).get("success")
-    if model is None or d is None or d["delta"] is None:
+    d = None if bad else (agent or {}).get(f"deltas_vs_{reference}", {}).get(candidate, {}).get("success")
+    if bad:
+        pass
+    elif model is None or d is None or not all(k in model for k in ("hallucinated", "tool_call_accuracy", "success")):
         fire("agent_eval_missing", None, "metrics/agent.json with the candidate", "hold")
+        model = None
     else:
-        rule = f"agent_success_minus_{reference}"
-        if d["ci_high"] < policy["agent_min_success_delta"]:
-            fire(rule, _with_ci(d), policy["agent_min_success_delta"], "hold")
-        elif d["delta"] < policy["agent_min_success_delta"]:
-            fire(f"{rule}_not_significant", _with_ci(d), policy["agent_min_success_delta"], "canary")
-        elif d["ci_low"] <= policy["agent_ci_lower_must_exceed"]:
-            fire(f"{rule}_ci_low", _with_ci(d), policy["agent_ci_lower_must_exceed"], "canary")
+        _delta_rule(fire, f"agent_success_minus_{reference}", d, policy["agent_min_success_delta"],
+                    policy["agent_ci_lower_must_exceed"], policy["acts_on"]["agent"])
         if model["hallucinated"] > policy["agent_max_hallucination_rate"]:
             fire("agent_hallucination_rate", model["hallucinated"], policy["agent_max_hallucination_rate"], "hold")
         if model["tool_call_accuracy"] < policy["agent_min_tool_call_accuracy"]:
             fire("agent_tool_call_accuracy", model["tool_call_accuracy"], policy["agent_min_tool_call_accuracy"], "hold")
         if candidate != AGENT_CHAIN[0] and policy["chain_step_must_beat_start"]:
             vs = (agent.get("deltas_chain", {}).get(f"{candidate}-{AGENT_CHAIN[0]}") or {}).get("success")
-            if vs is None or vs["delta"] is None:
+            if vs is None:
                 fire(f"agent_eval_missing:{candidate}-{AGENT_CHAIN[0]}", None, "present", "hold")
             elif vs["ci_low"] <= 0:
                 fire(f"agent_success_{candidate}_minus_{AGENT_CHAIN[0]}", _with_ci(vs), "CI above 0", "hold")

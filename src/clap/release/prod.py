@@ -60,24 +60,58 @@ def restore(root: Path, out: Path) -> dict:
             bundle = EvidenceBundle.model_validate_json(_show(root, ptr["version_tag"], str(paths.BUNDLE)))
             _restore_adapter(root, ptr, bundle, tmp / "adapter")
             ptr = ptr | {"candidate": bundle.candidate}
-            agent = next((f.path for f in bundle.files if f.role == "agent_adapter"
-                          and f.path.endswith("adapter_model.safetensors")), None)
-            if agent is not None:
-                _restore_adapter(root, ptr, bundle, paths.prod_agent_adapter(tmp), "agent_adapter")
-                ptr = ptr | {"agent_candidate": Path(agent).parent.parent.name}
+            source = agent_release(root, ptr["version"], bundle)
+            if source is not None:
+                version, agent_bundle = source
+                _restore_adapter(root, {"version": version, "version_tag": f"{ARTIFACT}@{version}"}, agent_bundle,
+                                 paths.prod_agent_adapter(tmp), "agent_adapter")
+                ptr = ptr | {"agent_candidate": _agent_candidate(agent_bundle), "agent_version": version}
         write_json(tmp / "prod.json", ptr)
     return ptr
+
+
+ARTIFACT = "clap-adapter"  # GTO's artifact name (clap.release.registry.ARTIFACT)
+
+
+def _bundle_at(root: Path, version: str) -> EvidenceBundle:
+    return EvidenceBundle.model_validate_json(_show(root, f"{ARTIFACT}@{version}", str(paths.BUNDLE)))
+
+
+def _agent_candidate(bundle: EvidenceBundle) -> str:
+    weights = next(f.path for f in bundle.files if f.role == "agent_adapter" and f.path.endswith(".safetensors"))
+    return Path(weights).parent.parent.name
+
+
+def agent_release(root: Path, version: str, bundle: EvidenceBundle | None = None) -> tuple[str, EvidenceBundle] | None:
+    """The release whose bundle pins the agent adapter `version` serves: `version` itself when its gate shipped
+    one (promote/canary), the release it carried prod's agent adapter from when its agent was held, else None."""
+    from clap.release.bundle import agent_source
+
+    bundle = bundle or _bundle_at(root, version)
+    if any(f.role == "agent_adapter" for f in bundle.files):
+        return version, bundle
+    carried = (bundle.tracks.get("agent") or {}).get("carried_from")
+    source = agent_source(root, carried) if carried else None
+    return (source, _bundle_at(root, source)) if source else None
 
 
 def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "adapter") -> tuple[Path, dict]:
     """Restore a registered version's adapter into `dest` (replaced) and return it with the manifest its
     release tag's bundle pins — what `serving.attach` checks before the canary server loads it.
-    `role="agent_adapter"`: the tool-calling agent's adapter the same release shipped."""
-    from clap.release.registry import ARTIFACT
+    `role="agent_adapter"`: the tool-calling agent's adapter that release serves — the one its gate shipped, or the
+    one in prod it kept when its gate held the agent; refused when it serves none."""
     from clap.release.serving import pinned_expectation
 
+    bundle = _bundle_at(root, version)
+    if role == "agent_adapter":
+        source = agent_release(root, version, bundle)
+        if source is None:
+            agent = bundle.tracks.get("agent") or bundle.decision.get("agent") or {}
+            raise ProdUnavailable(f"{version} serves no agent adapter: its gate's agent verdict was "
+                                  f"{agent.get('decision') or 'none (agent track off)'} and no agent adapter was in "
+                                  "prod when it was released")
+        version, bundle = source
     tag = f"{ARTIFACT}@{version}"
-    bundle = EvidenceBundle.model_validate_json(_show(root, tag, str(paths.BUNDLE)))
     if dest.exists():
         shutil.rmtree(dest)
     _restore_adapter(root, {"version": version, "version_tag": tag}, bundle, dest, role)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from clap.data import normalize as nz
 from clap.errors import UserError
-from clap.io import read_json, read_jsonl, write_json
+from clap.io import read_json, read_jsonl, require_inputs, write_json
 from clap.prompts import SYSTEM_DECIDE
 from clap.schemas import AdmissionRecord, Check
 
@@ -76,6 +76,8 @@ def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict,
 
 def run(cfg: dict, batch_dir: Path, out: Path) -> AdmissionRecord:
     batch_dir = Path(batch_dir)
+    require_inputs([(batch_dir / f, f"dvc repro materialize@{batch_dir.name}")
+                    for f in ("data_quality.json", "dpo_pairs.jsonl", "grpo_groups.jsonl")])
     targets = [json.loads(r["target"]) for f in ("sft_train.jsonl", "sft_eval.jsonl")
                if (batch_dir / f).exists() for r in read_jsonl(batch_dir / f)
                if r["system"] != SYSTEM_DECIDE]  # extraction targets; decision rows carry no unit

@@ -209,6 +209,7 @@ def _assetize_unit(work: Path, files: list[str], repaired_files: list[int], unit
             ASSETS[name].validate(df.drop(columns=["_file", "_row"]), lazy=True)
         batches[name] = _write_parts(Path(work) / "parts" / name, unit, df, name)
     file_no = {f: i for i, f in enumerate(files)}
+    (Path(work) / "quarantine").mkdir(parents=True, exist_ok=True)  # the read phase makes it only when it quarantined
     with pq.ParquetWriter(Path(work) / "quarantine" / f"unit-{unit}.parquet", spill.QUARANTINE_SCHEMA,
                           **spill.SPILL_WRITE) as writer:
         for t, name in enumerate(TABLES):

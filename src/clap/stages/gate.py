@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.io import read_json, read_json_if_exists, sha256_file, write_json
+from clap.io import InputFileError, read_json, read_json_if_exists, sha256_file, write_json
 from clap.release.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 from clap.schemas import GateDecision
 
@@ -31,15 +31,10 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
     admission = {b: read_json(root / paths.admission(b)) for b in batches}
     trainers = [candidate] + [t for t in ("dpo", "grpo") if cfg["train"][t]["enabled"] and t != candidate]
     guards = {t: read_json_if_exists(root / paths.MODELS / t / "guard_report.json") for t in trainers}
-    evaluation = {}
-    for b in batches:
-        data = read_json_if_exists(root / paths.eval_metrics(b))
-        if data:
-            evaluation[b] = {k: data[k] for k in ("baseline", "candidate", "deltas", "prod", "deltas_vs_prod",
-                                                  "prod_vs_base", "candidate_is_prod") if k in data}
-    replay = read_json_if_exists(root / paths.REPLAY_METRICS)
-    decisions = read_json_if_exists(root / paths.DECISION_METRICS)
-    human = read_json_if_exists(root / paths.HUMAN_METRICS)
+    evaluation = {b: _evidence(root / paths.eval_metrics(b), f"evaluate@{b}") for b in batches}
+    replay = _evidence(root / paths.REPLAY_METRICS, "replay", optional=True)
+    decisions = _evidence(root / paths.DECISION_METRICS, "evaluate_decisions", optional=True)
+    human = _evidence(root / paths.HUMAN_METRICS, "clap human import", optional=True)
     manifest = root / paths.adapter(candidate) / "manifest.json"
     judged = {candidate: decide(cfg["gate"], admission, guards, evaluation, replay, candidate=candidate,
                                 decisions=decisions, human=human,
@@ -48,7 +43,7 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
         judged[step] = decide_chain_step(cfg["gate"], step, guards[step], judged[candidate], decisions)
     decision = via_canary(cfg["gate"], choose(judged))
     if cfg["agent"]["enabled"]:
-        agent_metrics = read_json_if_exists(root / paths.AGENT_METRICS)
+        agent_metrics = _evidence(root / paths.AGENT_METRICS, "evaluate_agent", optional=True)
         agent = choose_agent({s: decide_agent(cfg["gate"], agent_metrics,
                                               read_json_if_exists(root / paths.MODELS / s / "guard_report.json"), s)
                               for s in agent_chain(cfg)})
@@ -57,3 +52,15 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
             "agent_success_delta": agent["summary"]["success_delta"]}})
     write_json(out, decision.model_dump())
     return decision
+
+
+def _evidence(path: Path, maker: str, optional: bool = False):
+    """An evidence record as read, or a one-line description of why it cannot be (the gate's evidence check names
+    it and holds): a missing file the stage `maker` writes, unreadable JSON, a key repeated in one object.
+    `optional`: absent evidence is None (its rules say what its absence means)."""
+    if not path.exists():
+        return None if optional else f"missing: the stage {maker} has not written it"
+    try:
+        return read_json(path)
+    except InputFileError as exc:
+        return str(exc).removeprefix(f"{path}: ")

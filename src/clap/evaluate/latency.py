@@ -1,0 +1,44 @@
+"""Paired latency: the candidate and its reference timed in one run, on the same requests, interleaved.
+
+Answers read back from the answer store carry the latency measured when they were first decoded — rounds
+ago for prod and the base model, on whatever else the machine was doing then. A ratio of such timings
+measures the machine's load, not the adapters. `paired_latency` decodes a few requests afresh (the store
+bypassed), one request at a time, alternating which model goes first, and reports both p95s and their
+ratio; the gate's latency rule reads only that (`clap.release.gate._latency_rule`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+from clap.evaluate.stats import p95
+
+
+def fresh_generate(engine, conversations: list[list[dict]], use_adapter, max_new_tokens: int,
+                   schemas: list[dict] | None):
+    """One decode that never reads the answer store (engines without a store decode afresh anyway)."""
+    kwargs = {"use_store": False} if "use_store" in inspect.signature(engine.generate).parameters else {}
+    return engine.generate(conversations, use_adapter=use_adapter, max_new_tokens=max_new_tokens, batch_size=1,
+                           progress=False, schemas=schemas, **kwargs)
+
+
+def paired_latency(engine, conversations: list[list[dict]], schemas: list[dict] | None, reference, candidate,
+                   requests: int, max_new_tokens: int) -> dict:
+    """{n, reference_p95_ms, candidate_p95_ms, p95_ratio} over the first `requests` conversations, each decoded
+    by both models back to back (the reference first on even requests, the candidate first on odd ones); or
+    {abstained: why} when nothing was timed."""
+    k = min(requests, len(conversations))
+    if k == 0:
+        return {"abstained": "no request timed (evaluate.latency_requests is 0)" if requests == 0
+                else "no sample to time"}
+    times: dict[str, list[float]] = {"reference": [], "candidate": []}
+    for i in range(k):
+        order = [("reference", reference), ("candidate", candidate)]
+        for name, switch in (order if i % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            fresh_generate(engine, [conversations[i]], switch, max_new_tokens, None if schemas is None else [schemas[i]])
+            times[name].append((time.perf_counter() - t0) * 1000)
+    ref, cand = p95(times["reference"]), p95(times["candidate"])
+    return {"n": k, "reference_p95_ms": ref, "candidate_p95_ms": cand,
+            "p95_ratio": round(cand / ref, 4) if ref else None, "interleaved": True}
