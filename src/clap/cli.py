@@ -765,6 +765,10 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
     write_json(out, r)
     failed = canary_analysis.failed_cases(requests, feedback)
     replace_in_inbox(inbox, failed, f"canary:{r['versions']['canary']}")
+    _print_analysis(r, out, len(failed))
+
+
+def _print_analysis(r: dict, out: Path, failed: int | None = None) -> None:
     s = r["sprt"]
     console.print(f"canary {r['versions']['canary']} vs prod {r['versions']['prod']}: requests {r['requests']}, "
                   f"without outcome {r['without_outcome']}, success {r['success_rate']}")
@@ -776,7 +780,8 @@ def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = t
                       f"({s['lower']:+.3f}, {s['upper']:+.3f})")
     for reason in r["reasons"]:
         console.print(f"  {reason['rule']}: {reason['observed']} vs {reason['threshold']} → {reason['outcome']}")
-    console.print(f"[bold]{r['verdict'].upper()}[/] → {out}; failed canary requests to the inbox: {len(failed)}")
+    console.print(f"[bold]{r['verdict'].upper()}[/] → {out}" + (f"; failed canary requests to the inbox: {failed}"
+                                                               if failed is not None else ""))
 
 
 @canary_app.command("demo")
@@ -786,27 +791,14 @@ def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many he
                 logs: Path = typer.Option(paths.CANARY_LOGS)) -> None:
     """One canary end to end: serve (in this process), replay the held-out questions as paired traffic,
     analyse, and — for a registered canary — conclude with the promote or rollback tag."""
-    import threading
-
-    from clap.feedback import canary, canary_analysis, traffic
+    from clap.feedback import canary
 
     cfg = _params()
-    service = canary.from_registry(Path("."), cfg, logs, candidate)
-    srv = canary.server(service, 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        counts = traffic.send(cfg, Path("."), f"http://127.0.0.1:{srv.server_address[1]}", True, limit,
-                              lambda: canary_analysis.decided(logs, cfg))
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    counts, r = canary.simulated_canary(Path("."), cfg, logs, limit, candidate)
     _print_traffic(cfg, counts)
-    canary_analyze(logs, paths.CANARY_METRICS, paths.INBOX, None)
-    if candidate is None:
-        from clap.io import read_json
-
-        if read_json(paths.CANARY_METRICS)["verdict"] in ("successful", "failed"):
-            canary_conclude(paths.CANARY_METRICS)
+    _print_analysis(r, paths.CANARY_METRICS)
+    if candidate is None and r["verdict"] in ("successful", "failed"):
+        canary_conclude(paths.CANARY_METRICS)
 
 
 @canary_app.command("conclude")
@@ -880,13 +872,27 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         summary.print_summary(console, Path("."))
         summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
 
-    result = rounds.run(schedule, overrides, lambda line: console.rule(escape(line)), after_round)
+    def run_canary(k: int) -> dict:
+        from clap.feedback import canary
+        from clap.release import registry as rel
+
+        cfg = _params()
+        version = rel.current(Path("."), "canary")["version"]
+        console.rule(f"round {k}: canary {version} on SIMULATED traffic (held-out replay questions, paired)")
+        counts, analysis = canary.simulated_canary(Path("."), cfg, paths.CANARY_LOGS / version, 100,
+                                                   fail_when_exhausted=True)
+        _print_traffic(cfg, counts)
+        _print_analysis(analysis, paths.CANARY_METRICS)
+        return rel.conclude_canary(Path("."), analysis)
+
+    result = rounds.run(schedule, overrides, lambda line: console.rule(escape(line)), after_round, run_canary)
     for r in result["rounds"]:
         rel = r.get("release")
         console.print(f"round {r['round']} ({r['commit']}): gate [bold]{r['decision']}[/]"
                       + (f" → released {rel['version']} to {rel['stage']} ({rel['tag']})" if rel else "")
-                      + (f" — release refused: {escape(r['release_refused'])}" if "release_refused" in r else ""),
-                      soft_wrap=True)
+                      + (f" — release refused: {escape(r['release_refused'])}" if "release_refused" in r else "")
+                      + (f"; canary {r['canary']['verdict']} → {r['canary']['action']} ({', '.join(r['canary']['tags'])})"
+                         if "canary" in r else ""), soft_wrap=True)
         if r["repair_effect"]:
             e = r["repair_effect"]
             console.print(f"  repair (SIMULATED annotator): {e['fixed_rows']} rows fixed, {e['now_verifiable']} now "

@@ -251,3 +251,37 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
                         p_expected["files"]["adapter_model.safetensors"] if prod else None),
             "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}
     return CanaryService(engine, arms, cfg["canary"]["share"], log_dir, cfg["canary"]["max_new_tokens"])
+
+
+def simulated_canary(root: Path, cfg: dict, logs: Path, limit: int, candidate: Path | None = None,
+                     fail_when_exhausted: bool = False) -> tuple[dict, dict]:
+    """One canary end to end on SIMULATED traffic: serve prod and the canary in this process, replay the held-out
+    replay questions as paired requests (scored against gold, outcomes posted back) until the sequential analysis
+    is conclusive or `limit` questions are spent, then analyse: metrics/canary.json and the flywheel inbox.
+    `fail_when_exhausted`: a canary still inconclusive when the traffic runs out fails (`clap demo` ends every
+    canary before its next round, and never promotes on evidence it did not get). Returns (traffic counts,
+    analysis)."""
+    from clap.data.repair import replace_in_inbox
+    from clap.feedback import canary_analysis, traffic
+    from clap.io import write_json
+
+    service = from_registry(root, cfg, logs, candidate)
+    srv = server(service, 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        counts = traffic.send(cfg, root, f"http://127.0.0.1:{srv.server_address[1]}", True, limit,
+                              lambda: canary_analysis.decided(logs, cfg))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    requests, feedback = canary_analysis.load_logs(logs)
+    analysis = canary_analysis.analyze(requests, feedback, cfg) | {"outcome": "logged", "traffic": "SIMULATED"}
+    if fail_when_exhausted and analysis["verdict"] == "inconclusive":
+        analysis["reasons"].append({"rule": "traffic_exhausted", "observed": f"inconclusive after {analysis['pairs']} "
+                                    f"pairs ({limit} questions)", "threshold": "a conclusive analysis",
+                                    "outcome": "failed"})
+        analysis["verdict"] = "failed"
+    write_json(root / paths.CANARY_METRICS, analysis)
+    replace_in_inbox(root / paths.INBOX, canary_analysis.failed_cases(requests, feedback),
+                     f"canary:{analysis['versions']['canary']}")
+    return counts, analysis

@@ -9,7 +9,10 @@ evidence whatever the gate said; a promote or canary is tagged by `clap release`
 against it (the `prod_adapter` stage depends on `release/prod.json`). Before a round with `repair_share`, the
 SIMULATED annotator (`clap.data.demo_annotator`, the demo generator's ground truth, not a person) corrects that
 share of the previous round's repair queue into `repair/fixed/`, which the round's assetize reads; what the
-repair did is measured into `metrics/repair_effect.json`. After the last round, a rollback drill: prod goes
+repair did is measured into `metrics/repair_effect.json`. A round the gate sends to canary is concluded before the
+next: the canary serves SIMULATED traffic, the sequential analysis decides, and the canary is promoted to prod or
+rolled back (tags and a commit), so the next round is judged against what prod then is. After the last round, a
+rollback drill: prod goes
 back to the version before it, restored from the DVC cache and verified against its release bundle — or, when
 only one version was ever in prod, to the base model, and that version back from the DVC cache after its
 adapter folder is deleted.
@@ -123,9 +126,12 @@ def _measure_repair(root: Path, batches: list[str]) -> dict:
 
 
 def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
-        after_round: Callable[[int], None] = lambda k: None) -> dict:
+        after_round: Callable[[int], None] = lambda k: None,
+        run_canary: Callable[[int], dict] | None = None) -> dict:
     """Run the rounds from the project root (see the module docstring); returns what each did, the drill, and
-    `since`: the commit the demo started from (its timeline is the rounds after it)."""
+    `since`: the commit the demo started from (its timeline is the rounds after it). A round released to canary
+    is concluded before the next one by `run_canary(k)` (serve, simulated traffic, sequential analysis, then the
+    promote or rollback tags), and that conclusion is a commit of its own."""
     from clap.config import check, compose, dump
     from clap.data import demo_annotator, demo_data
     from clap.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
@@ -165,6 +171,10 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
                 entry["release"] = release.release(root)
             except release.ReleaseRefused as exc:
                 entry["release_refused"] = str(exc)
+            if entry.get("release", {}).get("stage") == "canary" and run_canary is not None:
+                entry["canary"] = run_canary(k)
+                _commit(f"clap demo round {k}: canary {entry['canary']['version']} {entry['canary']['verdict']} → "
+                        f"{entry['canary']['action']}")
         done.append(entry)
         after_round(k)
     return {"rounds": done, "drill": drill(root), "since": start}
