@@ -78,3 +78,29 @@ def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
     assert rows[2]["refused"] == {"b3": "repair (unit_mismatch_share)"} and rows[2]["tags"] == []
     assert rows[3]["candidate"] == "restores v0.0.1" and rows[3]["tags"] == ["clap-adapter#prod#3"]
     assert "ROLLBACK" in out and "HOLD" in out
+
+
+def test_demo_concludes_a_canary_round_before_the_next(tmp_path, tiny_dir):
+    """A round the gate sends to canary (policy release_via_canary) does not strand the demo: the canary serves
+    SIMULATED paired traffic, the sequential analysis decides — here a random tiny model answers nothing right on
+    either arm, so the traffic runs out inconclusive and the canary fails closed — and it is rolled back before the
+    next round, which is judged against the prod that then holds (the base model)."""
+    root = tmp_path / "clap"
+    overrides = [o for o in TINY_OVERRIDES if not o.startswith("data.batches=")] + [
+        f"model.base={tiny_dir}", "demo.rounds=[{batches:[b1]},{batches:[b1,b2]}]", "agent.enabled=false",
+        "gate.release_via_canary=true", "canary.min_requests=2"]
+    env = make_clone(root, overrides)
+    out = run(root, "clap", "demo", *[a for o in overrides for a in ("-S", o)], env=env)
+    assert "round 1: canary v0.0.1 on SIMULATED traffic" in out
+    assert "traffic_exhausted" in out and "released v0.0.1 to canary" in out
+    assert "canary failed → canary rolled back" in out
+    log = run(root, "git", "log", "--format=%s", env=env).splitlines()
+    assert "clap demo round 1: canary v0.0.1 failed → canary rolled back" in log, log
+    analysis = json.loads(run(root, "git", "show", "clap-adapter@v0.0.2:metrics/canary.json", env=env)
+                          if "clap-adapter@v0.0.2" in run(root, "git", "tag", env=env) else
+                          (root / "metrics/canary.json").read_text())
+    assert analysis["traffic"] == "SIMULATED" and analysis["verdict"] == "failed"
+    tags = run(root, "git", "tag", env=env).split()
+    assert "clap-adapter#canary!#2" in tags and not any("#prod#" in t for t in tags), tags
+    timeline = run(root, "clap", "timeline", env=env)
+    assert "canary v0.0.1 failed" in timeline

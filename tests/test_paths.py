@@ -14,3 +14,25 @@ def test_every_path_constant_is_the_one_dvc_yaml_uses():
     missing = {k: str(v) for k, v in constants.items() if str(v) not in dvc}
     assert not missing, f"clap.paths names paths dvc.yaml does not use: {missing}"
     assert str(paths.adapter("sft")) in dvc and str(paths.eval_metrics("b1")).replace("b1", "${item}") in dvc
+
+
+def test_every_file_a_release_pins_is_an_output_the_pipeline_declares():
+    """The bundle's roles (clap.release.bundle.ROLES) are built from clap.paths and cover only what dvc.yaml's stages
+    write, or read as git-tracked evidence a command outside the pipeline writes (metrics/human.json): a role whose
+    folder the pipeline never names would pin nothing, or something no stage vouches for."""
+    import re
+
+    import yaml
+
+    from clap.release.bundle import ROLES
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    declared = set()
+    for stage in stages.values():
+        body = stage.get("do", stage)
+        for key in ("outs", "metrics", "plots", "deps"):
+            for out in body.get(key, []):
+                declared.add(re.sub(r"\$\{[^}]+\}", "*", next(iter(out)) if isinstance(out, dict) else out))
+    for pattern, role in ROLES:
+        root = re.split(r"[*{]", pattern, maxsplit=1)[0].rstrip("/")
+        assert any(d.startswith(root) or root.startswith(d.split("*")[0].rstrip("/")) for d in declared), (pattern, role)

@@ -324,6 +324,15 @@ def test_a_duplicate_key_in_an_evidence_file_holds_the_gate_naming_it(project):
     (["train", "sft"], "data/admission/b1.json: missing (made by `dvc repro admit@b1`"),
     (["train", "dpo", "--batch", "b1"], "data/admission/b1.json: missing"),
     (["train", "agent-dpo"], "data/agent_pairs: missing (made by `dvc repro agent_pairs`"),
+    (["evaluate", "b1"], "data/materialized/b1/sft_eval.jsonl: missing (made by `dvc repro materialize@b1`"),
+    (["evaluate-decisions"], "data/materialized/b1/decision_eval.jsonl: missing"),
+    (["index"], "data/assets: missing (made by `dvc repro assetize`"),
+    (["replay"], "data/assets: missing"),
+    (["bundle"], "metrics/gate.json: missing (made by `dvc repro gate`"),
+    (["agent-tasks"], "data/assets: missing"),
+    (["agent-pairs"], "data/agent: missing (made by `dvc repro agent_tasks`"),
+    (["evaluate-agent"], "data/agent: missing"),
+    (["human", "export"], "metrics/eval/b1.json: missing (made by `dvc repro evaluate@b1`"),
 ])
 def test_a_batch_never_materialized_is_named_before_any_model_loads(project, monkeypatch, cmd, named):
     from clap import model

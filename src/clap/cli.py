@@ -28,6 +28,14 @@ from clap.errors import UserError  # noqa: E402
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
 
 
+def _need(*needed: tuple[Path, str]) -> None:
+    """The command's inputs, checked before its work (`clap.io.require_inputs`): one line naming the first missing
+    path and the command that makes it."""
+    from clap.io import require_inputs
+
+    require_inputs(list(needed))
+
+
 def _fail(exc: Exception) -> None:
     console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
     raise typer.Exit(code=2)
@@ -177,7 +185,8 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     cfg = _params()
     if switch := _switched_off(cfg, kind):
         return _disabled(kind, switch, out or paths.MODELS / kind.replace("-", "_"))
-    _training_inputs(kind, batches or cfg["data"]["batches"], materialized, admission, start)
+    _training_inputs(kind, (batches or cfg["data"]["batches"]) if kind in ("sft", "dpo", "grpo") else [],
+                     materialized, admission, start)
     # torch, transformers, PEFT and TRL take ≈ 13 s to import here: a switched-off trainer does not pay it
     from clap import model
     from clap.io import check_output_dir
@@ -308,6 +317,8 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
     from clap.agent.tools import ReportTools
     from clap.stages import agent_pairs as stage
 
+    _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
+          (paths.adapter("agent_sft"), "dvc repro train_agent_sft"))
     tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
     engine = _agent_engine(cfg, ["agent_sft"])
     report = stage.run(cfg, tasks, engine, tools, out)
@@ -337,6 +348,7 @@ def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Opt
         return _agent_off("agent-tasks", out, ("tasks.jsonl",))
     from clap.stages import agent_tasks as stage
 
+    _need((assets, "dvc repro assetize"))
     report = stage.run(cfg, assets, cfg["data"]["batches"], out)
     console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
     console.print(", ".join(f"{k}={v}" for k, v in report["by_split_kind"].items()))
@@ -357,6 +369,8 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     from clap.stages import evaluate_agent as stage
 
     adapters = agent_chain(cfg)
+    _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
+          *[(paths.adapter(a), f"dvc repro train_{a}") for a in adapters])
     prod_dir, prod_expected = _prod(prod, "agent_adapter")
     in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
     engine = _agent_engine(cfg, adapters, in_prod)
@@ -469,6 +483,7 @@ def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
     from clap.stages import evaluate as stage
 
     cfg = _params()
+    _need((materialized / batch / "sft_eval.jsonl", f"dvc repro materialize@{batch}"), (adapter, "dvc repro train_sft"))
     engine = _engine(cfg, adapter, prod)
     r = stage.run(cfg, materialized / batch / "sft_eval.jsonl", engine, out or paths.EVAL / batch, batch,
                   metrics / f"{batch}.json")
@@ -497,8 +512,12 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     from clap.stages import evaluate_decisions as stage
 
     cfg = _params()
-    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     steps = [s for s in CHAIN if s == "sft" or cfg["train"][s]["enabled"]]
+    _need(*[(materialized / b / f, f"dvc repro materialize@{b}") for b in cfg["data"]["batches"]
+            for f in ("decision_eval.jsonl", "sft_eval.jsonl")],
+          *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in cfg["data"]["batches"]],
+          *[(paths.adapter(s), f"dvc repro train_{s}") for s in steps])
+    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
     others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
     prod_dir, prod_expected = _prod(prod)
     engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others,
@@ -519,7 +538,9 @@ def index(assets: Path = typer.Option(paths.ASSETS),
     """Build the retrieval index over all chunks; report recall@k of the gold chunk per batch."""
     from clap.stages import index as stage
 
-    for b, r in stage.run(_params(), assets, materialized, out).items():
+    cfg = _params()
+    _need((assets, "dvc repro assetize"), *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg["data"]["batches"]])
+    for b, r in stage.run(cfg, assets, materialized, out).items():
         console.print(f"{b}: " + ", ".join(f"{k}={v}" for k, v in r.items()))
 
 
@@ -535,6 +556,8 @@ def replay(adapter: Path = typer.Option(paths.adapter("sft")),
     from clap.stages import replay as stage
 
     cfg = _params()
+    _need((assets, "dvc repro assetize"), (index_dir, "dvc repro index"), (adapter, "dvc repro train_sft"),
+          *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg["data"]["batches"]])
     engine = _engine(cfg, adapter, prod)
     result = stage.run(cfg, assets, materialized, index_dir, engine, out, metrics)
     _say_reused(engine)
@@ -561,6 +584,7 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
     """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
     from clap.release import bundle as b
 
+    _need((paths.GATE, "dvc repro gate"))
     written, missing = b.write_each(Path("."), _params(), out, each)
     decision = next(iter(written.values())).decision  # the gate record, the same in every bundle
     verdicts = {c: v["decision"] for c, v in (decision.get("candidates") or {}).items()}
@@ -670,7 +694,10 @@ def human_export(out: Path = typer.Option(paths.HUMAN_EXPORT), keys: Path = type
     """Blind Label Studio tasks (and its labelling config) from the evaluation and replay answers."""
     from clap.feedback import human
 
-    r = human.export(_params(), Path("."), out, keys)
+    cfg = _params()
+    _need(*[(paths.eval_metrics(b), f"dvc repro evaluate@{b}") for b in cfg["data"]["batches"]],
+          (paths.REPLAY_METRICS, "dvc repro replay"))
+    r = human.export(cfg, Path("."), out, keys)
     if r["stale_left_out"]:
         console.print(f"[bold yellow]left out:[/] answers of {', '.join(r['stale_left_out'])} (an older candidate gave "
                       "them; `dvc repro` re-runs those stages)")

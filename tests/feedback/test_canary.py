@@ -321,3 +321,17 @@ def test_latency_is_looked_at_once_on_the_first_min_requests(params):
     assert canary_analysis.analyze(requests, feedback, params)["verdict"] == "inconclusive"
     requests, feedback = _logs({"prod": [1] * (k - 1), "canary": [1] * (k - 1)}, paired=True, latency={"canary": 900.0})
     assert canary_analysis.analyze(requests, feedback, params)["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("where, bad", [("feedback", float("nan")), ("feedback", None), ("feedback", "yes"),
+                                        ("feedback", 2), ("requests", float("inf")), ("requests", None)])
+def test_evidence_that_is_not_a_number_never_ends_a_canary_successfully(params, where, bad):
+    requests, feedback = _logs({"prod": [0] * 30, "canary": [1] * 30}, paired=True)
+    assert canary_analysis.analyze(requests, feedback, params)["verdict"] == "successful"
+    if where == "feedback":
+        feedback[3]["outcome"] = bad
+    else:
+        requests[3]["latency_ms"] = bad
+    r = canary_analysis.analyze(requests, feedback, params)
+    assert r["verdict"] == "inconclusive" and r["reasons"][0]["rule"] == "evidence_invalid", r["reasons"]
+    assert "row 4" in r["reasons"][0]["observed"]

@@ -21,6 +21,7 @@ from clap.errors import UserError
 from clap.evaluate.stats import p95, paired_bootstrap
 from clap.feedback.canary import FEEDBACK, REQUESTS
 from clap.feedback.sequential import discordant, mcnemar, pairs_by_key, pairs_in_order, pairs_until, sprt
+from clap.release.evidence import finite
 
 ARMS = ("prod", "canary")
 
@@ -57,8 +58,31 @@ def rescore(feedback: list[dict], metric: str) -> list[dict]:
     return out
 
 
+def invalid_evidence(requests: list[dict], feedback: list[dict]) -> list[str]:
+    """Log rows the analysis cannot read as evidence: an outcome that is not 0/1 (or true/false), a latency that is not
+    a finite number ≥ 0, a request without its id or arm. Each is named; the analysis leaves them out and cannot
+    end `successful` while any is there."""
+    bad = []
+    for i, r in enumerate(requests, start=1):
+        lat = r.get("latency_ms")
+        if not isinstance(r.get("request_id"), str) or r.get("arm") not in ARMS:
+            bad.append(f"{REQUESTS} row {i}: request_id/arm missing or unknown")
+        elif not finite(lat) or lat < 0:
+            bad.append(f"{REQUESTS} row {i} ({r['request_id']}): latency_ms is {lat!r}")
+    for i, f in enumerate(feedback, start=1):
+        if f.get("outcome") not in (0, 1) or isinstance(f.get("outcome"), float) and not finite(f.get("outcome")):
+            bad.append(f"{FEEDBACK} row {i} ({f.get('request_id')}): outcome is {f.get('outcome')!r}, not 0 or 1")
+    return bad
+
+
 def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
     c = cfg["canary"]
+    invalid = invalid_evidence(requests, feedback)
+    if invalid:
+        good = {r.get("request_id") for r in requests if r.get("arm") in ARMS and finite(r.get("latency_ms"))
+                and r["latency_ms"] >= 0}
+        requests = [r for r in requests if r.get("request_id") in good]
+        feedback = [f for f in feedback if f.get("outcome") in (0, 1)]
     outcome = {f["request_id"]: int(f["outcome"]) for f in feedback}  # the last feedback on a request counts
     served = {a: [r for r in requests if r["arm"] == a] for a in ARMS}
     versions = {a: sorted({r.get("version") or "base" for r in rows}) for a, rows in served.items()}
@@ -78,7 +102,8 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
     latency = {a: p95([r["latency_ms"] for r in rows]) for a, rows in served.items()}
     delta = paired_bootstrap([p for p, _ in pairs], [q for _, q in pairs], n=cfg["evaluate"]["bootstrap"],
                              ci=cfg["evaluate"]["ci"], seed=11)
-    reasons = []
+    reasons = [{"rule": "evidence_invalid", "observed": f"{len(invalid)} log row(s): {invalid[0]}",
+                "threshold": "finite numbers, outcomes 0/1", "outcome": "inconclusive"}] if invalid else []
     few = min(len(scored["prod"]), len(scored["canary"])) < c["min_requests"]
     slow = latency_look(served, c)
     if slow is not None:

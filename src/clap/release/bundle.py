@@ -40,35 +40,33 @@ ADAPTER_DIR = str(paths.MODELS / "{c}" / "adapter")
 ADAPTER_REQUIRED = ("adapter_config.json", "adapter_model.safetensors", "manifest.json")
 SIGNING_ENV = "CLAP_BUNDLE_KEY"
 
-ROLES = [  # (glob, role)
-    ("models/{c}/adapter/adapter_config.json", "adapter"),
-    ("models/{c}/adapter/adapter_model.safetensors", "adapter"),
-    ("models/{c}/adapter/manifest.json", "adapter"),
-    ("models/{c}/adapter/README.md", "adapter"),
-    ("models/*/guard_report.json", "guard_report"),
-    ("models/*/train_metrics.json", "train_metrics"),
-    ("data/materialized/*/**/*", "dataset"),  # every file of each batch's folder: its DVC hash is recomputed too
-    ("data/admission/*.json", "admission"),
-    ("data/eval/*/records.jsonl", "eval_records"),
-    ("data/eval/*/regressed_samples.jsonl", "regressed_samples"),
-    ("metrics/eval/*.json", "eval_metrics"),
-    ("data/replay/records.jsonl", "replay_records"),
-    ("data/replay/failed_cases.jsonl", "replay_failed"),
-    ("metrics/replay.json", "replay_metrics"),
-    ("data/eval_decisions/records.jsonl", "decision_records"),
-    ("data/eval_decisions/regressed.jsonl", "decision_regressed"),
-    ("metrics/decisions.json", "decision_metrics"),
-    ("metrics/human.json", "human_evaluation"),
-    ("models/{a}/adapter/adapter_config.json", "agent_adapter"),  # the agent adapter the gate chose (`agent`)
-    ("models/{a}/adapter/adapter_model.safetensors", "agent_adapter"),
-    ("models/{a}/adapter/manifest.json", "agent_adapter"),
-    ("models/{a}/adapter/README.md", "agent_adapter"),
-    ("data/agent/tasks.jsonl", "agent_tasks"),
-    ("data/agent_pairs/pairs.jsonl", "agent_pairs"),
-    ("data/eval_agent/episodes.jsonl", "agent_episodes"),
-    ("data/eval_agent/next_calls.jsonl", "agent_next_calls"),
-    ("metrics/agent.json", "agent_metrics"),
-    ("metrics/gate.json", "gate_decision"),
+_ADAPTER = (paths.MODELS / "{c}" / "adapter").as_posix()  # the shipped candidate's adapter folder
+_AGENT = (paths.MODELS / "{a}" / "adapter").as_posix()  # the agent adapter the gate shipped (tracks.agent.ships)
+ROLES = [  # (glob under the repository, role): what a release pins, from the paths the pipeline writes (clap.paths)
+    *[(f"{_ADAPTER}/{n}", "adapter") for n in ("adapter_config.json", "adapter_model.safetensors", "manifest.json",
+                                              "README.md")],
+    (f"{paths.MODELS.as_posix()}/*/guard_report.json", "guard_report"),
+    (f"{paths.MODELS.as_posix()}/*/train_metrics.json", "train_metrics"),
+    (f"{paths.MATERIALIZED.as_posix()}/*/**/*", "dataset"),  # every file of each batch's folder (its DVC hash too)
+    (f"{paths.ADMISSION.as_posix()}/*.json", "admission"),
+    (f"{paths.EVAL.as_posix()}/*/records.jsonl", "eval_records"),
+    (f"{paths.EVAL.as_posix()}/*/regressed_samples.jsonl", "regressed_samples"),
+    (f"{paths.EVAL_METRICS.as_posix()}/*.json", "eval_metrics"),
+    (f"{paths.REPLAY.as_posix()}/records.jsonl", "replay_records"),
+    (f"{paths.REPLAY.as_posix()}/failed_cases.jsonl", "replay_failed"),
+    (paths.REPLAY_METRICS.as_posix(), "replay_metrics"),
+    (f"{paths.EVAL_DECISIONS.as_posix()}/records.jsonl", "decision_records"),
+    (f"{paths.EVAL_DECISIONS.as_posix()}/regressed.jsonl", "decision_regressed"),
+    (paths.DECISION_METRICS.as_posix(), "decision_metrics"),
+    (paths.HUMAN_METRICS.as_posix(), "human_evaluation"),
+    *[(f"{_AGENT}/{n}", "agent_adapter") for n in ("adapter_config.json", "adapter_model.safetensors", "manifest.json",
+                                                  "README.md")],
+    (f"{paths.AGENT_TASKS.as_posix()}/tasks.jsonl", "agent_tasks"),
+    (f"{paths.AGENT_PAIRS.as_posix()}/pairs.jsonl", "agent_pairs"),
+    (f"{paths.AGENT_EVAL.as_posix()}/episodes.jsonl", "agent_episodes"),
+    (f"{paths.AGENT_EVAL.as_posix()}/next_calls.jsonl", "agent_next_calls"),
+    (paths.AGENT_METRICS.as_posix(), "agent_metrics"),
+    (paths.GATE.as_posix(), "gate_decision"),
 ]
 
 
