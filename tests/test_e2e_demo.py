@@ -58,8 +58,10 @@ def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
     assert run(root, "git", "status", "--porcelain", "--untracked-files=no", env=env) == ""
     # and DVC agrees: the later rounds' outputs (data/materialized/b2, b3) were set aside, SFT's resume checkpoints
     # (round 3's, outside DVC) do not count, so the one pending change is the prod it points at: nothing retrains
+    # (the bundle reads prod too: a release whose gate held the agent keeps the agent adapter that prod ships)
     assert json.loads(run(root, "dvc", "status", "--json", env=env)) == {
-        "prod_adapter": [{"changed deps": {"release/prod.json": "modified"}}]}
+        "prod_adapter": [{"changed deps": {"release/prod.json": "modified"}}],
+        "bundle": [{"changed deps": {"release/prod.json": "modified"}}]}
     assert sorted(p.name for p in (root / "data/materialized").iterdir()) == ["b1"]
     assert "batches: [b1]\n" in (root / "conf/config.yaml").read_text()
     assert not (root / "repair/fixed/simulated_annotator.jsonl").exists()  # round 2's repair is not v0.0.1's
@@ -102,5 +104,8 @@ def test_demo_concludes_a_canary_round_before_the_next(tmp_path, tiny_dir):
     assert analysis["traffic"] == "SIMULATED" and analysis["verdict"] == "failed"
     tags = run(root, "git", "tag", env=env).split()
     assert "clap-adapter#canary!#2" in tags and not any("#prod#" in t for t in tags), tags
-    timeline = run(root, "clap", "timeline", env=env)
-    assert "canary v0.0.1 failed" in timeline
+    from clap.release.timeline import rounds
+
+    rows = [(r["round"], r["decision"], r["candidate"]) for r in rounds(root)]
+    assert ("canary", "rollback", "canary v0.0.1 failed") in rows, rows
+    assert "traffic_exhausted" in next(r["evidence"] for r in rounds(root) if r["round"] == "canary")

@@ -36,7 +36,10 @@ TINY_OVERRIDES = [
     "agent.dpo.mine_samples=0", "agent.dpo.gradient_accumulation=1", "agent.evaluate.max_tasks=4",
     "agent.grpo.max_steps=1", "agent.grpo.num_generations=2", "agent.grpo.save_steps=1", "agent.rm.max_steps=1",
     "agent.rm.gradient_accumulation=1",
-    # the agent chain on a random tiny model is judged, never promotable: the extraction release does not wait for it
+    # the agent policy relaxed too, so agent SFT ships with the release (a held agent adapter never would: the
+    # bundle would pin none, tests/release/test_serving_bundle_release.py); its later steps must still beat it
+    "gate.agent_min_success_delta=-1.0", "gate.agent_ci_lower_must_exceed=-2.0", "gate.agent_max_hallucination_rate=1.0",
+    "gate.agent_min_tool_call_accuracy=0.0",
 ]
 
 

@@ -225,17 +225,8 @@ def decision_problems(rec, out: list) -> None:
         return
     c.count(rec, "n", "n", least=0)  # 0: the decision evaluation ran on a corpus without decision cases
     _models_and_deltas(c, rec, "")
-    for b, sub in (rec.get("per_batch") or {}).items():
-        if c.record(sub, f"per_batch.{b}"):
-            for m, metrics in sub.items():
-                if m == "n":
-                    c.count(sub, "n", f"per_batch.{b}.n")
-                else:
-                    c.numbers(metrics, f"per_batch.{b}.{m}")
-    for b, tables in (rec.get("per_batch_deltas") or {}).items():
-        if c.record(tables, f"per_batch_deltas.{b}"):
-            for name, table in tables.items():
-                c.deltas(table, f"per_batch_deltas.{b}.{name}", None)
+    for part in ("per_batch", "per_batch_deltas"):  # reported per batch, read by no rule (a batch may have no cases)
+        c.no_non_finite(rec.get(part) or {}, part)
     if "extraction" in rec:
         _models_and_deltas(c, rec["extraction"], "extraction.")
         if isinstance(rec["extraction"], dict):
