@@ -176,3 +176,41 @@ def test_paired_timing_decides_latency():
     ev["b1"]["latency"]["prod"]["p95_ratio"] = 1.9
     d = decide(POLICY, ADMIT3, {"sft": OK}, ev, REPLAY_GOOD)
     assert d.decision == "canary" and any(r.rule == "p95_latency_ratio" and r.batch == "b1" for r in d.reasons)
+
+
+def test_clap_gate_names_the_file_and_field_of_a_nan(tmp_path, monkeypatch):
+    """As the user meets it: `clap gate` over a project whose b2 record carries a NaN (JSON allows the token) holds,
+    and says which file and which field."""
+    import json
+
+    import yaml
+    from tests.conftest import ROOT
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+    from clap.config import dump
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["data"]["batches"] = ["b1", "b2", "b3"]
+    params["agent"]["enabled"] = False
+    params["train"]["dpo"]["enabled"] = params["train"]["grpo"]["enabled"] = False
+    (tmp_path / "params.yaml").write_text(dump(params))
+    ev = promoting()
+    for b in ("b1", "b2", "b3"):
+        (tmp_path / "data/admission").mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"data/admission/{b}.json").write_text(json.dumps(ADMIT3[b]))
+        (tmp_path / "metrics/eval").mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"metrics/eval/{b}.json").write_text(json.dumps(ev["evaluation"][b]))
+    (tmp_path / "models/sft").mkdir(parents=True)
+    (tmp_path / "models/sft/guard_report.json").write_text(json.dumps(OK))
+    (tmp_path / "metrics/replay.json").write_text(json.dumps(ev["replay"]))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["gate"])
+    assert r.exit_code == 0 and "gate decision: promote" in r.output, r.output
+    text = (tmp_path / "metrics/eval/b2.json").read_text().replace('"parse_ok": 1.0', '"parse_ok": NaN', 1)
+    (tmp_path / "metrics/eval/b2.json").write_text(text)
+    r = CliRunner().invoke(app, ["gate"])
+    assert "gate decision: hold" in r.output, r.output
+    assert "evidence_invalid: metrics/eval/b2.json: baseline.parse_ok is NaN" in " ".join(r.output.split())
+    gate = json.loads((tmp_path / "metrics/gate.json").read_text())
+    assert gate["decision"] == "hold" and gate["per_batch"]["b2"] == "hold"
