@@ -270,6 +270,10 @@ def test_a_chain_step_from_an_unpinned_sft_adapter_is_refused_in_one_line(projec
     """`clap train dpo` continues only an SFT adapter that dvc.lock pins: a copied-in folder is refused."""
     set_param(project, "model.base", str(tiny_dir))
     shutil.copytree(sft_start[0], project / "models/sft/adapter")
+    for b in yaml.safe_load((project / "params.yaml").read_text())["data"]["batches"]:  # the batches' inputs exist
+        (project / "data/materialized" / b).mkdir(parents=True)
+        (project / "data/admission").mkdir(parents=True, exist_ok=True)
+        (project / "data/admission" / f"{b}.json").write_text("{}")
     for kind in ("dpo", "grpo"):
         one_line_error(*clap("train", kind), "models/sft/adapter", "not pinned by dvc.lock")
     assert not (project / "models" / "dpo").exists() and not (project / "models" / "grpo").exists()

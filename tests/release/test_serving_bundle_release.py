@@ -189,6 +189,7 @@ def test_evaluate_refuses_an_adapter_whose_manifest_was_rewritten(repo, tiny_dir
     assert pinned_expectation(root, ad) == json.loads((ad / "manifest.json").read_text())
     flip_last_byte(ad / "adapter_model.safetensors")
     (ad / "manifest.json").write_text(json.dumps(adapter_manifest(ad, identity(root / "models/base"))))
+    (root / "data/materialized/b1/sft_eval.jsonl").write_text("")  # the batch's holdout is there: the adapter is not
     r = subprocess.run(["clap", "evaluate", "b1"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
     assert "manifest.json: differs from the hash models/sft.dvc pins for models/sft" in r.stdout
