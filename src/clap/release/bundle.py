@@ -5,11 +5,13 @@
     clap verify release/bundle.json
     clap verify release/bundles/dpo.json     # the evidence of a candidate that did not ship
 
-The bundle pins, by sha256: the adapter files, each materialized batch (its dataset version, with
-DVC's own directory hash from dvc.lock when there is one), the evaluation and replay records, the
-regressed samples, guard reports, admission records and the gate decision; plus the composed
-configuration, the base model's identity and the code commit. `verify` recomputes every field it
-can and refuses the ones it cannot check. With `CLAP_BUNDLE_KEY` in the environment (never in a
+The bundle pins, by sha256: the adapter files, every file of each materialized batch (its dataset
+version, with DVC's own directory hash from dvc.lock when there is one), the evaluation and replay
+records, the regressed samples, guard reports, admission records and the gate decision; plus the composed
+configuration, the base model's identity (repository path and the sha256 of each of its files), the code
+commit and what each track ships (`tracks`: a held agent adapter is never pinned). `verify` recomputes
+every field it can — the file set each role must pin from the working tree, the data folders' DVC hashes
+from their files, the base model's files — and refuses the ones it cannot check. With `CLAP_BUNDLE_KEY` in the environment (never in a
 tracked file) the bundle carries an HMAC-SHA256 signature, and verification requires it: someone who
 can write the repository but does not hold the key cannot forge a release.
 """

@@ -10,9 +10,11 @@ candidate's decision, with every candidate's verdict under `candidates`. When th
 and the candidate cannot replace it, the decision is `rollback`. The human verdict (metrics/human.json,
 `clap human import`) counts for the adapter it rated; `release_via_canary` sends a promote to canary first.
 The tool-calling agent adapter (metrics/agent.json) is judged on its own track (`decide_agent`) and
-recorded under `agent`; the bundle pins it with its evidence, so its tag, verification and rollback
-are the release's. With `agent.enabled: false` no agent adapter is judged and `agent` stays empty: the
-release ships none.
+recorded under `agent`; the bundle pins it with its evidence only when its verdict is promote or canary
+(else the agent adapter in prod stays), so its tag, verification and rollback are the release's. With
+`agent.enabled: false` no agent adapter is judged and `agent` stays empty: the release ships none.
+Every evidence file is read as it is — a missing, unreadable or malformed one becomes a named
+`evidence_invalid` reason (`clap.release.evidence`), never a traceback and never a pass.
 """
 
 from __future__ import annotations
