@@ -48,6 +48,8 @@ def test_rounds_read_back_decision_refusals_baseline_and_tags(tmp_path):
         _write(tmp_path, paths.eval_metrics(b), _eval(d, lo, hi, vs_prod=True))
     _write(tmp_path, paths.GATE, {"decision": "canary", "candidate": "dpo", "candidates": {
         "sft": {"decision": "canary"}, "dpo": {"decision": "canary"}, "grpo": {"decision": "hold"}}})
+    _write(tmp_path, paths.BUNDLE, {"tracks": {"agent": {"candidate": "agent_sft", "decision": "hold", "ships": None,
+                                                         "carried_from": "v0.0.1"}}})
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "commit", "-qm", "round 2")
     _write(tmp_path, "README.md", "no gate change: not a round")
@@ -62,6 +64,7 @@ def test_rounds_read_back_decision_refusals_baseline_and_tags(tmp_path):
     assert first["candidate"] == "sft" and first["chain"] == {}
     assert second["candidate"] == "dpo" and second["chain"] == {"sft": "canary", "dpo": "canary", "grpo": "hold"}
     assert second["refused"] == {"b3": "repair (unit_mismatch_share)"}
+    assert first["agent"] is None and second["agent"] == "agent: agent_sft hold, prod's from v0.0.1 stays"
     assert second["delta"] == 0.01 and (second["ci_low_min"], second["ci_high_max"]) == (-0.05, 0.09)
 
 

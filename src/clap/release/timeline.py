@@ -6,7 +6,8 @@ A round is a commit that changed `metrics/gate.json`. For each, the batches it t
 params.yaml), the batches admission refused and by which rule (`data/admission/`), the baseline M
 it was judged against (`release/prod.json` at that commit: the prod version, or the base model),
 the candidate − M overall delta pooled over batches with the range of the per-batch CIs, the
-decision, the chain candidate it ships (SFT, SFT→DPO or SFT→GRPO, with each one's verdict), the
+decision, the chain candidate it ships (SFT, SFT→DPO or SFT→GRPO, with each one's verdict), what it ships on the
+agent track (the bundle's `tracks`: the agent adapter the gate passed, or prod's kept when it held the new one), the
 human verdict committed beside it (`metrics/human.json`: the usefulness delta against its reference and
 the raters' agreement), and the release tags on the commit (GTO's format, read through `clap.release.registry`).
 Nothing here is recomputed: every figure is the committed evidence, so the table is what a reviewer sees.
@@ -86,8 +87,21 @@ def rounds(root: Path, since: str | None = None) -> list[dict]:
                     "ci_high_max": max((o["ci_high"] for o in overall), default=None),
                     "decision": gate.get("decision"), "candidate": gate.get("candidate", "sft"),
                     "chain": {c: v["decision"] for c, v in (gate.get("candidates") or {}).items()},
+                    "agent": agent_track((_json_at(root, commit, paths.BUNDLE) or {}).get("tracks") or {}),
                     "evidence": human_verdict(_json_at(root, commit, paths.HUMAN_METRICS)), "tags": tags.get(commit, [])})
     return sorted(out + undone, key=lambda r: r["time"])
+
+
+def agent_track(tracks: dict) -> str | None:
+    """What the round's release ships on the agent track, from its bundle's `tracks`: the agent adapter the gate
+    passed, prod's kept when the gate held the new one, or none; None when the round judged no agent adapter."""
+    agent = tracks.get("agent") or {}
+    if not agent.get("candidate"):
+        return None
+    if agent.get("ships"):
+        return f"agent: {agent['ships']} {agent['decision']}"
+    kept = f"prod's from {agent['carried_from']} stays" if agent.get("carried_from") else "none ships"
+    return f"agent: {agent['candidate']} {agent['decision']}, {kept}"
 
 
 def human_verdict(human: dict | None) -> str | None:
@@ -113,7 +127,7 @@ def stage_events(root: Path, events: list[dict] | None = None) -> list[dict]:
     messages = {tag.strip(): (int(stamp), message) for tag, stamp, message in
                 (entry.split("\0") for entry in listing.split("\1") if entry.strip())}
     row = {"batches": [], "refused": {}, "delta": None, "ci_low_min": None, "ci_high_max": None, "chain": {},
-           "evidence": None}
+           "agent": None, "evidence": None}
     out = []
     for a in events:
         stamp, message = messages[a["tag"]]
@@ -152,6 +166,7 @@ def table(rows: list[dict]):
         t.add_row(str(r["round"]), r["commit"], ",".join(r["batches"]),
                   "; ".join(f"{b}: {why}" for b, why in r["refused"].items()) or "—", r["baseline"], delta,
                   str(r["decision"]).upper(),
-                  r["candidate"] + (f" ({', '.join(f'{c} {d}' for c, d in r['chain'].items())})" if r["chain"] else ""),
+                  r["candidate"] + (f" ({', '.join(f'{c} {d}' for c, d in r['chain'].items())})" if r["chain"] else "")
+                  + (f"; {r['agent']}" if r.get("agent") else ""),
                   r["evidence"] or "—", " ".join(r["tags"]) or "—")
     return t
