@@ -543,3 +543,19 @@ def test_a_held_agent_adapter_never_ships(repo, tiny_dir, monkeypatch):
     assert release.release(root)["version"] == "v0.0.3"
     folder, _ = prod.restore_version_adapter(root, "v0.0.3", root / "served", role="agent_adapter")
     assert (folder / "adapter_model.safetensors").read_bytes() == v2_agent
+
+
+def test_a_killed_writers_temporary_folder_is_not_evidence(repo, tiny_dir):
+    """`.b1.tmp-PID-…` beside a batch (a run killed mid-write, cleared by the stage's next run) is no output: the
+    bundle neither pins it nor fails verification over it; a file added inside the batch's folder still fails."""
+    root, params = repo
+    _fake_run(root, tiny_dir, params)
+    stale = root / "data/materialized/.b1.tmp-999999-x"
+    stale.mkdir()
+    (stale / "sft_train.jsonl").write_text("half\n")
+    bundle.write(root, params, root / "release/bundle.json")
+    b = bundle.verify(root / "release/bundle.json", root)
+    assert not [f for f in b.files if ".tmp-" in f.path]
+    (root / "data/materialized/b1/.hidden.jsonl").write_text("x\n")
+    with pytest.raises(bundle.BundleMismatch):
+        bundle.verify(root / "release/bundle.json", root)

@@ -165,10 +165,15 @@ def expected_entries(root: Path, candidate: str, agent_candidate: str | None) ->
             continue
         for p in sorted(root.glob(pattern.format(c=candidate, a=agent_candidate))):
             path = p.relative_to(root).as_posix()
+            if any(_WRITER_TEMP.fullmatch(x) for x in PurePosixPath(path).parts):
+                continue  # a writer's temporary sibling or lock (`.b1.tmp-PID-…`, `.b1.lock`): never an output
             if p.is_file() and path not in seen:
                 seen.add(path)
                 out.append((path, role))
     return out
+
+
+_WRITER_TEMP = re.compile(r"\..+\.(?:(?:tmp|old)-\d+(?:-.*)?|lock)")  # clap.io.atomic_dir's siblings
 
 
 def _role_of(path: str, candidate: str, agent_candidate: str | None) -> set[str]:
