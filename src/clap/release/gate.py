@@ -388,9 +388,8 @@ def agent_chain(cfg: dict) -> list[str]:
 def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:
     """A tool-calling agent adapter (its own track: `evaluate_agent` → metrics/agent.json) against the agent
     adapter in prod (the base model before a release shipped one) on the held-out agent tasks: its guards;
-    task success — hold when the whole CI is below
-    `agent_min_success_delta`, canary when the point estimate is or the CI lower bound is not above
-    `agent_ci_lower_must_exceed`; its hallucination rate (a final answer no tool return supports) and
+    task success against `agent_min_success_delta` and `agent_ci_lower_must_exceed` (`_delta_rule`, on what
+    `acts_on.agent` says); its hallucination rate (a final answer no tool return supports) and
     its tool-call accuracy (BFCL's AST rules on the gold prefix) against their thresholds. A later step
     of the agent chain (agent_dpo, agent_grpo), with `chain_step_must_beat_start`, must also beat agent SFT (CI above 0)."""
     reasons: list[Reason] = []
@@ -403,30 +402,7 @@ def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate
     elif guard["status"] != "ok":
         trip = guard.get("trip") or {}
         fire(f"guard:{candidate}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), "hold")
-    bad = evidence.problems({}, agent=agent) if agent is not None else []
-    for file, field, problem in bad:
-        fire("evidence_invalid", f"{file}: {field} {problem}", "a finite number with its n", "hold")
-    model = None if bad else (agent or {}).get("models", {}).get(candidate)
-    reference = "prod" if "deltas_vs_prod" in (agent or {}) else "base"
-    d = None if bad else (agent or {}).get(f"deltas_vs_{reference}", {}).get(candidate, {}).get("success")
-    if bad:
-        pass
-    elif model is None or d is None or not all(k in model for k in ("hallucinated", "tool_call_accuracy", "success")):
-        fire("agent_eval_missing", None, "metrics/agent.json with the candidate", "hold")
-        model = None
-    else:
-        _delta_rule(fire, f"agent_success_minus_{reference}", d, policy["agent_min_success_delta"],
-                    policy["agent_ci_lower_must_exceed"], policy["acts_on"]["agent"])
-        if model["hallucinated"] > policy["agent_max_hallucination_rate"]:
-            fire("agent_hallucination_rate", model["hallucinated"], policy["agent_max_hallucination_rate"], "hold")
-        if model["tool_call_accuracy"] < policy["agent_min_tool_call_accuracy"]:
-            fire("agent_tool_call_accuracy", model["tool_call_accuracy"], policy["agent_min_tool_call_accuracy"], "hold")
-        if candidate != AGENT_CHAIN[0] and policy["chain_step_must_beat_start"]:
-            vs = (agent.get("deltas_chain", {}).get(f"{candidate}-{AGENT_CHAIN[0]}") or {}).get("success")
-            if vs is None:
-                fire(f"agent_eval_missing:{candidate}-{AGENT_CHAIN[0]}", None, "present", "hold")
-            elif vs["ci_low"] <= 0:
-                fire(f"agent_success_{candidate}_minus_{AGENT_CHAIN[0]}", _with_ci(vs), "CI above 0", "hold")
+    model, d = _agent_rules(fire, policy, agent, candidate)
     decision = _worst(reasons)
     summary = {"decision_code": SEVERITY.index(decision), "reasons": _counted(reasons),
                "success_delta": None if d is None else d["delta"],
@@ -435,6 +411,36 @@ def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate
     return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=False, policy=policy["name"],
                         candidate=candidate, trainers={candidate: "ok" if guard and guard["status"] == "ok" else "hold"},
                         summary=summary)
+
+
+def _agent_rules(fire, policy: dict, agent: dict | None, candidate: str) -> tuple[dict | None, dict | None]:
+    """`decide_agent`'s rules on metrics/agent.json, once its evidence checked: task success against the reference,
+    hallucination, tool-call accuracy, and a later step against agent SFT. Returns (the candidate's scores, its
+    success delta), None for what the evidence does not hold."""
+    bad = evidence.problems({}, agent=agent) if agent is not None else []
+    for file, field, problem in bad:
+        fire("evidence_invalid", f"{file}: {field} {problem}", "a finite number with its n", "hold")
+    if bad:
+        return None, None
+    model = (agent or {}).get("models", {}).get(candidate)
+    reference = "prod" if "deltas_vs_prod" in (agent or {}) else "base"
+    d = (agent or {}).get(f"deltas_vs_{reference}", {}).get(candidate, {}).get("success")
+    if model is None or d is None or not all(k in model for k in ("hallucinated", "tool_call_accuracy", "success")):
+        fire("agent_eval_missing", None, "metrics/agent.json with the candidate", "hold")
+        return None, d
+    _delta_rule(fire, f"agent_success_minus_{reference}", d, policy["agent_min_success_delta"],
+                policy["agent_ci_lower_must_exceed"], policy["acts_on"]["agent"])
+    if model["hallucinated"] > policy["agent_max_hallucination_rate"]:
+        fire("agent_hallucination_rate", model["hallucinated"], policy["agent_max_hallucination_rate"], "hold")
+    if model["tool_call_accuracy"] < policy["agent_min_tool_call_accuracy"]:
+        fire("agent_tool_call_accuracy", model["tool_call_accuracy"], policy["agent_min_tool_call_accuracy"], "hold")
+    if candidate != AGENT_CHAIN[0] and policy["chain_step_must_beat_start"]:
+        vs = (agent.get("deltas_chain", {}).get(f"{candidate}-{AGENT_CHAIN[0]}") or {}).get("success")
+        if vs is None:
+            fire(f"agent_eval_missing:{candidate}-{AGENT_CHAIN[0]}", None, "present", "hold")
+        elif vs["ci_low"] <= 0:
+            fire(f"agent_success_{candidate}_minus_{AGENT_CHAIN[0]}", _with_ci(vs), "CI above 0", "hold")
+    return model, d
 
 
 def choose_agent(judged: dict[str, GateDecision]) -> dict:
