@@ -243,8 +243,6 @@ def _disabled(kind: str, switch: str, out: Path) -> None:
 def _training_inputs(kind: str, batches: list[str], materialized: Path, admission: Path, start: Path | None) -> None:
     """What `kind` reads, checked before the base model is converted or loaded: one line names the first missing
     input and the stage that makes it."""
-    from clap.io import require_inputs
-
     if kind in ("sft", "dpo", "grpo"):
         needed = [(Path(admission) / f"{b}.json", f"dvc repro admit@{b}") for b in batches]
         needed += [(Path(materialized) / b, f"dvc repro materialize@{b}") for b in batches]
@@ -257,7 +255,7 @@ def _training_inputs(kind: str, batches: list[str], materialized: Path, admissio
                   "agent-rm": [(paths.AGENT_PAIRS, "dvc repro agent_pairs")],
                   "agent-grpo": [(paths.AGENT_TASKS, "dvc repro agent_tasks"), (paths.ASSETS, "dvc repro assetize"),
                                  (paths.adapter("agent_sft"), "dvc repro train_agent_sft")]}[kind]
-    require_inputs(needed)
+    _need(*needed)
 
 
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
@@ -443,8 +441,9 @@ def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict |
     folder = None if prod is None else prod / "adapter" if role == "adapter" else paths.prod_agent_adapter(prod)
     if not (ptr and ptr.get("version")) or (role != "adapter" and not folder.is_dir()):
         return None, None
-    tag = ptr["version_tag"] if role == "adapter" else f"{ptr['version_tag'].split('@')[0]}@{ptr['agent_version']}" \
-        if ptr.get("agent_version") else ptr["version_tag"]  # a release that kept prod's agent adapter: its source
+    # the agent adapter of a release that kept prod's is pinned by the release it came from (`agent_version`)
+    version = ptr.get("agent_version", ptr["version"]) if role == "agent_adapter" else ptr["version"]
+    tag = f"{paths.ARTIFACT}@{version}"
     console.print(f"baseline: prod {ptr['version']} ({tag}, {role.replace('_', ' ')}) and the base model")
     return folder, pinned_expectation(Path("."), folder, tag, role)
 

@@ -5,6 +5,7 @@ CLI defaults, the stages that read other stages' outputs, the bundle, the report
 
 from pathlib import Path
 
+ARTIFACT = "clap-adapter"  # the registry's artifact name in GTO's tags (`clap-adapter@v0.0.1`, `clap-adapter#prod#1`)
 RAW = Path("data/raw")
 ASSETS = Path("data/assets")
 MATERIALIZED = Path("data/materialized")

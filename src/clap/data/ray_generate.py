@@ -58,7 +58,8 @@ class RayEngine:
 
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
-                 temperature: float = 0.0) -> list[Generation]:
+                 temperature: float = 0.0, use_store: bool = True) -> list[Generation]:
+        """Answers from the Ray actors (no answer store here: `use_store` is accepted and every call decodes)."""
         import ray.data
 
         if not conversations:

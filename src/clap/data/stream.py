@@ -239,7 +239,6 @@ def _read_jsonl_columnar(data: bytes, types: dict[str, str]) -> pd.DataFrame | N
     """
     if not data or data.startswith(b"\n") or b"\n\n" in data or b"\r" in data:
         return None
-
     typed = {c: t for c, t in types.items() if t in ("str", "int")}
     loose = [c for c, t in types.items() if t == "object"]
     schema = pa.schema([(c, pa.string() if t == "str" else pa.int64()) for c, t in typed.items()])

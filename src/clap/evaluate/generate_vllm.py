@@ -62,7 +62,9 @@ class VLLMEngine:
                                             return_dict=True)["input_ids"]
 
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
-                 batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None) -> list[Generation]:
+                 batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
+                 use_store: bool = True) -> list[Generation]:
+        """Greedy answers from vLLM (no answer store here: `use_store` is accepted and every call decodes)."""
         from vllm import SamplingParams
         from vllm.lora.request import LoRARequest
 

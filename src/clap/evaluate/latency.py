@@ -9,7 +9,6 @@ ratio; the gate's latency rule reads only that (`clap.release.gate._latency_rule
 
 from __future__ import annotations
 
-import inspect
 import time
 
 from clap.evaluate.stats import p95
@@ -18,9 +17,8 @@ from clap.evaluate.stats import p95
 def fresh_generate(engine, conversations: list[list[dict]], use_adapter, max_new_tokens: int,
                    schemas: list[dict] | None):
     """One decode that never reads the answer store (engines without a store decode afresh anyway)."""
-    kwargs = {"use_store": False} if "use_store" in inspect.signature(engine.generate).parameters else {}
     return engine.generate(conversations, use_adapter=use_adapter, max_new_tokens=max_new_tokens, batch_size=1,
-                           progress=False, schemas=schemas, **kwargs)
+                           progress=False, schemas=schemas, use_store=False)
 
 
 def paired_latency(engine, conversations: list[list[dict]], schemas: list[dict] | None, reference, candidate,

@@ -17,8 +17,6 @@ import warnings
 import numpy as np
 from scipy import stats as _st
 
-METHOD = "bca-expanded"  # what `paired_bootstrap` computes; recorded beside the intervals it writes
-
 
 def expanded_level(ci: float, n: int) -> float:
     """The confidence level the bootstrap is run at so that its interval covers `ci` at sample size `n`

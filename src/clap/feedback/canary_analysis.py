@@ -58,31 +58,30 @@ def rescore(feedback: list[dict], metric: str) -> list[dict]:
     return out
 
 
-def invalid_evidence(requests: list[dict], feedback: list[dict]) -> list[str]:
-    """Log rows the analysis cannot read as evidence: an outcome that is not 0/1 (or true/false), a latency that is not
-    a finite number ≥ 0, a request without its id or arm. Each is named; the analysis leaves them out and cannot
-    end `successful` while any is there."""
-    bad = []
+def usable_evidence(requests: list[dict], feedback: list[dict]) -> tuple[list[dict], list[dict], list[str]]:
+    """(requests, feedback, problems): the log rows the analysis can read as evidence, and one line naming each it
+    cannot — an outcome that is not 0/1 (or true/false), a latency that is not a finite number ≥ 0, a request without
+    its id or arm. The analysis leaves those out and cannot end `successful` while any is there."""
+    problems, kept_requests, kept_feedback = [], [], []
     for i, r in enumerate(requests, start=1):
         lat = r.get("latency_ms")
         if not isinstance(r.get("request_id"), str) or r.get("arm") not in ARMS:
-            bad.append(f"{REQUESTS} row {i}: request_id/arm missing or unknown")
+            problems.append(f"{REQUESTS} row {i}: request_id/arm missing or unknown")
         elif not finite(lat) or lat < 0:
-            bad.append(f"{REQUESTS} row {i} ({r['request_id']}): latency_ms is {lat!r}")
+            problems.append(f"{REQUESTS} row {i} ({r['request_id']}): latency_ms is {lat!r}")
+        else:
+            kept_requests.append(r)
     for i, f in enumerate(feedback, start=1):
-        if f.get("outcome") not in (0, 1) or isinstance(f.get("outcome"), float) and not finite(f.get("outcome")):
-            bad.append(f"{FEEDBACK} row {i} ({f.get('request_id')}): outcome is {f.get('outcome')!r}, not 0 or 1")
-    return bad
+        if f.get("outcome") in (0, 1):  # NaN, null, a string or 2 is no outcome
+            kept_feedback.append(f)
+        else:
+            problems.append(f"{FEEDBACK} row {i} ({f.get('request_id')}): outcome is {f.get('outcome')!r}, not 0 or 1")
+    return kept_requests, kept_feedback, problems
 
 
 def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
     c = cfg["canary"]
-    invalid = invalid_evidence(requests, feedback)
-    if invalid:
-        good = {r.get("request_id") for r in requests if r.get("arm") in ARMS and finite(r.get("latency_ms"))
-                and r["latency_ms"] >= 0}
-        requests = [r for r in requests if r.get("request_id") in good]
-        feedback = [f for f in feedback if f.get("outcome") in (0, 1)]
+    requests, feedback, invalid = usable_evidence(requests, feedback)
     outcome = {f["request_id"]: int(f["outcome"]) for f in feedback}  # the last feedback on a request counts
     served = {a: [r for r in requests if r["arm"] == a] for a in ARMS}
     versions = {a: sorted({r.get("version") or "base" for r in rows}) for a, rows in served.items()}

@@ -126,23 +126,30 @@ def prod_agent(root: Path) -> str | None:
     """The version whose bundle pins the agent adapter in prod (following `carried_from`), or None."""
     pointer = root / paths.PROD_POINTER
     version = (read_json(pointer) if pointer.exists() else {}).get("version")
-    return agent_source(root, version) if version else None
+    source = agent_source(root, version) if version else None
+    return source[0] if source else None
 
 
-def agent_source(root: Path, version: str, depth: int = 0) -> str | None:
-    """The version whose committed bundle pins the agent adapter `version` ships: itself, the one it carried
-    from, or None when it ships none."""
-    if depth > 100:
-        raise BundleMismatch(f"{version}: the agent adapter's carried_from chain does not end")
-    shown = subprocess.run(["git", "show", f"clap-adapter@{version}:{BUNDLE_PATH}"], cwd=root, capture_output=True,
-                           text=True)
-    if shown.returncode != 0:
-        return None
-    b = EvidenceBundle.model_validate_json(shown.stdout)
-    if any(f.role == "agent_adapter" for f in b.files):
-        return version
-    carried = (b.tracks.get("agent") or {}).get("carried_from")
-    return agent_source(root, carried, depth + 1) if carried else None
+def agent_source(root: Path, version: str, bundle: EvidenceBundle | None = None
+                 ) -> tuple[str, EvidenceBundle] | None:
+    """(version, its committed bundle) of the release that pins the agent adapter `version` serves: `version`
+    itself when its gate shipped one, else the release it carried prod's from (followed to the end), else None.
+    `bundle`: `version`'s own, when the caller has read it already."""
+    seen: set[str] = set()
+    while version not in seen:
+        seen.add(version)
+        if bundle is None:
+            shown = subprocess.run(["git", "show", f"{paths.ARTIFACT}@{version}:{BUNDLE_PATH}"], cwd=root,
+                                   capture_output=True, text=True)
+            if shown.returncode != 0:
+                return None
+            bundle = EvidenceBundle.model_validate_json(shown.stdout)
+        if any(f.role == "agent_adapter" for f in bundle.files):
+            return version, bundle
+        version, bundle = (bundle.tracks.get("agent") or {}).get("carried_from"), None
+        if version is None:
+            return None
+    raise BundleMismatch(f"{version}: the agent adapter's carried_from chain comes back to itself")
 
 
 def _pinned_files(root: Path, candidate: str, agent_candidate: str | None, hashes: dict[str, str]) -> list[BundleFile]:
@@ -435,7 +442,7 @@ def _check_tracks(b: EvidenceBundle, root: Path, where: str) -> None:
         if any(not p.startswith(folder + "/") for p in pinned) or not required <= pinned:
             raise BundleMismatch(f"{where}: the agent adapter pinned is not exactly {folder} (the gate ships {ships})")
     carried = expected["agent"]["carried_from"]
-    if carried is not None and agent_source(root, carried) != carried:
+    if carried is not None and (agent_source(root, carried) or (None,))[0] != carried:
         raise BundleMismatch(f"{where}: tracks.agent.carried_from {carried} is not a release that pins an agent adapter")
 
 

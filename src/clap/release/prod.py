@@ -20,7 +20,7 @@ from pathlib import Path
 from clap import paths
 from clap.errors import UserError
 from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
-from clap.release.bundle import adapter_expectation
+from clap.release.bundle import adapter_expectation, agent_source
 from clap.release.serving import dvc_cache_path, dvc_dir_listing, lock_outs
 from clap.schemas import EvidenceBundle
 
@@ -60,39 +60,23 @@ def restore(root: Path, out: Path) -> dict:
             bundle = EvidenceBundle.model_validate_json(_show(root, ptr["version_tag"], str(paths.BUNDLE)))
             _restore_adapter(root, ptr, bundle, tmp / "adapter")
             ptr = ptr | {"candidate": bundle.candidate}
-            source = agent_release(root, ptr["version"], bundle)
+            source = agent_source(root, ptr["version"], bundle)
             if source is not None:
                 version, agent_bundle = source
-                _restore_adapter(root, {"version": version, "version_tag": f"{ARTIFACT}@{version}"}, agent_bundle,
+                _restore_adapter(root, {"version": version, "version_tag": f"{paths.ARTIFACT}@{version}"}, agent_bundle,
                                  paths.prod_agent_adapter(tmp), "agent_adapter")
                 ptr = ptr | {"agent_candidate": _agent_candidate(agent_bundle), "agent_version": version}
         write_json(tmp / "prod.json", ptr)
     return ptr
 
 
-ARTIFACT = "clap-adapter"  # GTO's artifact name (clap.release.registry.ARTIFACT)
-
-
 def _bundle_at(root: Path, version: str) -> EvidenceBundle:
-    return EvidenceBundle.model_validate_json(_show(root, f"{ARTIFACT}@{version}", str(paths.BUNDLE)))
+    return EvidenceBundle.model_validate_json(_show(root, f"{paths.ARTIFACT}@{version}", str(paths.BUNDLE)))
 
 
 def _agent_candidate(bundle: EvidenceBundle) -> str:
     weights = next(f.path for f in bundle.files if f.role == "agent_adapter" and f.path.endswith(".safetensors"))
     return Path(weights).parent.parent.name
-
-
-def agent_release(root: Path, version: str, bundle: EvidenceBundle | None = None) -> tuple[str, EvidenceBundle] | None:
-    """The release whose bundle pins the agent adapter `version` serves: `version` itself when its gate shipped
-    one (promote/canary), the release it carried prod's agent adapter from when its agent was held, else None."""
-    from clap.release.bundle import agent_source
-
-    bundle = bundle or _bundle_at(root, version)
-    if any(f.role == "agent_adapter" for f in bundle.files):
-        return version, bundle
-    carried = (bundle.tracks.get("agent") or {}).get("carried_from")
-    source = agent_source(root, carried) if carried else None
-    return (source, _bundle_at(root, source)) if source else None
 
 
 def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "adapter") -> tuple[Path, dict]:
@@ -104,14 +88,14 @@ def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "a
 
     bundle = _bundle_at(root, version)
     if role == "agent_adapter":
-        source = agent_release(root, version, bundle)
+        source = agent_source(root, version, bundle)
         if source is None:
             agent = bundle.tracks.get("agent") or bundle.decision.get("agent") or {}
             raise ProdUnavailable(f"{version} serves no agent adapter: its gate's agent verdict was "
                                   f"{agent.get('decision') or 'none (agent track off)'} and no agent adapter was in "
                                   "prod when it was released")
         version, bundle = source
-    tag = f"{ARTIFACT}@{version}"
+    tag = f"{paths.ARTIFACT}@{version}"
     if dest.exists():
         shutil.rmtree(dest)
     _restore_adapter(root, {"version": version, "version_tag": tag}, bundle, dest, role)

@@ -31,7 +31,7 @@ from clap import paths
 from clap.errors import UserError
 from clap.release.bundle import BUNDLE_PATH, BundleMismatch, shipped_candidate, verify
 
-ARTIFACT = "clap-adapter"
+ARTIFACT = paths.ARTIFACT
 BASE = "base"  # `clap rollback --to base`: no adapter in prod, the base model serves
 BUNDLE = Path(BUNDLE_PATH)
 
