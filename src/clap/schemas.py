@@ -1,4 +1,4 @@
-"""Every data contract of CLAP in one place (DESIGN §2).
+"""Every data contract of CLAP in one place (docs/design.md §2).
 
 Tables are Pandera `DataFrameModel`s validated lazily (all failures at once) by `split_valid`, which
 sends each failing row to quarantine with its rule and column. JSON documents (admission record,

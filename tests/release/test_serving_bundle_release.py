@@ -364,7 +364,7 @@ def test_every_candidate_gets_its_bundle_and_only_the_shipped_one_releases(repo,
 
 
 def test_rollback_to_base_withdraws_prod_and_the_version_comes_back_from_the_cache(repo, tiny_dir):
-    """DESIGN §6's fallback: with one version ever in prod, `--to base` unassigns it (GTO's own tag, GTO agrees that
+    """docs/design.md §6's fallback: with one version ever in prod, `--to base` unassigns it (GTO's own tag, GTO agrees that
     nothing is in prod), and naming the version brings its deleted adapter back byte for byte."""
     root, params = repo
     v1 = _commit_version(root, tiny_dir, params, 1)

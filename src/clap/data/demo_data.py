@@ -1,4 +1,4 @@
-"""Deterministic generator of the anonymised manufacturing demo corpus (DESIGN §8).
+"""Deterministic generator of the anonymised manufacturing demo corpus (docs/design.md §8).
 
     clap demo-data --out data/raw --seed 7 --scale 1.0
 

@@ -1,4 +1,4 @@
-"""Target and evidence normalisation (DESIGN §3): pure functions, never raise on text input.
+"""Target and evidence normalisation (docs/design.md §3): pure functions, never raise on text input.
 
 Values keep the magnitude and unit of the source document with the unit spelled canonically
 (`RMB 10k` and `万元` are one unit); comparisons go through base units so that

@@ -1,4 +1,4 @@
-"""The repair queue (the data flywheel of DESIGN §1 and §6).
+"""The repair queue (the data flywheel of docs/design.md §1 and §6).
 
     clap repair-queue          (DVC stage `repair_queue`, writes repair/queue.jsonl)
 

@@ -1,4 +1,4 @@
-"""Structured-extraction metrics (DESIGN §4), per sample; pure functions.
+"""Structured-extraction metrics (docs/design.md §4), per sample; pure functions.
 
 Every metric takes the parsed answer (or None), the gold target and the model's input material, so
 "found in the input" means exactly what the model was shown.
@@ -96,7 +96,7 @@ def _value_in_input(pred: dict | None, source: str) -> bool:
 
 def score_sample(pred: dict | None, gold: dict, source: str, weights: dict[str, float],
                  pass_rule: str = "value_and_evidence") -> dict[str, float]:
-    """All per-sample metrics of DESIGN §4 (latency is added by the caller)."""
+    """All per-sample metrics of docs/design.md §4 (latency is added by the caller)."""
     if pred is None:
         zero = {k: 0.0 for k in ("parse_ok", "field_accuracy", "value_accuracy", "evidence_accuracy",
                                  "hallucination_rate", "wrong_fact_rate", "target_match", "pass_rate")}

@@ -1,4 +1,4 @@
-"""Evidence bundle per candidate (DESIGN §6): everything needed to re-check a release decision.
+"""Evidence bundle per candidate (docs/design.md §6): everything needed to re-check a release decision.
 
     clap bundle                # DVC stage `bundle`: release/bundles/<candidate>.json for every candidate the
                                # gate judged, and release/bundle.json = the one the gate ships (tracked by git)

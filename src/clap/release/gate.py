@@ -1,4 +1,4 @@
-"""Release-gate policy (DESIGN §5): a pure function from evidence to a decision with reasons.
+"""Release-gate policy (docs/design.md §5): a pure function from evidence to a decision with reasons.
 
 promote(M') ⇐ quality(M') ≥ quality(M) ∧ risk(M') ≤ τ, per batch and overall. Outcomes, from worst:
 M is the adapter in prod when there is one (the base model before the first release).

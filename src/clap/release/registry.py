@@ -216,7 +216,7 @@ def rollback(root: Path, to: str | None = None, restore: bool = True) -> dict:
 
     `to="base"` withdraws prod instead: GTO's unassign tag (`#prod!#K`, what `gto deprecate clap-adapter vX prod`
     writes) for every version holding prod, so `release/prod.json` names no version and the base model serves —
-    DESIGN §6's fallback that is always available. With nothing in prod, `to` names the version to bring back."""
+    docs/design.md §6's fallback that is always available. With nothing in prod, `to` names the version to bring back."""
     root = Path(root)
     cur = current(root, "prod")
     if to == BASE:

@@ -1,4 +1,4 @@
-"""admit: the admission gate (DESIGN §5) for one materialized batch.
+"""admit: the admission gate (docs/design.md §5) for one materialized batch.
 
     clap admit b1              (DVC stage `admit@b1`, writes data/admission/b1.json)
 

@@ -9,7 +9,7 @@ Reads `chunks`, `facts`, `decisions` as .jsonl, .csv or .parquet, streaming, so 
   B. global steps out of core in DuckDB (clap.data.duck): repeated ids, raw rows superseded by
      repaired rows (`--repaired`), chunks a unit's facts borrow from another unit;
   C. per unit, here or as Ray Data tasks (`assetize.engine`, `--engine`): chunks hashed; facts
-     normalised (DESIGN §3), verified and repaired (clap.data.facts) — a missing quote re-found in the
+     normalised (docs/design.md §3), verified and repaired (clap.data.facts) — a missing quote re-found in the
      evidence chunk, a wrong chunk id re-pointed to the chunk of the same page that holds the value;
      decisions parsed. Each batch's rows are then written back in input order, one Parquet file per
      batch: `facts.parquet/b-<batch>.parquet` (a folder that `pd.read_parquet` reads as one table).

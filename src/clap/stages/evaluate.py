@@ -1,4 +1,4 @@
-"""evaluate: the candidate against the adapter in prod and against the base model, on one batch's holdout (DESIGN §4).
+"""evaluate: the candidate against the adapter in prod and against the base model, on one batch's holdout (docs/design.md §4).
 
     clap evaluate b1           (DVC stage `evaluate@b1`, writes data/eval/b1/)
 

@@ -1,4 +1,4 @@
-"""evaluate-decisions: the decision task on held-out cases, for every step of the chain (DESIGN §4, the paper's second task).
+"""evaluate-decisions: the decision task on held-out cases, for every step of the chain (docs/design.md §4, the paper's second task).
 
     clap evaluate-decisions    (DVC stage `evaluate_decisions`, writes data/eval_decisions/ and metrics/decisions.json)
 

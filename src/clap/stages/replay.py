@@ -1,4 +1,4 @@
-"""replay: the ABCD application-chain experiment (DESIGN §4) on the replay cases of every batch.
+"""replay: the ABCD application-chain experiment (docs/design.md §4) on the replay cases of every batch.
 
     clap replay                (DVC stage `replay`, writes data/replay/ and metrics/replay.json)
 

@@ -1,4 +1,4 @@
-"""Runtime guards (DESIGN §5), shared by the SFT, DPO and GRPO trainers as one TrainerCallback.
+"""Runtime guards (docs/design.md §5), shared by the SFT, DPO and GRPO trainers as one TrainerCallback.
 
 `check` is the pure rule: given the history of logged values and the new log, it returns the rule
 that trips (or None). A signal that a trainer must provide but did not log fails closed.
