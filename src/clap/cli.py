@@ -65,6 +65,52 @@ def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float =
 
 
 @app.command()
+def init(directory: Path = typer.Argument(..., help="the new project's folder"),
+         demo: bool = typer.Option(False, help="the demo's pipeline (generated corpus, three rounds) instead of ingest"),
+         force: bool = typer.Option(False, help="add the project's files to a non-empty folder (never overwrites one)"),
+         ) -> None:
+    """A new CLAP project: git + DVC, conf/, dvc.yaml, params.yaml; its pipeline starts from your sources."""
+    from clap.project import DOCS
+    from clap.project import init as make
+
+    written = make(directory, demo=demo, force=force)
+    console.print(f"CLAP project → {directory} ({len(written)} files; git and DVC initialised)")
+    if demo:
+        console.print(f"next: cd {directory} && dvc repro    (or clap demo: the three rounds)")
+    else:
+        console.print(f"next: cd {directory}; put documents in {DOCS}/ (tables: conf/ingest/default.yaml); "
+                      "dvc repro; clap release")
+
+
+@app.command()
+def ingest(docs: Path = typer.Option(None, help="folder of documents (default: ingest.docs in params.yaml)"),
+           out: Path = typer.Option(paths.RAW)) -> None:
+    """Your documents and mapped tables into the raw contract: chunks, facts (inline XBRL, tables), decisions."""
+    from clap.config import ConfigError, Ingest
+    from clap.stages import ingest as stage
+
+    params = _params()
+    if params.get("ingest") is None:
+        raise ConfigError("params.yaml: no ingest section; a project made by `clap init` has conf/ingest/default.yaml")
+    section = Ingest.model_validate(params["ingest"])
+    report = stage.run(section, Path(docs or section.docs), out, list(params["data"]["batches"]))
+    d = report["documents"]
+    console.print(f"documents {d['seen']}: ingested {d['ingested']} ({', '.join(f'{v} {k}' for k, v in d['by_format'].items())}"
+                  f"; {d['pages']} pages, {d['ixbrl']} inline XBRL), not readable {len(d['bad'])}")
+    for bad in d["bad"]:
+        console.print(f"  [bold yellow]{escape(bad['file'])}[/]: {bad['reason']} ({escape(bad['detail'])})")
+    for t in report["tables"]:
+        console.print(f"table {t['path']} → {t['kind']}: rows {t.get('rows', 0)}, mapped {t.get('mapped', 0)}, "
+                      f"quarantined {t.get('quarantined', 0)}")
+    w = report["written"]
+    console.print(f"→ {out}: {w['chunks']} chunks, {w['facts']} facts ({report['ixbrl_facts']} inline XBRL), "
+                  f"{w['decisions']} decisions; {report['quarantined']} quarantined "
+                  f"({', '.join(f'{k}={v}' for k, v in report['quarantine_rules'].items()) or 'none'})")
+    for batch in report["empty_batches"]:
+        console.print(f"[bold yellow]warning:[/] batch {batch} of data.batches has no rows")
+
+
+@app.command()
 def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths.ASSETS),
              repaired: Path = typer.Option(None, help="folder (or file) of repaired fact rows from the repair queue"),
              engine: str = typer.Option(None, help="local | ray (default: assetize.engine in params.yaml)")) -> None:

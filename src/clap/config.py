@@ -20,7 +20,16 @@ from typing import Annotated, Literal
 
 import yaml
 from omegaconf import OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from clap.errors import UserError
 
@@ -401,11 +410,67 @@ class Assetize(_Section):
     workers: Annotated[StrictInt, Field(ge=1, le=1024)]
 
 
+class Transform(_Section):
+    """One declarative transform of a mapped field: exactly one key (`{prefix: FY}`, `{date: quarter}`)."""
+
+    strip: StrictBool | None = None
+    lower: StrictBool | None = None
+    upper: StrictBool | None = None
+    prefix: str | None = None
+    suffix: str | None = None
+    replace: dict[str, str] | None = None          # substrings: {"'000": "", "RMB": "元"}
+    map: dict[str, str | int | float] | None = None  # whole values: {"Q": quality_loss}; values not listed pass as they are
+    multiply: float | None = None
+    from_json: StrictBool | None = None             # the cell holds JSON text (a decision's `causes` mapping)
+    date: Literal["year", "quarter", "month", "day"] | None = None  # a date cell as `2024`, `2024Q1`, `2024-03`, `2024-03-31`
+
+    @model_validator(mode="after")
+    def _one_op(self):
+        given = [k for k, v in self if v is not None and v is not False]
+        if len(given) != 1:
+            raise ValueError(f"a transform is one of {', '.join(type(self).model_fields)}, one at a time (got "
+                             f"{', '.join(given) or 'none'})")
+        return self
+
+    def op(self) -> tuple[str, object]:
+        return next((k, v) for k, v in self if v is not None and v is not False)
+
+
+class TableSource(_Section):
+    """One table of the user's, mapped onto a contract table (`clap ingest`; docs/how-to/own-data.md)."""
+
+    path: Annotated[str, Field(min_length=1)]       # relative to the project root
+    kind: Literal["facts", "decisions", "chunks"]
+    sheet: str | None = None                        # XLSX: the sheet (default: the first)
+    columns: Annotated[dict[str, str], Field(min_length=1)]  # contract field -> the file's column
+    constants: dict[str, str | int | float] = {}    # contract field -> one value for every row
+    transforms: dict[str, list[Transform]] = {}     # contract field -> transforms, in order
+
+    @model_validator(mode="after")
+    def _fields_once(self):
+        both = sorted(set(self.columns) & set(self.constants))
+        if both:
+            raise ValueError(f"{', '.join(both)}: mapped to a column and given a constant; keep one")
+        return self
+
+
+class Ingest(_Section):
+    docs: Annotated[str, Field(min_length=1)]       # folder of documents (PDF, HTML/XHTML incl. inline XBRL, DOCX, MD, TXT)
+    batch_by: Literal["single", "folder", "date"]   # one batch | the first sub-folder's name | the document's date
+    batch: BatchId                                  # the batch of `single`
+    date_format: Literal["year", "quarter", "month"]  # a date's batch id under `date`
+    lang: Literal["auto", "en", "zh"]               # auto: zh when CJK characters are over a fifth of the letters
+    max_chunk_chars: Annotated[StrictInt, Field(ge=200, le=20_000)]
+    workers: Annotated[StrictInt, Field(ge=1, le=256)]  # documents read at once (processes)
+    tables: list[TableSource] = []
+
+
 class Params(_Section):
     """Every key of params.yaml, with its type and range."""
 
     gate: Gate
-    demo: Demo
+    demo: Demo | None = None  # the demo's corpus and rounds (`clap init --demo`, this repository)
+    ingest: Ingest | None = None  # a project's own sources (`clap init`)
     data: Data
     assetize: Assetize
     materialize: Materialize

@@ -21,7 +21,7 @@ from clap.data import normalize_many as nm
 
 
 def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in re.split(r"(?<=[。！？])|(?<=[.!?])\s+", text) if s and s.strip()]
+    return [s.strip() for s in re.split(r"\s*\n\s*|(?<=[。！？])|(?<=[.!?])\s+", text) if s and s.strip()]
 
 
 def per_distinct(column: pd.Series, fn) -> list:

@@ -47,6 +47,44 @@ UNIT_ALIASES: dict[str, str] = {
     "": "",
 }
 
+# ISO 4217 currencies as filings and spreadsheets report them (inline XBRL's `iso4217:USD`, "USD million",
+# "$m"): the code, and the code scaled by a multiplier word (`million USD`), one dimension per currency (no
+# exchange rates: a value in USD never equals one in EUR). Shares and per-share amounts likewise.
+CURRENCIES: dict[str, tuple[str, ...]] = {
+    "USD": ("$", "us$", "us dollars", "u.s. dollars"), "EUR": ("€", "euro", "euros"), "GBP": ("£", "pounds sterling"),
+    "JPY": (), "CHF": (), "CAD": ("c$",), "AUD": ("a$",), "HKD": ("hk$",), "SGD": ("s$",), "SEK": (), "NOK": (),
+    "DKK": (), "INR": (), "KRW": (),
+}
+_SCALE_WORDS = {"thousand": (1e3, ("k", "'000", "000s", "thousands")), "million": (1e6, ("m", "mn", "mio", "millions")),
+                "billion": (1e9, ("bn", "b", "billions"))}
+_CURRENCY_ABSORB: dict[tuple[str, float], str] = {}
+
+
+def _add_currencies() -> None:
+    for code, symbols in CURRENCIES.items():
+        dim = code.lower()
+        UNITS[code] = (dim, 1.0)
+        UNITS[f"{code}/shares"] = (f"{dim}_per_share", 1.0)
+        for spelling in (code.lower(), *symbols):
+            UNIT_ALIASES.setdefault(spelling, code)
+            for per in ("/shares", "/share", " per share"):
+                UNIT_ALIASES.setdefault(f"{spelling}{per}", f"{code}/shares")
+        for word, (factor, short) in _SCALE_WORDS.items():
+            canonical = f"{word} {code}"
+            UNITS[canonical] = (dim, factor)
+            _CURRENCY_ABSORB[(code, factor)] = canonical
+            for spelling in (code.lower(), *symbols):
+                for w in (word, *short):
+                    for alias in (f"{w} {spelling}", f"{spelling} {w}", f"{spelling}{w}" if not spelling.isalpha() else None):
+                        if alias:
+                            UNIT_ALIASES.setdefault(alias, canonical)
+    UNITS["shares"] = ("shares", 1.0)
+    for spelling in ("shares", "share"):
+        UNIT_ALIASES.setdefault(spelling, "shares")
+
+
+_add_currencies()
+
 # multiplier words that can sit inside a value or before a unit
 MULTIPLIERS: dict[str, float] = {
     "千": 1e3, "万": 1e4, "百万": 1e6, "亿": 1e8, "thousand": 1e3, "k": 1e3,
@@ -54,7 +92,7 @@ MULTIPLIERS: dict[str, float] = {
 }
 # multiplier applied to a base unit -> canonical unit that absorbs it
 _ABSORB = {("元", 1e3): "千元", ("元", 1e4): "万元", ("元", 1e6): "百万元", ("元", 1e8): "亿元",
-           ("件", 1e4): "万件"}
+           ("件", 1e4): "万件"} | _CURRENCY_ABSORB
 
 _NUM = r"[-−]?\(?\s*[-−]?\d+(?:,\d{3})*(?:\.\d+)?\s*\)?"
 _MULT_RE = "|".join(sorted((re.escape(m) for m in MULTIPLIERS), key=len, reverse=True))
@@ -177,7 +215,7 @@ def _resolve_unit(rest: str, unit_text: str, pct: bool, mult_word: str) -> tuple
 
 def _base_of(unit: str) -> str:
     dim = UNITS[unit][0]
-    return {"cny": "元", "count": "件"}.get(dim, unit)
+    return {"cny": "元", "count": "件"}.get(dim) or (dim.upper() if dim.upper() in CURRENCIES else unit)
 
 
 def _split_unit_multiplier(unit_text: str) -> tuple[str | None, float]:

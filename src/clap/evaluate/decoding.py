@@ -25,7 +25,8 @@ from clap.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
 # A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
 # company name stay whole). A sentence of a source is what an evidence quote may be.
 _ABBREVIATIONS = ("Co", "Corp", "Inc", "Ltd", "No", "Nos", "vs", "approx")
-_SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])" + "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS) + r"\s+")
+_SENTENCE_END = re.compile(r"\s*\n\s*|(?<=[。！？；])|(?<=[.!?;])" + "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS)
+                           + r"\s+")  # a line break ends a sentence too: an ingested chunk's table rows are lines
 MAX_LABEL_CHARS = 40  # entity and metric are short labels; bounds a runaway string (CJK tokenises long)
 MAX_PERIOD_CHARS = 16
 MAX_FREE_QUOTE_CHARS = 120  # a quote with no source to pick from (the no-RAG arms); bounds its length

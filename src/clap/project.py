@@ -1,0 +1,170 @@
+"""`clap init DIR`: a new CLAP project — git and DVC initialised, `conf/`, `dvc.yaml`, `params.yaml`, `.gitignore`,
+a short README — whose pipeline starts from the team's own sources (`clap ingest`) instead of the demo corpus.
+
+    clap init my-project            # sources/docs + sources/tables → ingest → the loop
+    clap init my-demo --demo        # today's demo: the generated corpus and its rounds
+
+The pipeline and the configuration are this repository's own `dvc.yaml` and `conf/` (one definition): the
+project's copy leaves out the dependencies on CLAP's source files (a project has no `src/clap`), and for own
+data replaces the `demo_data` stage with `ingest`, composes `conf/ingest/default.yaml`, drops the `demo`
+section and starts with one batch and the extraction track (DPO/GRPO need a decisions table; the agent track
+costs an hour a round on CPU — both are one key away). Refuses a non-empty folder unless `--force`, and even
+then never overwrites a file. The project starts with one commit (bundles name the commit their evidence was made at).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from clap import paths
+from clap.errors import UserError
+
+SOURCES = Path("sources")
+DOCS = SOURCES / "docs"
+TABLES = SOURCES / "tables"
+DVC_CONFIG = """[core]
+    autostage = true
+    analytics = false
+    check_update = false
+    remote = local
+[hydra]
+    enabled = true
+['remote "local"']
+    url = ../.dvc-remote
+"""
+GITIGNORE = """.venv/
+__pycache__/
+/.dvc-remote/
+/data/*
+!/data/.gitkeep
+!/data/admission/
+/models/*
+!/models/.gitkeep
+.dvc/config.local
+.dvc/tmp
+.dvc/cache
+*.tmp
+"""
+README = """# {name}
+
+A CLAP project: your documents and tables → post-training assets → a LoRA adapter that ships only when the gate
+says so.
+
+1. Put documents in `sources/docs/` (PDF, HTML/XHTML with inline XBRL, DOCX, Markdown, text) and map any
+   tables in `sources/tables/` in `conf/ingest/default.yaml` (`tables:`).
+2. `dvc repro` — ingest, assetize, materialize, admit, train, evaluate, replay, gate, bundle.
+3. `git add -A && git commit`, then `clap release` — tags the adapter the gate passed (`clap registry` lists them).
+
+`data/raw/ingest_report.json` lists every document that could not be read and why.
+"""
+
+
+class InitError(UserError, ValueError):
+    """`clap init` refused: the folder, or a file it would overwrite."""
+
+
+def template_root() -> Path:
+    """The repository whose `dvc.yaml` and `conf/` are the template (this checkout)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "dvc.yaml").is_file() or not (root / "conf" / "config.yaml").is_file():
+        raise InitError(f"{root}: CLAP's pipeline template (dvc.yaml, conf/) is not there; install CLAP from its "
+                        "repository (pip install -e .)")
+    return root
+
+
+def project_pipeline(template: dict, demo: bool) -> dict:
+    """The project's dvc.yaml from the repository's (pure): no `src/` dependencies; own data starts at `ingest`."""
+    stages = {}
+    if not demo:
+        stages["ingest"] = {"cmd": f"clap ingest --out {paths.RAW.as_posix()}", "deps": [SOURCES.as_posix()],
+                            "params": ["ingest", "data.batches"], "outs": [paths.RAW.as_posix()]}
+    for name, stage in template["stages"].items():
+        if name == "demo_data" and not demo:
+            continue
+        stage = dict(stage)
+        body = stage.get("do", stage)
+        deps = [d for d in body.get("deps", []) if not str(d).startswith("src/")]
+        if deps:
+            body["deps"] = deps
+        else:
+            body.pop("deps", None)
+        stages[name] = stage
+    return {"stages": stages}
+
+
+def project_config(text: str) -> str:
+    """conf/config.yaml for own data (pure, on the text so its comments stay): the ingest group composed, the demo
+    section gone, one batch, the extraction track only."""
+    text = text.replace("  - gate: default\n", "  - gate: default\n  - ingest: default\n", 1)
+    text = re.sub(r"\ndemo:\n(?:(?:[ #].*)?\n)*?(?=\S)", "\n", text, count=1)
+    text = re.sub(r"(\ndata:\n  batches: )\[[^\]]*\]", r"\1[b1]             # one id per batch ingest finds (ingest.batch_by)",
+                  text, count=1)
+    for section in ("dpo", "grpo"):
+        text = re.sub(rf"(\n  {section}:\n(?:    #.*\n)*    enabled: )true", r"\1false", text, count=1)
+    text = re.sub(r"(\nagent:.*\n  enabled: )true", r"\1false", text, count=1)
+    return text
+
+
+def init(target: Path, demo: bool = False, force: bool = False) -> list[Path]:
+    """Create the project at `target`; returns the files written."""
+    from clap.config import check, compose, dump
+
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise InitError(f"{target}: exists and is not a folder")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise InitError(f"{target}: not empty; `clap init --force` adds the project's files beside what is there "
+                        "(and never overwrites one)")
+    root = template_root()
+    files: dict[Path, str] = {}
+    for conf_file in sorted((root / "conf").rglob("*.yaml")):
+        rel = conf_file.relative_to(root)
+        text = conf_file.read_text(encoding="utf-8")
+        if rel.parts[-2:] == ("ingest", "default.yaml") and demo:
+            continue
+        files[rel] = project_config(text) if rel == Path("conf/config.yaml") and not demo else text
+    header = ("# The CLAP loop for this project (made by `clap init`). `dvc repro` re-runs exactly what a change touches;\n"
+              "# `dvc exp run -S key=value` composes conf/ with Hydra overrides into params.yaml first.\n")
+    pipeline = project_pipeline(yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")), demo)
+    files[Path("dvc.yaml")] = header + yaml.safe_dump(pipeline, sort_keys=False, allow_unicode=True, width=120)
+    files[Path(".gitignore")] = GITIGNORE
+    files[paths.PROD_POINTER] = json.dumps({"artifact": paths.ARTIFACT, "version": None}, indent=2) + "\n"  # no release yet
+    files[paths.REPAIR_FIXED / "README.md"] = (root / paths.REPAIR_FIXED / "README.md").read_text(encoding="utf-8")
+    files[paths.INBOX] = ""  # the flywheel's inbox: human-flagged and canary-failed cases
+    files[paths.HUMAN_METRICS] = json.dumps({"imported": False}, indent=2) + "\n"  # until `clap human import`
+    files[Path("README.md")] = README.format(name=target.resolve().name)
+    for keep in ("data/.gitkeep", "models/.gitkeep", *([] if demo else [f"{DOCS}/.gitkeep", f"{TABLES}/.gitkeep"])):
+        files[Path(keep)] = ""
+    clash = sorted(str(p) for p in files if (target / p).exists())
+    if clash:
+        raise InitError(f"{target / clash[0]}: exists; clap init never overwrites a file")
+    for rel, text in files.items():
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        (target / rel).write_text(text, encoding="utf-8")
+    params = check(compose([], conf=target / "conf"), f"{target}/conf (composed)")
+    (target / "params.yaml").write_text(dump(params), encoding="utf-8")
+    _vcs(target)
+    return [*files, Path("params.yaml")]
+
+
+def _vcs(target: Path) -> None:
+    def run(*cmd: str) -> None:
+        r = subprocess.run(cmd, cwd=target, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise InitError(f"{target}: `{' '.join(cmd)}` failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+
+    if not (target / ".git").exists():
+        run("git", "init", "-q")
+    if not (target / ".dvc").exists():
+        run("dvc", "init", "-q")
+        (target / ".dvc" / "config").write_text(DVC_CONFIG, encoding="utf-8")
+    run("git", "add", "-A")
+    # the first commit: every bundle names the commit its evidence was made at, so the project starts with one
+    identity = subprocess.run(["git", "config", "user.email"], cwd=target, capture_output=True, text=True).stdout.strip()
+    run("git", *([] if identity else ["-c", "user.name=clap init", "-c", "user.email=clap@localhost"]),
+        "commit", "-qm", "clap init: a new CLAP project")
