@@ -176,7 +176,7 @@ def _read_table(name: str, sources: dict[str, list[Path]], files: list[str], sp:
             sp.quarantine(name, file_no, invalid, maybe_duplicate=True)
             sp.rows(name, file_no, kept)
         missing = sorted(c for c, column in contract.items() if column.required and c not in reader.columns)
-        if missing:
+        if missing and reader.rows_in:  # an empty table (a project without decisions) has no columns to miss
             raise InputFileError(f"{path}: required column(s) missing from every row: {', '.join(missing)}")
         entry["rows_in"] += reader.rows_in
         entry["extra_columns"] |= reader.columns - set(contract)

@@ -80,13 +80,12 @@ def read_number(text: str, fmt: str | None, nsmap: dict) -> Decimal:
         whole = re.sub(r"\D", "", m.group(1))
         frac = m.group(2) if m.lastindex and m.lastindex >= 2 else "0"
         return Decimal(f"{whole}.{frac.zfill(2)}")  # "5 dollars 5 cents" is 5.05
-    keep = "." if kind == _DOT else ","
-    digits = re.sub(rf"[^\d{re.escape(keep)}]", "", text)
-    if kind == _COMMA:
-        digits = digits.replace(",", ".")
-    if not re.fullmatch(r"\d+(\.\d+)?", digits) or re.search(r"[^\d\s.,'\u00a0]", text):
+    grouped, decimal = (r"[, ']", r"\.") if kind == _DOT else (r"[. ']", ",")  # a thousands separator, the decimal mark
+    text = text.replace("\u00a0", " ")
+    if not re.fullmatch(rf"\d{{1,3}}(?:{grouped}?\d{{3}})*(?:{decimal}\d+)?|\d+(?:{decimal}\d+)?", text):
         raise FactError("format_mismatch", f"{text!r} does not read as a number under {fmt}")
-    return Decimal(digits)
+    whole, *frac = re.split(decimal, text, maxsplit=1)
+    return Decimal(re.sub(r"\D", "", whole) + (f".{frac[0]}" if frac else ""))
 
 
 def _period(ctx) -> tuple[str, dict]:
@@ -235,5 +234,5 @@ def _fact(el, concept, contexts, units, names, where, block_chunks) -> dict:
             "period": ctx["period"], "value": _number(value), "unit": unit, "evidence": block.text,
             "concept": concept, "entity_identifier": ctx["identifier"], "context": el.get("contextRef"),
             "unit_measure": measure, "scale": scale, "decimals": el.get("decimals"),
-            "value_scaled": str(shown.scaleb(scale)), "dimensions": json.dumps(dims, sort_keys=True) if dims else None,
+            "value_scaled": format(shown.scaleb(scale), "f"), "dimensions": json.dumps(dims, sort_keys=True) if dims else None,
             **{k: ctx.get(k) for k in ("period_instant", "period_start", "period_end")}}

@@ -229,7 +229,8 @@ def _ingest(section, docs: Path, settings: dict, work: Path, writers: _Writers) 
     located = _write_table_rows(spilled, kept, aliases, writers, batches_seen)
     documents["by_format"] = dict(documents["by_format"])
     return {"documents": documents, "tables": table_report, "ixbrl_facts": writers.counts["facts"] - located["facts"],
-            "table_facts_located": located, "batches": dict(batches_seen), "quarantine_rules": dict(writers.rules)}
+            "table_facts_located": located, "batches": dict(batches_seen),  # rows (chunks, facts, decisions) per batch
+             "quarantine_rules": dict(writers.rules)}
 
 
 def _doc_keys(rel: str, doc_id: str) -> set[str]:
@@ -289,7 +290,9 @@ def _contract_row(fields: dict, source, path: Path, row_number: int, settings: d
     fields["batch"] = tb._text(fields["batch"])
     id_field = "chunk_id" if kind == "chunks" else "record_id"
     fields[id_field] = tb._text(fields.get(id_field)) or f"{re.sub(r'[^A-Za-z0-9]+', '-', path.stem).lower()}-r{row_number}"
-    if "page" in fields and fields["page"] not in (None, ""):
+    if fields.get("page") is None:
+        fields.pop("page", None)
+    else:
         try:
             page = float(fields["page"])
         except (TypeError, ValueError):
@@ -310,7 +313,7 @@ def _contract_row(fields: dict, source, path: Path, row_number: int, settings: d
 def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writers, batches_seen: Counter) -> dict:
     from clap.data.normalize import parse_quantity, terms_in_text, value_in_text
 
-    located = Counter()
+    located = {"facts": 0, "found": 0}
     for kind in TABLES:
         with spilled[kind] as fh:
             for line in fh:
@@ -323,7 +326,7 @@ def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writer
                     located["found"] += row["chunk_id"] is not None
                 row.setdefault("page", 1)
                 writers.write(kind, row)
-    return dict(located)
+    return located
 
 
 def _locate(row: dict, kept: dict, aliases: dict, parse_quantity, value_in_text, terms_in_text) -> dict:

@@ -180,7 +180,8 @@ def map_row(row: dict, columns: dict[str, str], constants: dict, transforms: dic
     out = {}
     for field, column in columns.items():
         value = row.get(column)
-        out[field] = None if isinstance(value, float) and math.isnan(value) else value
+        empty = isinstance(value, float) and math.isnan(value) or isinstance(value, str) and not value.strip()
+        out[field] = None if empty else value  # an empty cell is a missing value, whatever the format
     out |= constants
     for field, ops in transforms.items():
         if out.get(field) is None:

@@ -1,0 +1,82 @@
+"""`clap init`: a project whose pipeline starts at `ingest` (or the demo's, with --demo), composed from this
+repository's own dvc.yaml and conf/; never over a folder's files."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.conftest import ROOT
+
+from clap.project import project_config, project_pipeline
+
+ENV = os.environ | {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
+def clap(*args, cwd=None):
+    return subprocess.run(["clap", *args], cwd=cwd, env=ENV, capture_output=True, text=True)
+
+
+def test_init_makes_a_project_that_starts_from_its_sources(tmp_path):
+    r = clap("init", str(tmp_path / "p"))
+    assert r.returncode == 0, r.stderr
+    p = tmp_path / "p"
+    for f in ("conf/config.yaml", "conf/ingest/default.yaml", "conf/gate/default.yaml", "dvc.yaml", "params.yaml",
+              ".gitignore", "README.md", ".dvc/config", "release/prod.json", "metrics/human.json",
+              "sources/docs/.gitkeep", "sources/tables/.gitkeep", "repair/fixed/README.md"):
+        assert (p / f).exists(), f
+    pipeline = yaml.safe_load((p / "dvc.yaml").read_text())
+    assert list(pipeline["stages"])[0] == "ingest" and "demo_data" not in pipeline["stages"]
+    deps = [d for s in pipeline["stages"].values() for d in s.get("do", s).get("deps", [])]
+    assert not [d for d in deps if str(d).startswith("src/")]
+    params = yaml.safe_load((p / "params.yaml").read_text())
+    assert "demo" not in params and params["ingest"]["docs"] == "sources/docs" and params["data"]["batches"] == ["b1"]
+    assert not params["train"]["dpo"]["enabled"] and not params["train"]["grpo"]["enabled"]
+    assert not params["agent"]["enabled"] and params["train"]["sft"]["max_steps"] == 20
+    assert clap("params", "--check", cwd=p).returncode == 0
+    log = subprocess.run(["git", "log", "--oneline"], cwd=p, capture_output=True, text=True).stdout
+    assert "clap init" in log
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=p, capture_output=True, text=True).stdout
+    assert status == ""
+    assert "dvc repro" in (p / "README.md").read_text() and "clap release" in (p / "README.md").read_text()
+
+
+def test_init_demo_keeps_the_demo_pipeline(tmp_path):
+    assert clap("init", "--demo", str(tmp_path / "d")).returncode == 0
+    pipeline = yaml.safe_load((tmp_path / "d" / "dvc.yaml").read_text())
+    assert list(pipeline["stages"])[0] == "demo_data" and "ingest" not in pipeline["stages"]
+    assert not (tmp_path / "d" / "conf" / "ingest").exists()
+    assert yaml.safe_load((tmp_path / "d" / "params.yaml").read_text())["demo"]["seed"] == 7
+
+
+def test_init_refuses_a_non_empty_folder_and_never_overwrites(tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "notes.txt").write_text("mine")
+    r = clap("init", str(tmp_path / "p"))
+    assert r.returncode == 2 and "not empty" in r.stdout and "Traceback" not in r.stderr
+    assert clap("init", "--force", str(tmp_path / "p")).returncode == 0
+    assert (tmp_path / "p" / "notes.txt").read_text() == "mine"
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "dvc.yaml").write_text("stages: {}\n")
+    r = clap("init", "--force", str(tmp_path / "q"))
+    assert r.returncode == 2 and "dvc.yaml: exists; clap init never overwrites a file" in r.stdout
+    assert (tmp_path / "q" / "dvc.yaml").read_text() == "stages: {}\n"
+
+
+def test_the_project_pipeline_is_this_repositorys_own():
+    """One definition: every stage but demo_data is the repository's, with the same command, outs and params."""
+    ours = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    theirs = project_pipeline(ours, demo=False)
+    assert set(theirs["stages"]) == set(ours["stages"]) - {"demo_data"} | {"ingest"}
+    for name, stage in ours["stages"].items():
+        if name != "demo_data":
+            body, copy = stage.get("do", stage), theirs["stages"][name].get("do", theirs["stages"][name])
+            assert {k: v for k, v in body.items() if k != "deps"} == {k: v for k, v in copy.items() if k != "deps"}
+
+
+@pytest.mark.parametrize("key", ["  - ingest: default", "data:\n  batches: [b1]"])
+def test_the_project_config_is_this_repositorys_own(key):
+    text = project_config((ROOT / "conf" / "config.yaml").read_text())
+    assert key in text and "\ndemo:" not in text
