@@ -80,3 +80,4 @@ def test_the_project_pipeline_is_this_repositorys_own():
 def test_the_project_config_is_this_repositorys_own(key):
     text = project_config((ROOT / "conf" / "config.yaml").read_text())
     assert key in text and "\ndemo:" not in text
+

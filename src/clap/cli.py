@@ -65,6 +65,23 @@ def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float =
 
 
 @app.command()
+def reference(out: Path = typer.Option(Path("docs/reference"), help="folder of the generated pages"),
+              check: bool = typer.Option(False, help="fail when a page differs from what the code generates")) -> None:
+    """Reference pages generated from the code (the raw contract from its Pandera models)."""
+    from clap.reference import PAGES, render
+
+    for name in PAGES:
+        text, path = render(name), out / name
+        if check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                raise UserError(f"{path}: stale; run `clap reference` and commit it")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        console.print(f"{path}: written from the code")
+
+
+@app.command()
 def init(directory: Path = typer.Argument(..., help="the new project's folder"),
          demo: bool = typer.Option(False, help="the demo's pipeline (generated corpus, three rounds) instead of ingest"),
          force: bool = typer.Option(False, help="add the project's files to a non-empty folder (never overwrites one)"),

@@ -17,6 +17,7 @@ from pandera.typing import Series
 from pydantic import BaseModel, ConfigDict, Field
 
 from clap.io import jsonable, quarantine_record
+from clap.prompts import RISK_FOCUS
 
 LANGS = ["en", "zh"]
 
@@ -26,13 +27,23 @@ def _non_empty(s: pd.Series) -> pd.Series:
 
 
 # ---------------------------------------------------------------- raw inputs (unknown columns kept)
+# Each field says what it holds and an example: docs/reference/raw-contract.md is generated from these models
+# (`clap reference`), so the documentation of the contract cannot drift from the checks.
+def _f(description: str, example, **checks):
+    return pa.Field(description=description, metadata={"example": example}, **checks)
+
+
 class RawChunk(pa.DataFrameModel):
-    chunk_id: Series[str] = pa.Field(unique=True)
-    doc_id: Series[str]
-    page: Series[int] = pa.Field(ge=1)
-    text: Series[str] = pa.Field(str_length={"min_value": 1})
-    lang: Series[str] = pa.Field(isin=LANGS)
-    batch: Series[str]
+    """A passage of a source document: what retrieval finds and what an answer's evidence quotes."""
+
+    chunk_id: Series[str] = _f("unique id of the passage", "annual-2024-1a2b3c4d5e-c0003", unique=True)
+    doc_id: Series[str] = _f("the document it comes from (`clap ingest`: path slug + content hash)",
+                             "annual-2024-1a2b3c4d5e")
+    page: Series[int] = _f("page of the document, from 1", 4, ge=1)
+    text: Series[str] = _f("the passage; table rows as `cell | cell` lines", "Current assets | 2,909 | 4,585",
+                           str_length={"min_value": 1})
+    lang: Series[str] = _f("language of the text", "en", isin=LANGS)
+    batch: Series[str] = _f("the data batch (one id of data.batches)", "b1")
 
     @pa.check("chunk_id", "doc_id", "text", "batch", name="non_empty")
     def non_empty(cls, s: Series[str]) -> Series[bool]:
@@ -44,19 +55,25 @@ class RawChunk(pa.DataFrameModel):
 
 
 class RawFact(pa.DataFrameModel):
-    record_id: Series[str] = pa.Field(unique=True)
-    batch: Series[str]
-    doc_id: Series[str]
-    page: Series[int] = pa.Field(ge=1)
-    chunk_id: Series[str] = pa.Field(nullable=True)
-    entity: Series[str]
-    metric: Series[str]
-    period: Series[str]
-    value: Series[object]
-    unit: Series[str] = pa.Field(nullable=True)
-    evidence: Series[str] = pa.Field(nullable=True)
-    lang: Series[str] = pa.Field(isin=LANGS)
-    question: Series[str] | None = pa.Field(nullable=True)
+    """A reported number with the passage that states it: the extraction target the model learns to answer with."""
+
+    record_id: Series[str] = _f("unique id of the fact", "kpis-r2", unique=True)
+    batch: Series[str] = _f("the data batch", "b1")
+    doc_id: Series[str] = _f("the document that reports it", "annual-2024-1a2b3c4d5e")
+    page: Series[int] = _f("page of that document, from 1", 4, ge=1)
+    chunk_id: Series[str] = _f("the passage that states it; empty: assetize looks for it on the page",
+                               "annual-2024-1a2b3c4d5e-c0003", nullable=True)
+    entity: Series[str] = _f("whose number it is", "Acme Holdings plc")
+    metric: Series[str] = _f("what is measured, as the document labels it", "Current assets")
+    period: Series[str] = _f("when (`FY2024`, `2024Q3`, `2024-12-31`; normalised to `2024`, `2024Q3`)", "FY2024")
+    value: Series[object] = _f("the number as the document writes it (text or JSON number)", "2,909")
+    unit: Series[str] = _f("its unit as written (`million USD`, `万元`, `%`, `pcs`); see the unit list below",
+                           "million USD", nullable=True)
+    evidence: Series[str] = _f("the sentence or table row that states it; empty: assetize finds it in the chunk",
+                               "Current assets | 2,909 | 4,585", nullable=True)
+    lang: Series[str] = _f("language of the evidence", "en", isin=LANGS)
+    question: Series[str] | None = _f("the question it answers; empty: generated from entity, metric, period",
+                                      "What were Acme's current assets at 31 December 2024?", nullable=True)
 
     @pa.check("record_id", "batch", "doc_id", "entity", "metric", "period", name="non_empty")
     def non_empty(cls, s: Series[str]) -> Series[bool]:
@@ -72,14 +89,19 @@ class RawFact(pa.DataFrameModel):
 
 
 class RawDecision(pa.DataFrameModel):
-    record_id: Series[str] = pa.Field(unique=True)
-    batch: Series[str]
-    case_type: Series[str]
-    situation: Series[str] = pa.Field(str_length={"min_value": 1})
-    causes: Series[object]
-    action: Series[str] = pa.Field(str_length={"min_value": 1})
-    risk_focus: Series[str]
-    lang: Series[str] = pa.Field(isin=LANGS)
+    """A decision record: a situation, its weighted causes and the action taken — the decision task's cases."""
+
+    record_id: Series[str] = _f("unique id of the case", "D17", unique=True)
+    batch: Series[str] = _f("the data batch", "b1")
+    case_type: Series[str] = _f("the kind of case (cases of one kind share a playbook of actions)", "quality_loss")
+    situation: Series[str] = _f("what happened", "Line 2's defect rate rose above plan.", str_length={"min_value": 1})
+    causes: Series[object] = _f("causes and their weights, a non-empty mapping (JSON object)",
+                                {"process_drift_sigma": 0.6, "supplier_lot_defect_pct": 0.4})
+    action: Series[str] = _f("what was done", "Recalibrate the line and tighten SPC control limits",
+                             str_length={"min_value": 1})
+    risk_focus: Series[str] = _f("the risk the action addresses (the decision answer's schema allows these only)",
+                                 "customer", isin=list(RISK_FOCUS))
+    lang: Series[str] = _f("language of the text", "en", isin=LANGS)
 
     @pa.check("causes", name="mapping")
     def causes_is_mapping(cls, s: Series[object]) -> Series[bool]:

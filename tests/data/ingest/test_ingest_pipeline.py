@@ -223,3 +223,15 @@ def test_a_good_mapping_ingests(project):
     assert "→ data/raw: 1 chunks, 1 facts (0 inline XBRL), 0 decisions; 0 quarantined" in r.stdout
     fact = read_jsonl(project[0] / "data/raw/facts.jsonl")[0]
     assert fact["evidence"] == "Revenue was 12 USD." and fact["unit"] == "USD"
+
+
+def test_folder_batches_need_a_tables_batch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    pd.DataFrame([["x", "1"]], columns=["t", "d"]).to_csv(tmp_path / "c.csv", index=False)
+    tables = [{"path": "c.csv", "kind": "chunks", "columns": {"text": "t", "doc_id": "d"}}]
+    with pytest.raises(IngestError, match="batch_by is folder, which sorts documents; give the table a `batch`"):
+        ingest(section(batch_by="folder", tables=tables), tmp_path / "docs", tmp_path / "raw", ["b1"])
+    report = ingest(section(batch_by="folder", tables=[tables[0] | {"constants": {"batch": "b1"}}]), tmp_path / "docs",
+                    tmp_path / "raw", ["b1"])
+    assert report["written"]["chunks"] == 1 and report["batches"] == {"b1": 1}

@@ -73,6 +73,9 @@ def check_sources(section, docs: Path) -> None:
                               f"and has no constant ({where}.columns)")
         if section.batch_by == "date" and DATE_FIELD not in mapped and "batch" not in mapped:
             raise IngestError(f"{path}: ingest.batch_by is date: map `{DATE_FIELD}` (or `batch`) to a column ({where}.columns)")
+        if section.batch_by == "folder" and "batch" not in mapped:
+            raise IngestError(f"{path}: ingest.batch_by is folder, which sorts documents; give the table a `batch` column "
+                              f"or constant ({where}.columns or .constants)")
         present = tb.header(path, source.sheet)
         for name, column in source.columns.items():
             if column not in present:
@@ -283,8 +286,6 @@ def _contract_row(fields: dict, source, path: Path, row_number: int, settings: d
                 fields["batch"] = tb.period_of(date, settings["date_format"])
             except ValueError as exc:
                 raise tb.MappingError(DATE_FIELD, "bad_date", str(exc)) from None
-        elif settings["batch_by"] == "folder" and path.parent.name:
-            fields["batch"] = path.parent.name
         else:
             fields["batch"] = settings["batch"]
     fields["batch"] = tb._text(fields["batch"])
