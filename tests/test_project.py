@@ -81,3 +81,21 @@ def test_the_project_config_is_this_repositorys_own(key):
     text = project_config((ROOT / "conf" / "config.yaml").read_text())
     assert key in text and "\ndemo:" not in text
 
+
+
+def test_an_installed_wheel_starts_a_project_without_this_checkout(tmp_path):
+    """setup.py's build hook puts dvc.yaml and conf/ in the wheel (clap/_template); clap init finds them there."""
+    import zipfile
+
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    wheel = next((tmp_path / "dist").glob("clap-*.whl"))
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    probe = ("import clap.project as p; from pathlib import Path; root = p.template_root(); "
+             "assert root == Path(p.__file__).parent / '_template', root; "
+             "p.init(Path('proj')); print(sorted(x.name for x in Path('proj/conf').iterdir()))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                       env=ENV | {"PYTHONPATH": str(tmp_path / "site")}, )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "['accelerate', 'config.yaml', 'gate', 'ingest']"

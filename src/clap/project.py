@@ -69,12 +69,14 @@ class InitError(UserError, ValueError):
 
 
 def template_root() -> Path:
-    """The repository whose `dvc.yaml` and `conf/` are the template (this checkout)."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "dvc.yaml").is_file() or not (root / "conf" / "config.yaml").is_file():
-        raise InitError(f"{root}: CLAP's pipeline template (dvc.yaml, conf/) is not there; install CLAP from its "
-                        "repository (pip install -e .)")
-    return root
+    """Where this repository's `dvc.yaml` and `conf/` are: the checkout CLAP runs from (an editable install), else
+    the copy a wheel carries (`clap/_template/`, written by setup.py's build hook)."""
+    here = Path(__file__).resolve()
+    for root in (here.parents[2], here.parent / "_template"):
+        if (root / "dvc.yaml").is_file() and (root / "conf" / "config.yaml").is_file():
+            return root
+    raise InitError(f"{here.parent}: CLAP's pipeline template (dvc.yaml, conf/) is in neither the checkout nor the "
+                    "installed package; reinstall CLAP")
 
 
 def project_pipeline(template: dict, demo: bool) -> dict:
