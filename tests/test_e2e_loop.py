@@ -15,6 +15,8 @@ import pytest
 import yaml
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # minutes: `make test-all` and CI run it, `make test` does not
+
 TINY_OVERRIDES = [
     "demo.scale=0.2", "data.batches=[b1,b2]", "materialize.max_train_per_batch=6", "materialize.max_eval_per_batch=3",
     "materialize.max_replay_per_batch=2", "admit.min_train_samples=4", "train.sft.max_steps=2", "train.sft.save_steps=1",

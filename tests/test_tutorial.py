@@ -1,4 +1,4 @@
-"""docs/tutorial.md, run as written: every `bash` block in order in a fresh folder, the `yaml` block pasted where
+"""docs/tutorial/own-data.md, run as written: every `bash` block in order in a fresh folder, the `yaml` block pasted where
 the page says. The test's only changes: the copy of the user's files writes the sample sources
 (tests/helpers/tutorial.py), and `clap params` composes a tiny model and a relaxed gate (a random model cannot pass
 the real policy)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 from tests.helpers.tutorial import write_sources
 
-TUTORIAL = ROOT / "docs" / "tutorial.md"
+TUTORIAL = ROOT / "docs" / "tutorial" / "own-data.md"
 TINY = ["materialize.max_train_per_batch=6", "materialize.max_eval_per_batch=3", "materialize.max_replay_per_batch=2",
         "admit.min_train_samples=4", "train.sft.max_steps=2", "train.sft.save_steps=1", "train.sft.per_device_batch_size=2",
         "train.sft.gradient_accumulation=1", "evaluate.max_new_tokens=8", "evaluate.bootstrap=50",

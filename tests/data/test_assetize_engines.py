@@ -144,24 +144,44 @@ def test_a_two_worker_ray_cluster_gives_the_local_outputs(params, corpus, tiny_d
     assert [g.new_tokens for g in spread] == [g.new_tokens for g in here]
 
 
+# assetize in a process that stops itself mid-run: after the read phase has spilled its rows, where the global steps
+# begin, it writes a marker and sleeps. The test kills it there: no race between the run's end and a deadline.
+FROZEN_MID_RUN = """
+import sys, time
+from pathlib import Path
+from clap.config import load
+from clap.data import duck
+from clap.stages import assetize
+
+def frozen(*args, **kwargs):
+    Path(sys.argv[3]).write_text("mid-run")
+    time.sleep(3600)
+
+duck.connect = frozen
+assetize.run(load(Path(sys.argv[4])), Path(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
 def test_a_killed_run_leaves_the_previous_output_and_the_next_run_clears_it(tmp_path):
     raw = tmp_path / "raw"
-    demo_data.write(raw, seed=2, scale=20)  # ≈ 26k facts: a few seconds of work to kill in the middle of
+    demo_data.write(raw, seed=2, scale=1)
     out = tmp_path / "assets"
     clap = [str(Path(sys.executable).parent / "clap"), "assetize", "--raw", str(raw), "--out", str(out)]
     subprocess.run(clap, check=True, cwd=ROOT, capture_output=True)
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    run = subprocess.Popen(clap, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not list(tmp_path.glob(".assets.tmp-*/_work/rows")) and time.time() < deadline and run.poll() is None:
-        time.sleep(0.02)
-    assert run.poll() is None, "the run ended before it could be killed mid-stream"
+    marker = tmp_path / "mid-run"
+    run = subprocess.Popen([sys.executable, "-c", FROZEN_MID_RUN, str(raw), str(out), str(marker),
+                            str(ROOT / "params.yaml")], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while not marker.exists():
+        assert run.poll() is None, run.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".assets.tmp-*/_work/rows"))  # rows spilled: the run is mid-stream
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
     assert list(tmp_path.glob(".assets.tmp-*"))  # the half-written folder is beside, never in, the output
     subprocess.run(clap, check=True, cwd=ROOT, capture_output=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["assets", "raw"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["assets", "mid-run", "raw"]
 
 
 def test_a_column_missing_from_one_block_quarantines_those_rows_not_the_file(params, tmp_path):

@@ -1,4 +1,4 @@
-"""The tutorial's sources (docs/tutorial.md): a folder of mixed documents and two spreadsheets with their own column
+"""The tutorial's sources (docs/tutorial/own-data.md): a folder of mixed documents and two spreadsheets with their own column
 names, written by the tutorial test and by anyone who wants to follow the tutorial without documents of their own:
 
     python -m tests.helpers.tutorial sources/

@@ -45,10 +45,21 @@ def map_units(engine: str, units: int, work: Callable[[int], dict], workers: int
     raise ValueError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
 
 
+def import_ray():
+    """Ray (the `ray` extra), or one line saying how to install it."""
+    try:
+        import ray
+        import ray.data  # noqa: F401  (ray.data is what the engines use)
+    except ImportError:
+        from clap.errors import UserError
+
+        raise UserError("the ray engine needs Ray: pip install 'clap[ray]' (`make setup` installs it)") from None
+    return ray
+
+
 def ensure_ray(workers: int) -> bool:
     """Connect to `RAY_ADDRESS`, else start a local cluster of `workers` CPUs; True when this call started it."""
-    import ray
-    import ray.data
+    ray = import_ray()
 
     started = not ray.is_initialized()
     if started:
@@ -62,10 +73,8 @@ def ensure_ray(workers: int) -> bool:
 
 
 def _ray_map(units: int, work: Callable[[int], dict], workers: int) -> list[dict]:
-    import ray
-    import ray.data
-
     started = ensure_ray(workers)
+    import ray
     try:
         def one_unit(batch: dict) -> dict:
             return {"unit": batch["unit"], "summary": [json.dumps(work(int(u))) for u in batch["unit"]]}

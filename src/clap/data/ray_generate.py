@@ -60,11 +60,11 @@ class RayEngine:
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
                  temperature: float = 0.0, use_store: bool = True) -> list[Generation]:
         """Answers from the Ray actors (no answer store here: `use_store` is accepted and every call decodes)."""
-        import ray.data
-
         if not conversations:
             return []
         ensure_ray(self.workers)
+        import ray.data
+
         items = [{"i": i, "conversation": json.dumps(c, ensure_ascii=False),
                   "schema": json.dumps(schemas[i]) if schemas is not None else ""} for i, c in enumerate(conversations)]
         blocks = max(1, min(len(items) // batch_size + 1, self.workers * 4))
