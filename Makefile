@@ -1,16 +1,16 @@
-# The two commands of the README: `make demo` (set up + run the whole loop) and `make test`.
+# The README's commands: `make demo` (set up + run the whole loop), `make test` (the fast suite), `make test-all`, `make docs`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # CPU build from this machine's wheel store; on a GPU machine use TORCH_SPEC='torch==2.13.0' with the
-# CUDA index (see README, "GPU install").
+# CUDA index (docs/how-to/gpu.md).
 TORCH_SPEC ?= torch==2.13.0
 
 # Label Studio (Apache-2.0) in its own environment: the human-evaluation round-trip test starts it on 127.0.0.1.
 LS_VENV ?= .venv-label-studio
 LS_SPEC ?= label-studio==1.23.2
 
-.PHONY: setup demo test test-all docs lock lint bench clean label-studio
+.PHONY: setup demo test test-all docs screenshots lock lint bench clean label-studio
 
 # Versions: ranges in pyproject.toml, the exact set the tests pass with in requirements.lock (pip-tools; `make lock`),
 # applied as constraints so that only what the extras need is installed (not torch's CUDA packages on a CPU machine).
@@ -54,6 +54,13 @@ test-all: setup label-studio
 docs: setup
 	$(VENV)/bin/clap reference
 	$(VENV)/bin/mkdocs build --strict
+
+# The README's screenshots of the built site (Debian's chromium, headless).
+screenshots: docs
+	for page in tutorial/own-data:site-tutorial reference/config:site-reference; do \
+		chromium --headless --no-sandbox --disable-gpu --disable-background-networking --no-first-run --hide-scrollbars \
+			--user-data-dir=$$(mktemp -d) --window-size=1280,860 --screenshot=docs/images/$${page##*:}.png \
+			file://$(CURDIR)/site/$${page%%:*}/index.html; done
 
 # requirements.lock from pyproject.toml's ranges (torch stays with TORCH_SPEC).
 lock: setup

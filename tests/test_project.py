@@ -83,19 +83,31 @@ def test_the_project_config_is_this_repositorys_own(key):
 
 
 
-def test_an_installed_wheel_starts_a_project_without_this_checkout(tmp_path):
-    """setup.py's build hook puts dvc.yaml and conf/ in the wheel (clap/_template); clap init finds them there."""
-    import zipfile
+def test_the_wheel_installs_in_a_clean_venv_and_starts_a_project(tmp_path):
+    """The wheel (PEP 517 build through setup.py's hook, which carries dvc.yaml and conf/ as clap/_template) installed
+    into a new venv: `clap --help` lists the commands and `clap init` makes a project without this checkout. The new
+    venv borrows the dependencies of this one through a path file (not its .pth files, so not the editable install)."""
+    import site
+    import venv
 
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                         str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("clap-*.whl"))
-    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
-    probe = ("import clap.project as p; from pathlib import Path; root = p.template_root(); "
-             "assert root == Path(p.__file__).parent / '_template', root; "
-             "p.init(Path('proj')); print(sorted(x.name for x in Path('proj/conf').iterdir()))")
-    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                       env=ENV | {"PYTHONPATH": str(tmp_path / "site")}, )
+    venv.create(tmp_path / "venv", with_pip=False)
+    python = tmp_path / "venv" / "bin" / "python"
+    packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+    (packages / "borrowed_dependencies.pth").write_text(site.getsitepackages()[0] + "\n")
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip() == "['accelerate', 'config.yaml', 'gate', 'ingest']"
+    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"} | {"PATH": f"{python.parent}:{ENV['PATH']}"}
+    r = subprocess.run([str(python.parent / "clap"), "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "ingest" in r.stdout and "release" in r.stdout, r.stdout + r.stderr
+    where = subprocess.run([str(python), "-c", "import clap.project as p; print(p.template_root())"], env=env,
+                           capture_output=True, text=True, cwd=tmp_path).stdout.strip()
+    assert where == str(packages / "clap" / "_template")
+    r = subprocess.run([str(python.parent / "clap"), "init", "proj"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(x.name for x in (tmp_path / "proj" / "conf").iterdir()) == ["accelerate", "config.yaml", "gate", "ingest"]

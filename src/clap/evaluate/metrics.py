@@ -128,6 +128,20 @@ def score_sample(pred: dict | None, gold: dict, source: str, weights: dict[str, 
     return out
 
 
+# What each extraction metric measures, per sample (the batch figure is the mean): docs/reference/metrics.md is
+# generated from this and HIGHER_IS_BETTER.
+MEANING = {
+    "parse_ok": "the answer parses as the contract's JSON object",
+    "field_accuracy": "share of entity, metric, period and unit equal to the gold (normalised)",
+    "value_accuracy": "the value equals the gold in base units (`6,076.97 万元` = `60,769,700 元`)",
+    "evidence_accuracy": "the evidence is a verbatim quote of the source that writes the gold value",
+    "hallucination_rate": "a value written nowhere in the input, or evidence that is not in it",
+    "wrong_fact_rate": "another number of the input (a distractor) given as the answer",
+    "target_match": "every field, the value and the evidence right",
+    "pass_rate": "the pass rule (`evaluate.pass_rule`): value and evidence right, or the whole target",
+    "overall_score": "the weighted mean of the parts in `evaluate.weights`",
+    "p95_latency_ms": "95th percentile of the answer's latency, timed fresh and interleaved with the reference",
+}
 HIGHER_IS_BETTER = {"parse_ok": True, "field_accuracy": True, "value_accuracy": True, "evidence_accuracy": True,
                     "hallucination_rate": False, "wrong_fact_rate": False, "target_match": True,
                     "pass_rate": True, "overall_score": True, "p95_latency_ms": False}
