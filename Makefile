@@ -55,12 +55,16 @@ docs: setup
 	$(VENV)/bin/clap reference
 	$(VENV)/bin/mkdocs build --strict
 
-# The README's screenshots of the built site (Debian's chromium, headless).
+# The screenshots in README and docs: the built site, and `clap report`'s page (Debian's chromium, headless).
 screenshots: docs
 	for page in tutorial/own-data:site-tutorial reference/config:site-reference; do \
 		chromium --headless --no-sandbox --disable-gpu --disable-background-networking --no-first-run --hide-scrollbars \
 			--user-data-dir=$$(mktemp -d) --window-size=1280,860 --screenshot=docs/images/$${page##*:}.png \
 			file://$(CURDIR)/site/$${page%%:*}/index.html; done
+	$(VENV)/bin/clap report --out site/report
+	chromium --headless --no-sandbox --disable-gpu --disable-background-networking --no-first-run --hide-scrollbars \
+		--user-data-dir=$$(mktemp -d) --window-size=1100,900 --screenshot=docs/images/report.png \
+		file://$(CURDIR)/site/report/report.html
 
 # requirements.lock from pyproject.toml's ranges (torch stays with TORCH_SPEC).
 lock: setup

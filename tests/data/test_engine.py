@@ -20,3 +20,14 @@ def test_a_killed_worker_is_named_with_what_to_lower():
 def test_an_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="choose from local, ray"):
         map_units("spark", 1, abs, 1)
+
+
+def test_the_ray_engine_without_ray_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from clap.data.engine import import_ray
+    from clap.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the `ray` extra were not installed
+    with pytest.raises(UserError, match=r"pip install 'clap\[ray\]'"):
+        import_ray()
