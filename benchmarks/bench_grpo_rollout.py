@@ -82,7 +82,7 @@ def main() -> None:
     batches = params["data"]["batches"]
     rows, _ = admitted_rows(Path("data/materialized"), Path("data/admission"), batches, "grpo", "grpo_groups.jsonl")
     prompts = [messages(SYSTEM_DECIDE, r["prompt"]) for r in rows[:args.prompts] for _ in range(args.generations)]
-    base_dir = base_model.resolve_base(params["model"]["base"], Path(params["model"]["cache_dir"]))
+    base_dir = base_model.resolve(params["model"])
     adapter = Path("models/sft/adapter")
     tok = base_model.load_tokenizer(base_dir)
     tok.padding_side = "left"

@@ -21,7 +21,7 @@ import yaml
 
 from clap.evaluate.generate import Engine
 from clap.io import read_jsonl
-from clap.model import resolve_base
+from clap.model import resolve
 from clap.release.serving import pinned_expectation
 from clap.retrieval import BM25Index
 from clap.stages import replay
@@ -45,7 +45,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = yaml.safe_load(Path("params.yaml").read_text())
     convs, schemas = requests(cfg, args.n)
-    base = resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    base = resolve(cfg["model"])
     expected = pinned_expectation(Path("."), args.adapter)
     answers, report = {}, {"n": len(convs), "batch_size": args.batch_size}
     for dtype in ("float32", "bfloat16"):

@@ -65,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = load(Path("params.yaml"))
     cfg["evaluate"]["unconstrained_format_check"] = False  # the format question is not this benchmark's
-    base = base_model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    base = base_model.resolve(cfg["model"])
     identity = base_model.identity(base)
     old, new = args.old.split(","), args.new.split(",")
     mat = Path("data/materialized")

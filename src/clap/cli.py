@@ -221,12 +221,13 @@ def admit(batch: str, materialized: Path = typer.Option(paths.MATERIALIZED),
 
 @app.command("base-model")
 def base_model_cmd() -> None:
-    """Resolve the base model (dequantise the SmolLM2 GGUF once into models/base as safetensors)."""
+    """Resolve and pin the base model `model.base` names: a packaged or file GGUF dequantised once into
+    `model.cache_dir`; a local folder or Hub snapshot used in place, its files' hashes pinned there."""
     from clap import model
 
-    p = _params()["model"]
-    path = model.resolve_base(p["base"], Path(p["cache_dir"]))
-    console.print(f"base model ready: {path} {model.identity(path)['weights_sha256']}")
+    path = model.resolve(_params()["model"], repin=True)
+    ident = model.identity(path)
+    console.print(f"base model ready: {ident['hub_id']} at {path} {ident['weights_sha256']}")
 
 
 @app.command()
@@ -256,7 +257,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     from clap.release.serving import pinned_expectation
     from clap.stages import train_dpo, train_grpo, train_sft
 
-    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    base = model.resolve(cfg["model"])
     if kind.startswith("agent-"):
         name = kind.replace("-", "_")
         return _train_agent(cfg, kind, base, out or paths.MODELS / name, checkpoints or paths.CHECKPOINTS / name)
@@ -361,7 +362,7 @@ def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, di
     from clap.evaluate.generate import Engine
     from clap.release.serving import pinned_expectation
 
-    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    base = model.resolve(cfg["model"])
     others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
     return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas(),
                   answer_store=_answer_store(cfg), reuse_prefixes=cfg["generate"]["prefix_cache_tokens"], **_decoding(cfg))
@@ -453,7 +454,7 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
     from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
     from clap.release.serving import pinned_expectation
 
-    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    base = model.resolve(cfg["model"])
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
     prod_dir, prod_expected = _prod(prod)
     backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
@@ -579,7 +580,7 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
             for f in ("decision_eval.jsonl", "sft_eval.jsonl")],
           *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in cfg["data"]["batches"]],
           *[(paths.adapter(s), f"dvc repro train_{s}") for s in steps])
-    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    base = model.resolve(cfg["model"])
     others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
     prod_dir, prod_expected = _prod(prod)
     engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others,
@@ -668,7 +669,7 @@ def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
     try:
         b = do_verify(path, Path("."))
     except BundleMismatch as exc:
-        console.print(f"[bold red]verify failed:[/] {exc}")
+        console.print(f"[bold red]verify failed:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(code=1) from None
     console.print(f"{path}: {len(b.files)} files verified")
 

@@ -123,13 +123,15 @@ class Admit(_Section):
 class Model(_Section):
     base: Annotated[str, Field(min_length=1)]
     cache_dir: Annotated[str, Field(min_length=1)]
+    download: StrictBool = False  # a Hub id is fetched only when true
+    revision: Annotated[str, Field(min_length=1)] = "main"  # the Hub revision; the resolved commit is pinned
 
 
 class Lora(_Section):
     lora_r: PosInt
     lora_alpha: PosInt
     lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
-    target_modules: Annotated[list[str], Field(min_length=1)]
+    target_modules: Literal["auto"] | Annotated[list[str], Field(min_length=1)]  # auto: found per architecture
 
 
 class Sft(Lora):
@@ -142,6 +144,7 @@ class Sft(Lora):
     padding_free: Switch
     qlora: Switch
     bf16: Switch
+    gradient_checkpointing: StrictBool  # recompute each layer's activations in the backward pass: keeps only its input
     logging_steps: PosInt
     save_steps: PosInt
     max_steps: Annotated[StrictInt, Field(ge=-1)]

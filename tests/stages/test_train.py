@@ -39,7 +39,8 @@ def assert_lora_trained(out, tiny_dir, before):
     assert not list((out / "adapter").glob("*.bin")) and (out / "adapter" / "manifest.json").exists()
     card = (out / "adapter" / "README.md").read_text()
     front = yaml.safe_load(card.split("---\n")[1])
-    assert front["library_name"] == "peft" and front["base_model"] == identity(tiny_dir)["hub_id"]
+    assert front["library_name"] == "peft" and "base_model" not in front  # a local folder is no Hub repository
+    assert f"Base model: {identity(tiny_dir)['hub_id']} (a local folder)" in card
     config = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == identity(tiny_dir)["hub_id"] != str(tiny_dir)
 

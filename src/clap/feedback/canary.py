@@ -234,7 +234,7 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
         if holder is not None and holder["version"] not in folders:
             folders[holder["version"]] = restore_version_adapter(
                 root, holder["version"], root / paths.MODELS / "serving" / holder["version"] / "adapter")
-    base = model.resolve_base(cfg["model"]["base"], Path(cfg["model"]["cache_dir"]))
+    base = model.resolve(cfg["model"])
     c_dir, c_expected = folders[canary["version"]]
     p_dir, p_expected = folders[prod["version"]] if prod else (None, None)
     if upstream is None:

@@ -219,7 +219,9 @@ def base_files(folder: Path) -> dict[str, str]:
 
 
 def _base_dir(root: Path, params: dict) -> Path:
-    return root / params["model"]["cache_dir"] if params["model"]["base"] == "smollm2" else Path(params["model"]["base"])
+    from clap import model
+
+    return model.base_folder(params["model"], root)
 
 
 def _config_sha256(params: dict) -> str:

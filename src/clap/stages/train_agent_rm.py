@@ -25,7 +25,7 @@ from clap import model as base_model
 from clap.agent import reward_model, scoring
 from clap.agent.tasks import split_of
 from clap.io import atomic_dir, read_jsonl
-from clap.stages.train_common import finish, resume_point, run_training, write_untrained
+from clap.stages.train_common import finish, lora_config, resume_point, run_training, write_untrained
 from clap.train.guards import GuardCallback
 
 
@@ -55,7 +55,6 @@ def agreement(model, tok, pairs: list[dict]) -> dict:
 
 def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None) -> dict:
     import torch
-    from peft import LoraConfig
     from trl import RewardConfig, RewardTrainer
 
     started = time.time()
@@ -74,8 +73,7 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                         logging_steps=1, save_steps=max(1, rm["max_steps"] // 2), save_total_limit=2, report_to=[],
                         seed=t["seed"], bf16=bf16, use_cpu=not cuda,
                         max_length=lora["max_length"], dataloader_num_workers=0)
-    peft = LoraConfig(r=lora["lora_r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
-                      target_modules=lora["target_modules"], task_type="SEQ_CLS", modules_to_save=["score"], bias="none")
+    peft = lora_config(lora, model, task_type="SEQ_CLS", modules_to_save=["score"])
     guard = GuardCallback("agent_rm", t["guards"], Path(out) / "guard_report.json")
     trainer = RewardTrainer(model=model, args=args, train_dataset=build_dataset(train, tok), processing_class=tok,
                             peft_config=peft, callbacks=[*(callbacks or []), guard])

@@ -67,7 +67,7 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
         lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
     guard = GuardCallback("agent_sft", t["guards"], Path(out) / "guard_report.json")
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                                     peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
+                                     peft_config=lora_config(s, model), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)
     resume = resume_point(checkpoints, {"cfg": s, "seed": t["seed"], "rows": [r["input_ids"] for r in rows],
                                         "base": base_identity})

@@ -41,12 +41,15 @@ def admitted_rows(materialized: Path, admission: Path, batches: list[str], train
     return rows, refused
 
 
-def lora_config(s: dict):
+def lora_config(s: dict, model, task_type: str = "CAUSAL_LM", **extra):
+    """The LoRA config of trainer section `s` for `model`: its target modules found (or checked) by module type in
+    the model's decoder layers (`clap.model.lora_targets`) before training starts."""
     from peft import LoraConfig
 
-    return LoraConfig(r=s.get("lora_r", 16), lora_alpha=s.get("lora_alpha", 32), lora_dropout=s.get("lora_dropout", 0.05),
-                      target_modules=s.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"]),
-                      task_type="CAUSAL_LM", bias="none")
+    from clap.model import lora_targets
+
+    return LoraConfig(r=s["lora_r"], lora_alpha=s["lora_alpha"], lora_dropout=s["lora_dropout"],
+                      target_modules=lora_targets(model, s["target_modules"]), task_type=task_type, bias="none", **extra)
 
 
 def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity: dict):
@@ -181,15 +184,33 @@ _TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent", 
              "agent_grpo": "tool-calling-agent", "agent_rm": "reward-model"}
 
 
+GEMMA_NOTICE = "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms"
+
+
 def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
-    """A Hugging Face model card: metadata the Hub and PEFT read, then CLAP's provenance. The release
-    (version, gate decision, bundle hash) is in the git tag and the bundle that pin this file's hash."""
-    front = {"library_name": "peft", "base_model": base["hub_id"],
-             "pipeline_tag": "text-classification" if kind == "agent_rm" else "text-generation",
-             "tags": ["clap", "lora", kind, _TASK_TAG.get(kind, "decision")]}
+    """A Hugging Face model card: metadata the Hub and PEFT read, then CLAP's provenance. `base_model` names a
+    Hub repository only when the weights trained on are that repository's bytes (a pinned snapshot); a
+    dequantised GGUF or a local folder is described, not claimed. The release (version, gate decision, bundle
+    hash) is in the git tag and the bundle that pin this file's hash."""
+    from clap.model import licence
+
+    front = {"library_name": "peft"} | ({"base_model": base["hub_id"]} if base.get("commit") else {})
+    front |= {"license": licence(base)} if licence(base) else {}
+    front |= {"pipeline_tag": "text-classification" if kind == "agent_rm" else "text-generation",
+              "tags": ["clap", "lora", kind, _TASK_TAG.get(kind, "decision")]}
+    if base.get("gguf"):
+        origin = (f"{base['name']}, dequantised to float from the {base['quantisation'] or 'quantised'} GGUF "
+                  f"`{base['gguf']}` (sha256 {base['gguf_sha256']})"
+                  + (f"; not bit-identical to {base['quantised_from']}" if base.get("quantised_from") else ""))
+    elif base.get("commit"):
+        origin = f"{base['hub_id']} at commit {base['commit']}"
+    else:
+        origin = f"{base['hub_id']} (a local folder)"
+    notice = f"\n\n{GEMMA_NOTICE}. This adapter is a Model Derivative under those terms.\n" \
+        if licence(base) == "gemma" else ""
     return ("---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n"
-            f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {base['hub_id']} "
-            f"(weights sha256 {json.dumps(base['weights_sha256'])}; local cache `{base['path']}`).\n\n"
+            f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {origin} "
+            f"(weights sha256 {json.dumps(base['weights_sha256'])}; loaded from `{base['path']}`).{notice}\n\n"
             f"Trained by `clap train {kind.replace('_', '-')}`; status **{metrics['status']}**, {metrics['steps']} steps; training run "
             f"key (sha256 of config, data rows and base) `{run_key}`.\n\n"
             "Release provenance — version, gate decision and reasons, dataset versions, bundle — lives in the git "

@@ -75,7 +75,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     args = sft_config(s, t["seed"], checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
     guard = GuardCallback("sft", t["guards"], Path(out) / "guard_report.json")
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                                     peft_config=lora_config(s), callbacks=[*(callbacks or []), guard])
+                                     peft_config=lora_config(s, model), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
     resume = resume_point(checkpoints, {"cfg": t["sft"], "seed": t["seed"], "rows": rows, "base": base_identity})
     if resume:
@@ -101,7 +101,7 @@ def sft_config(s: dict, seed: int, checkpoints: Path, padding_free: bool, bf16: 
         train_sampling_strategy="group_by_length" if s["group_by_length"] else "random", report_to=[], seed=seed,
         bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",
-        disable_tqdm=False, gradient_checkpointing=False)  # 135M fits easily; recomputation costs ~30%
+        disable_tqdm=False, gradient_checkpointing=s["gradient_checkpointing"])
 
 
 def _padding_free(setting, cuda: bool) -> bool:
