@@ -26,31 +26,33 @@ from time_demo import split, stamp  # noqa: E402
 REPLAY_METRICS = ("value_exact", "evidence_chunk_exact", "core_fields_exact")  # arms: A base + RAG, B adapter + RAG, C base, D adapter
 
 
-def run_round(profile: str, batches: list[str], work: Path) -> dict:
+def run_round(profile: str, batches: list[str], work: Path, targets: list[str], rev: str) -> dict:
     clone = work / profile
     if clone.exists():
         subprocess.run(["rm", "-rf", str(clone)], check=True)
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "-q", rev], cwd=clone, check=True)
     overrides = [f"model={profile}", f"data.batches=[{','.join(batches)}]", "agent.enabled=false",
-                 "train.dpo.enabled=false", "train.grpo.enabled=false"]
+                 "train.dpo.enabled=false", "train.grpo.enabled=false"]  # the demo's round 1, extraction track
     subprocess.run(["clap", "params", *[a for o in overrides for a in ("-S", o)]], cwd=clone, check=True)
     log = clone / "repro.log"
     with log.open("w", encoding="utf-8") as fh:
-        proc = subprocess.Popen(["dvc", "repro"], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(["dvc", "repro", *targets], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         fh.write(f"[{0:7.0f}s 00:00:00] ─ round 1: {profile}\n")
         stamp(proc.stdout, fh)
         rc = proc.wait()
     timing = split(log.read_text(encoding="utf-8").splitlines())
-    result = {"profile": profile, "rc": rc, "stages_s": timing["rounds"].get("1", {}).get("stages", {}),
-              "wall_s": timing["wall_s"]}
+    result = {"profile": profile, "rc": rc, "commit": rev, "targets": targets or ["all"],
+              "stages_s": timing["rounds"].get("1", {}).get("stages", {}), "wall_s": timing["wall_s"]}
     if rc != 0:
         result["log_tail"] = log.read_text(encoding="utf-8").splitlines()[-15:]
         return result
     metrics = clone / "metrics"
     result["eval"] = {b: json.loads((metrics / "eval" / f"{b}.json").read_text()) for b in batches}
-    result["replay"] = json.loads((metrics / "replay.json").read_text())
-    result["gate"] = json.loads((metrics / "gate.json").read_text())
     result["train_sft"] = json.loads((metrics / "train_sft.json").read_text())
+    if not targets:  # the whole round: the replay and the gate too (the clone's committed ones are stale otherwise)
+        result["replay"] = json.loads((metrics / "replay.json").read_text())
+        result["gate"] = json.loads((metrics / "gate.json").read_text())
     return result
 
 
@@ -94,12 +96,18 @@ def main() -> None:
     ap.add_argument("--batches", default="b1,b2,b3")
     ap.add_argument("--work", type=Path, default=Path("/tmp/clap-bases"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "runs" / "base-models.json")
+    ap.add_argument("--targets", default="", help="dvc repro only these stages (e.g. train_sft,evaluate@b1), not the "
+                                                  "whole round; the replay and gate are then not reported")
+    ap.add_argument("--rev", default=None, help="the commit to run (default: HEAD); compare two profiles on one")
+    ap.add_argument("--append", action="store_true", help="add to the results already in --out (one table)")
     args = ap.parse_args()
     batches = args.batches.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
-    results = []
+    results = json.loads(args.out.read_text()) if args.append and args.out.exists() else []
+    rev = args.rev or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                     check=True).stdout.strip()
     for profile in args.profiles.split(","):
-        results.append(run_round(profile, batches, args.work))
+        results.append(run_round(profile, batches, args.work, [t for t in args.targets.split(",") if t], rev))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1, default=str))
         print(f"{profile}: rc {results[-1]['rc']}, {results[-1]['wall_s']} s", flush=True)

@@ -228,3 +228,121 @@ def test_clap_base_model_pins_a_folder_from_the_command_line(tiny_dir, tmp_path,
     assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
     assert "model.base: nobody/nothing is a Hub id and model.download is false" in r.stdout + r.stderr
     assert Path(tmp_path / "models" / "base" / "manifest.json").exists()  # the earlier pin is left as it was
+
+
+# Each family's chat template as its tokenizer ships it (the parts without tools): Llama 3 writes headers and
+# <|eot_id|>, Qwen2.5 ChatML with its own default system turn, Gemma 3 folds the system turn into the first user
+# turn and calls the assistant "model". The tiny models' vocabulary stays SmolLM2's: the markers are text there.
+FAMILY_TEMPLATES = {
+    "llama": ("{{- bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+              "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+              "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
+              "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    "qwen2": ("{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + "
+              "'<|im_end|>\n' }}{%- else %}{{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+              "helpful assistant.<|im_end|>\n' }}{%- endif %}{%- for message in messages %}{%- if not (message.role == "
+              "'system' and loop.first) %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + "
+              "'\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}",
+              "<|im_start|>assistant\n", "<|im_end|>"),
+    "gemma3": ("{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
+               "messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set "
+               "first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in "
+               "loop_messages -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+               "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | "
+               "trim + '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}"
+               "{%- endif -%}", "<start_of_turn>model\n", "<end_of_turn>"),
+}
+
+
+FAMILY_SPECIAL_TOKENS = {"llama": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], "qwen2": [],
+                         "gemma3": ["<start_of_turn>", "<end_of_turn>"]}
+
+
+@pytest.fixture(scope="module")
+def family_dir(arch_dir, tmp_path_factory):
+    """A tiny model of `arch_dir`'s architecture whose tokenizer carries its family's chat template and turn markers
+    as special tokens, as the family's own tokenizer does (Qwen's <|im_start|> / <|im_end|> are SmolLM2's too)."""
+    from clap.model import load_tokenizer
+
+    arch, folder = arch_dir
+    tok_dir = tmp_path_factory.mktemp(f"{arch}-tokenizer")
+    tok = load_tokenizer(folder)
+    tok.add_special_tokens({"additional_special_tokens": FAMILY_SPECIAL_TOKENS[arch]})
+    tok.chat_template = FAMILY_TEMPLATES[arch][0]
+    tok.save_pretrained(tok_dir)
+    return arch, tiny_model_dir(tmp_path_factory.mktemp(f"{arch}-own-template"), tok_dir, arch=arch)
+
+
+def test_prompts_render_through_the_tokenizers_own_template(family_dir):
+    from clap.model import load_tokenizer
+
+    arch, folder = family_dir
+    template, assistant_header, _ = FAMILY_TEMPLATES[arch]
+    tok = load_tokenizer(folder)
+    assert tok.chat_template == template  # the fallback is only for a tokenizer without one
+    conv = prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("What was revenue?", CHUNKS))
+    text = tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+    system_turn = {"llama": "<|start_header_id|>system<|end_header_id|>\n\n", "qwen2": "<|im_start|>system\n",
+                   "gemma3": "<start_of_turn>user\n"}[arch]  # Gemma has no system turn: it opens the user's
+    assert text.endswith(assistant_header) and system_turn + prompts.SYSTEM_APP.strip() in text
+
+
+def test_sft_learns_the_answer_and_its_end_of_turn_in_each_familys_template(family_dir, tmp_path):
+    """TRL's prompt–completion split under the family's template: the loss covers the answer and the template's
+    end-of-turn marker, never the prompt."""
+    from trl import SFTConfig
+
+    from clap.model import load_tokenizer
+    from clap.stages.train_common import lora_config
+    from clap.stages.train_sft import build_dataset
+    from clap.train.labelled_head import LabelledHeadSFTTrainer
+
+    arch, folder = family_dir
+    _, _, end_of_turn = FAMILY_TEMPLATES[arch]
+    target = '{"entity": "Acme", "value": 12.5}'
+    rows = [{"system": prompts.SYSTEM_APP, "prompt": "What was revenue?", "target": target}]
+    model = load_model(folder)
+    args = SFTConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=1, completion_only_loss=True)
+    trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=build_dataset(rows),
+                                     processing_class=load_tokenizer(folder),
+                                     peft_config=lora_config({"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0,
+                                                              "target_modules": "auto"}, model))
+    row = trainer.train_dataset[0]
+    learnt = [t for t, label in zip(row["input_ids"], row["labels"], strict=True) if label != -100]
+    assert trainer.processing_class.decode(learnt).strip() == target + end_of_turn
+
+
+def test_the_agents_turns_render_through_each_familys_template(family_dir):
+    """Tool calls as the action JSON, tool returns as user turns, the agent's tokens (its action and the template's
+    end-of-turn marker) masked for SFT and GRPO; what the engine feeds the model is the same rendering."""
+    from clap.model import load_tokenizer
+
+    arch, folder = family_dir
+    tok = load_tokenizer(folder)
+    tools = ReportTools.tool_schemas()
+    first, last = chat.Action("Search.", "search_reports", {"query": "revenue"}), chat.Action("Done.", "finish",
+                                                                                            {"answer": "12.5"})
+    messages = chat.start("What was revenue?") + [first.message(), chat.tool_message("search_reports", "c1: 12.5"),
+                                                  last.message()]
+    assert chat.own_template(tok) and chat.end_of_turn(tok) == FAMILY_TEMPLATES[arch][2]
+    enc = chat.render(tok, messages, tools, assistant_mask=True)
+    learnt = tok.decode([t for t, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True) if m])
+    expected = first.text() + chat.end_of_turn(tok) + last.text() + chat.end_of_turn(tok)
+    assert learnt.replace("\n", "") == expected  # a newline the prompt ends on may merge into the turn's first token
+    text = chat.render(tok, messages, tools, tokenize=False)
+    assert "Tools:\n- search_reports(" in text and "Tool result (search_reports):\nc1: 12.5" in text
+    assert "<|im_start|>tool" not in text  # not SmolLM2's tool turn
+    engine = Engine(folder, **chat.engine_rendering(tok, tools))
+    prompt = chat.render(tok, messages[:2], tools, add_generation_prompt=True)["input_ids"]
+    assert engine.encode(messages[:2]) == prompt
+
+
+def test_smollm2_keeps_its_tool_calling_template():
+    from clap.model import FALLBACK_CHAT_TEMPLATE
+
+    class Tok:
+        chat_template = FALLBACK_CHAT_TEMPLATE
+        eos_token = "<|im_end|>"
+
+    assert not chat.own_template(Tok()) and chat.end_of_turn(Tok()) == "<|im_end|>"
+    assert chat.engine_rendering(Tok(), [])["chat_template"] == chat.CHAT_TEMPLATE

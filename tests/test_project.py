@@ -110,4 +110,4 @@ def test_the_wheel_installs_in_a_clean_venv_and_starts_a_project(tmp_path):
     assert where == str(packages / "clap" / "_template")
     r = subprocess.run([str(python.parent / "clap"), "init", "proj"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(x.name for x in (tmp_path / "proj" / "conf").iterdir()) == ["accelerate", "config.yaml", "gate", "ingest"]
+    assert sorted(x.name for x in (tmp_path / "proj" / "conf").iterdir()) == ["accelerate", "config.yaml", "gate", "ingest", "model"]

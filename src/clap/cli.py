@@ -357,15 +357,16 @@ def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, di
     tool-calling template and the tools' schemas; `prod`: [("prod", folder, pinned manifest)] of the agent
     adapter in prod (`_prod(…, "agent_adapter")`), or nothing."""
     from clap import model
-    from clap.agent.chat import CHAT_TEMPLATE
+    from clap.agent.chat import engine_rendering
     from clap.agent.tools import ReportTools
     from clap.evaluate.generate import Engine
     from clap.release.serving import pinned_expectation
 
     base = model.resolve(cfg["model"])
     others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
-    return Engine(base, others=others, chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas(),
-                  answer_store=_answer_store(cfg), reuse_prefixes=cfg["generate"]["prefix_cache_tokens"], **_decoding(cfg))
+    rendering = engine_rendering(model.load_tokenizer(base), ReportTools.tool_schemas())
+    return Engine(base, others=others, answer_store=_answer_store(cfg), reuse_prefixes=cfg["generate"]["prefix_cache_tokens"],
+                  **rendering, **_decoding(cfg))
 
 
 @app.command("agent-pairs")

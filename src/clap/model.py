@@ -102,14 +102,15 @@ def resolve_base(base: str, cache_dir: Path, download: bool = False, revision: s
     cache_dir = Path(cache_dir)
     kind = source_kind(base)
     manifest = _read_manifest(cache_dir)
-    if manifest is not None and manifest.get("requested") in (base, None):
+    same_revision = kind != "hub" or (manifest or {}).get("revision") == (revision or "main")
+    if manifest is not None and manifest.get("requested") in (base, None) and same_revision:
         if kind in ("package", "gguf") and any(cache_dir.glob("*.safetensors")):
             return cache_dir
         if kind in ("folder", "hub") and not repin:
             return _check_in_place(cache_dir, manifest)
     if kind in ("package", "gguf"):
         return _dequantise(base, kind, cache_dir)
-    folder = Path(base).resolve() if kind == "folder" else _hub_snapshot(base, revision, download)
+    folder = Path(base) if kind == "folder" else _hub_snapshot(base, revision, download)
     return _pin_in_place(base, kind, folder, cache_dir, revision)
 
 
@@ -124,7 +125,16 @@ def base_folder(model_section: dict, root: Path = Path(".")) -> Path:
     (what the release bundle pins): `cache_dir` for a dequantised GGUF, the folder itself otherwise."""
     cache_dir = Path(root) / model_section["cache_dir"]
     manifest = _read_manifest(cache_dir) or {}
-    return Path(manifest["folder"]) if manifest.get("folder") else cache_dir
+    return _pinned_folder(manifest, Path(root)) if manifest.get("kind") in ("folder", "hub") else cache_dir
+
+
+def _pinned_folder(manifest: dict, root: Path = Path(".")) -> Path:
+    """The folder an in-place pin names: the folder (relative to the repository when it was given so), or the Hub
+    snapshot of the pinned commit in the local Hugging Face cache."""
+    if manifest["kind"] == "folder":
+        folder = Path(manifest["folder"])
+        return folder if folder.is_absolute() else Path(root) / folder
+    return _hub_snapshot(manifest["requested"], manifest["commit"], download=False)
 
 
 def _read_manifest(cache_dir: Path) -> dict | None:
@@ -145,7 +155,7 @@ def _dequantise(base: str, kind: str, cache_dir: Path) -> Path:
             src = Path(base).resolve()
             if not src.is_file():
                 raise UserError(f"model.base: {base}: no such GGUF file")
-            name, source = src.name.removesuffix(".gguf"), str(src)
+            name, source = src.name.removesuffix(".gguf"), base  # as given: a relative path holds in any clone
         tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
         model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name)
         model.hf_quantizer = None  # dequantised in memory; saving it as plain weights is the point
@@ -186,39 +196,49 @@ def _hub_snapshot(repo_id: str, revision: str | None, download: bool) -> Path:
 
 
 def _pin_in_place(base: str, kind: str, folder: Path, cache_dir: Path, revision: str | None) -> Path:
-    """Pin a folder used in place: every model file's hash, size and mtime into `cache_dir/manifest.json`."""
+    """Pin a folder used in place: every model file's hash into `cache_dir/manifest.json` — by the folder as given
+    (or the Hub id and commit), so the manifest, a DVC output, is the same in every clone. Sizes and mtimes go
+    beside it (`_stat_cache`), outside the output: they only spare re-hashing an unchanged folder."""
     files = _model_files(folder)
     if not any(f.endswith(".safetensors") for f in files):
         raise UserError(f"{folder}: no safetensors weights (pickle checkpoints are refused)")
-    name = base if kind == "hub" else folder.name
-    commit = folder.name if kind == "hub" else None
-    record = {"name": name, "requested": base, "kind": kind, "folder": str(folder),
-              **({"revision": revision or "main", "commit": commit} if kind == "hub" else {}),
-              "files_sha256": {f: sha256_file(folder / f) for f in files},
-              "stat": {f: _stat(folder / f) for f in files}}
+    where = {"folder": base} if kind == "folder" else {"revision": revision or "main", "commit": folder.name}
+    record = {"name": base if kind == "hub" else folder.resolve().name, "requested": base, "kind": kind, **where,
+              "files_sha256": {f: sha256_file(folder / f) for f in files}}
     cache_dir.mkdir(parents=True, exist_ok=True)
     for stale in cache_dir.iterdir():  # a previous dequantised base: this stage's own output
         if stale.is_file() and stale.suffix in MODEL_FILES:
             stale.unlink()
     write_json(cache_dir / "manifest.json", record)
+    write_json(_stat_cache(cache_dir), {f: _stat(folder / f) for f in files})
     return folder
 
 
 def _check_in_place(cache_dir: Path, manifest: dict) -> Path:
-    folder = Path(manifest["folder"])
     where = cache_dir / "manifest.json"
+    folder = _pinned_folder(manifest)
     if not folder.is_dir():
         raise UserError(f"{where}: the pinned base folder {folder} is missing")
     files = _model_files(folder)
     pinned = manifest["files_sha256"]
+    seen = _read_manifest_file(_stat_cache(cache_dir)) or {}
     for f in sorted(set(files) | set(pinned)):
         if f not in pinned or f not in files:
             raise UserError(f"{folder / f}: base model file {'added' if f not in pinned else 'removed'} since it was "
                             f"pinned in {where}; re-pin with `dvc repro -f base_model` (or `clap base-model`)")
-        if _stat(folder / f) != manifest["stat"].get(f) and sha256_file(folder / f) != pinned[f]:
+        if _stat(folder / f) != seen.get(f) and sha256_file(folder / f) != pinned[f]:
             raise UserError(f"{folder / f}: base model file changed since it was pinned in {where}; re-pin with "
                             "`dvc repro -f base_model` (or `clap base-model`)")
+    write_json(_stat_cache(cache_dir), {f: _stat(folder / f) for f in files})
     return folder
+
+
+def _stat_cache(cache_dir: Path) -> Path:
+    return Path(cache_dir).parent / f".{Path(cache_dir).name}.stat.json"
+
+
+def _read_manifest_file(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _model_files(folder: Path) -> list[str]:

@@ -1,5 +1,12 @@
 """How an agent turn is written: the chat template for tools and tool calls, the system prompt, and
-the action format (Thought / Action / Finish as one JSON object).
+the action format (Thought / Action / Finish as one JSON object). `render` is the one way a conversation
+becomes tokens — in training (SFT masks, DPO and reward-model texts, GRPO rollouts) and in serving.
+
+A base whose tokenizer brings its own template (Llama 3, Qwen, Gemma, …) renders through it (`own_template`):
+the conversation is first written as plain turns (`as_plain_turns`: the tools listed in the system turn, a tool
+call as the assistant's action JSON, a tool's return as a user turn), since templates disagree on tool turns
+(Gemma's has none) and the action grammar is the same for every base. The agent's tokens — for SFT's loss and
+GRPO's mask — are found by rendering each prefix (`assistant_mask`), as no such template marks them.
 
 SmolLM2's own template renders neither `tools` nor `tool_calls`. `CHAT_TEMPLATE` is a superset of
 it — a conversation without tools renders byte for byte as before (tests check it) — that lists the
@@ -112,3 +119,103 @@ def action_schema(tool_schemas: list[dict]) -> dict:
                           "additionalProperties": False}},
             "required": ["thought", "tool", "arguments"], "additionalProperties": False})
     return {"anyOf": options}
+
+
+def own_template(tok) -> bool:
+    """Whether conversations render through the tokenizer's own chat template: for every base but SmolLM2 (whose
+    template renders no tools — `CHAT_TEMPLATE` is its tool-calling superset) or a tokenizer that brings none."""
+    from clap.model import FALLBACK_CHAT_TEMPLATE
+
+    return bool(tok.chat_template) and tok.chat_template != FALLBACK_CHAT_TEMPLATE
+
+
+def engine_rendering(tok, tool_schemas: list[dict]) -> dict:
+    """How `clap.evaluate.generate.Engine` renders the agent's conversations for this tokenizer: `CHAT_TEMPLATE`
+    with the tools, or the tokenizer's own template over `as_plain_turns`."""
+    from functools import partial
+
+    if own_template(tok):
+        return {"as_turns": partial(as_plain_turns, tool_schemas=tool_schemas)}
+    return {"chat_template": CHAT_TEMPLATE, "tools": tool_schemas}
+
+
+def tools_text(tool_schemas: list[dict]) -> str:
+    """The tools as the system turn lists them (what `CHAT_TEMPLATE` writes after the system prompt)."""
+    lines = []
+    for tool in tool_schemas:
+        f = tool.get("function", tool)
+        args = ", ".join(f"{name}: {'|'.join(p['enum']) if 'enum' in p else p['type']}"
+                         for name, p in f["parameters"]["properties"].items())
+        lines.append(f"\n- {f['name']}({args}): {f['description']}")
+    return "\nTools:" + "".join(lines)
+
+
+def as_plain_turns(messages: list[dict], tool_schemas: list[dict]) -> list[dict]:
+    """The conversation as system / user / assistant turns only (pure): the tools in the system turn, a tool call
+    as the action JSON the model writes, a tool's return as a user turn naming the tool."""
+    out = []
+    for m in messages:
+        if m["role"] == "system":
+            out.append({"role": "system", "content": m["content"] + tools_text(tool_schemas)})
+        elif m["role"] == "assistant" and m.get("tool_calls"):
+            call = m["tool_calls"][0]["function"]
+            out.append({"role": "assistant", "content": Action(m["content"] or "", call["name"], call["arguments"]).text()})
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": f"Tool result ({m.get('name', 'tool')}):\n{m['content']}"})
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def render(tok, messages: list[dict], tool_schemas: list[dict], add_generation_prompt: bool = False,
+           tokenize: bool = True, assistant_mask: bool = False):
+    """A conversation rendered for the agent: text, or a dict with `input_ids` (and with `assistant_mask`,
+    `assistant_masks`: 1 on the agent's own tokens, its end-of-turn marker included)."""
+    if not own_template(tok):
+        return tok.apply_chat_template(messages, tools=tool_schemas, chat_template=CHAT_TEMPLATE, tokenize=tokenize,
+                                       return_dict=tokenize, add_generation_prompt=add_generation_prompt,
+                                       return_assistant_tokens_mask=assistant_mask)
+    plain = as_plain_turns(messages, tool_schemas)
+    if not tokenize:
+        return tok.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt)
+    ids = _ids(tok, plain, add_generation_prompt)
+    if not assistant_mask:
+        return {"input_ids": ids}
+    mask, end = [0] * len(ids), end_of_turn_ids(tok)
+    for i, m in enumerate(plain):
+        if m["role"] != "assistant":
+            continue
+        head, upto = _ids(tok, plain[:i], True), _ids(tok, plain[:i + 1], False)
+        start = next((k for k, (a, b) in enumerate(zip(head, upto)) if a != b), min(len(head), len(upto)))
+        stop = _find(upto[start:], end)  # the turn runs to its end-of-turn marker (whitespace after it is the template's)
+        stop = len(upto) if stop is None else start + stop + len(end)
+        if ids[:stop] != upto[:stop]:
+            raise ValueError("the tokenizer's chat template does not render a conversation as a prefix of its "
+                             "continuation; the agent track cannot find the agent's turns in it")
+        for j in range(start, stop):  # from where the prompt alone and the turn diverge, as TRL's SFT splits them
+            mask[j] = 1
+    return {"input_ids": ids, "assistant_masks": mask}
+
+
+def _ids(tok, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    return list(tok.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                        add_generation_prompt=add_generation_prompt)["input_ids"])
+
+
+def _find(seq: list[int], sub: list[int]) -> int | None:
+    return next((i for i in range(len(seq) - len(sub) + 1) if sub and seq[i:i + len(sub)] == sub), None)
+
+
+def end_of_turn(tok) -> str:
+    """The text that closes an assistant turn in the template the agent renders with (`<|im_end|>` for SmolLM2's,
+    `<|eot_id|>` for Llama 3's, `<end_of_turn>` for Gemma's): what follows an action in DPO and reward-model texts."""
+    if not own_template(tok):
+        return tok.eos_token
+    marker = "ACTION-7f3a"
+    rendered = tok.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}],
+                                       tokenize=False)
+    return rendered.split(marker, 1)[1].strip() or tok.eos_token
+
+
+def end_of_turn_ids(tok) -> list[int]:
+    return tok(end_of_turn(tok), add_special_tokens=False)["input_ids"]

@@ -68,7 +68,7 @@ def step(episode: dict, tools: ReportTools, text: str) -> None:
 
 def engine_policy(engine, use_adapter, max_new_tokens: int, batch_size: int, schema: dict | None,
                   temperature: float = 0.0, seed: int | None = None) -> Policy:
-    """A policy served by `clap.evaluate.generate.Engine` (built with `chat.CHAT_TEMPLATE` and the tools):
+    """A policy served by `clap.evaluate.generate.Engine` (built with `chat.engine_rendering` and the tools):
     greedy or sampled, every turn under the action grammar when `schema` is given. `seed` (sampled, under the
     grammar): each turn draws from its request's own generator, so a sampled episode is the same in every run
     and the engine's answer store keeps its turns (`Engine.generate`)."""

@@ -19,13 +19,12 @@ from clap.agent.tools import ReportTools
 def state_text(tok, prefix: list[dict]) -> str:
     """The state the reward model reads: the conversation so far rendered by the tool-calling template (tools
     in the system turn) up to the agent's turn."""
-    return tok.apply_chat_template(prefix, tools=ReportTools.tool_schemas(), chat_template=chat.CHAT_TEMPLATE,
-                                   tokenize=False, add_generation_prompt=True)
+    return chat.render(tok, prefix, ReportTools.tool_schemas(), add_generation_prompt=True, tokenize=False)
 
 
 def state_action_text(tok, prefix: list[dict], action_text: str) -> str:
     """What the reward model reads: the state, then the action and its end-of-turn token."""
-    return state_text(tok, prefix) + action_text + tok.eos_token
+    return state_text(tok, prefix) + action_text + chat.end_of_turn(tok)
 
 
 def load_base(base_dir: Path):

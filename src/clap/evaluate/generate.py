@@ -77,7 +77,8 @@ class Engine:
                  prod_dir: Path | None = None, prod_expected: dict | None = None,
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
                  tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None,
-                 jump_forward: bool = False, reuse_prefixes: int = 0, merge_adapters: bool = False):
+                 jump_forward: bool = False, reuse_prefixes: int = 0, merge_adapters: bool = False,
+                 as_turns=None):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
@@ -87,13 +88,16 @@ class Engine:
         `reuse_prefixes`: tokens of KV kept to reuse when a later prompt starts with what the model already read
         (`clap.evaluate.prefix_cache`; the agent's multi-turn episodes); 0 prefills every prompt whole.
         `merge_adapters`: `generate.merge_adapters`, each adapter answers with its LoRA folded into a copy of the
-        weights it targets (`clap.evaluate.merged_lora`), not computed beside them."""
+        weights it targets (`clap.evaluate.merged_lora`), not computed beside them. `as_turns`: a function that
+        rewrites each conversation before the tokenizer's own template renders it (the agent track on a base with
+        its own template, `clap.agent.chat.engine_rendering`)."""
         from clap.evaluate.answer_store import AnswerStore, model_id
         from clap.release.serving import attach
 
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"
         self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
+        self.as_turns = as_turns or (lambda messages: messages)
         self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
         self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         self.jump_forward = jump_forward
@@ -161,7 +165,7 @@ class Engine:
         with self._context(use_adapter):
             for conv, completion in zip(conversations, completions):
                 prompt = self.encode(conv)
-                full = self.tok.apply_chat_template(conv + [{"role": "assistant", "content": completion}],
+                full = self.tok.apply_chat_template(self.as_turns(conv + [{"role": "assistant", "content": completion}]),
                                                     tokenize=True, return_dict=True, **self.chat_kwargs)["input_ids"]
                 if full[:len(prompt)] != prompt:
                     raise ValueError("the chat template does not extend the prompt with the answer")
@@ -181,7 +185,7 @@ class Engine:
         return out
 
     def encode(self, messages: list[dict]) -> list[int]:
-        return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+        return self.tok.apply_chat_template(self.as_turns(messages), add_generation_prompt=True, tokenize=True,
                                             return_dict=True, **self.chat_kwargs)["input_ids"]
 
     @torch.inference_mode()

@@ -25,11 +25,10 @@ from clap.train.guards import GuardCallback
 def build_dataset(rows: list[dict], tok):
     from datasets import Dataset
 
-    schemas = ReportTools.tool_schemas()
+    schemas, end = ReportTools.tool_schemas(), chat.end_of_turn(tok)
     return Dataset.from_list([{
-        "prompt": tok.apply_chat_template(r["prompt_messages"], tools=schemas, chat_template=chat.CHAT_TEMPLATE,
-                                          tokenize=False, add_generation_prompt=True),
-        "chosen": r["chosen"] + tok.eos_token, "rejected": r["rejected"] + tok.eos_token} for r in rows])
+        "prompt": chat.render(tok, r["prompt_messages"], schemas, add_generation_prompt=True, tokenize=False),
+        "chosen": r["chosen"] + end, "rejected": r["rejected"] + end} for r in rows])
 
 
 def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,

@@ -93,9 +93,8 @@ def reward_model_use(weight: float, rm_dir: Path | None) -> tuple[bool, str]:
 
 def render(tok, conversation: list[dict], generation_prompt: bool) -> dict:
     """input_ids (and, for a whole conversation, the mask of the agent's own tokens) by the tool-calling template."""
-    return tok.apply_chat_template(conversation, tools=ReportTools.tool_schemas(), chat_template=chat.CHAT_TEMPLATE,
-                                   tokenize=True, return_dict=True, add_generation_prompt=generation_prompt,
-                                   return_assistant_tokens_mask=not generation_prompt)
+    return chat.render(tok, conversation, ReportTools.tool_schemas(), add_generation_prompt=generation_prompt,
+                       assistant_mask=not generation_prompt)
 
 
 def completion_of(tok, prompt_ids: list[int], messages: list[dict], last_turn_clipped: bool) -> tuple[list, list]:
@@ -106,9 +105,9 @@ def completion_of(tok, prompt_ids: list[int], messages: list[dict], last_turn_cl
     ids, mask = list(full["input_ids"]), list(full["assistant_masks"])
     if ids[:len(prompt_ids)] != prompt_ids:
         raise RuntimeError("agent-grpo: the tool-calling template does not render the prompt as a prefix of the episode")
-    end = max(i for i, m in enumerate(mask) if m) + 1
-    if last_turn_clipped and ids[end - 1] == tok.eos_token_id:
-        end -= 1
+    end, closing = max(i for i, m in enumerate(mask) if m) + 1, chat.end_of_turn_ids(tok)
+    if last_turn_clipped and ids[end - len(closing):end] == closing:
+        end -= len(closing)
     return ids[len(prompt_ids):end], mask[len(prompt_ids):end]
 
 
@@ -126,6 +125,8 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
         tok = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
         stop = set(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])
+        closing = chat.end_of_turn_ids(tok)
+        stop |= set(closing) if len(closing) == 1 else set()  # a template's end-of-turn token (<|eot_id|>, …)
         last_clipped: dict[int, bool] = {}
 
         def policy(conversations: list[list[dict]]) -> list[Turn]:

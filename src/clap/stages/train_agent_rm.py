@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
-from clap.agent import reward_model, scoring
+from clap.agent import chat, reward_model, scoring
 from clap.agent.tasks import split_of
 from clap.io import atomic_dir, read_jsonl
 from clap.stages.train_common import finish, lora_config, resume_point, run_training, write_untrained
@@ -39,7 +39,8 @@ def build_dataset(pairs: list[dict], tok):
     from datasets import Dataset
 
     return Dataset.from_list([{"prompt": reward_model.state_text(tok, p["prompt_messages"]),
-                               "chosen": p["chosen"] + tok.eos_token, "rejected": p["rejected"] + tok.eos_token}
+                               "chosen": p["chosen"] + chat.end_of_turn(tok),
+                               "rejected": p["rejected"] + chat.end_of_turn(tok)}
                               for p in pairs])
 
 
@@ -47,7 +48,8 @@ def agreement(model, tok, pairs: list[dict]) -> dict:
     """The reward model against the rule rewards on `pairs` (`clap.agent.scoring.pairwise_agreement`); a pair's
     state is read once for both its actions (`reward_model.state_scores`)."""
     states = [reward_model.state_text(tok, p["prompt_messages"]) for p in pairs]
-    actions = [p["chosen"] + tok.eos_token for p in pairs] + [p["rejected"] + tok.eos_token for p in pairs]
+    end = chat.end_of_turn(tok)
+    actions = [p["chosen"] + end for p in pairs] + [p["rejected"] + end for p in pairs]
     both = reward_model.state_scores(model, tok, states + states, actions)
     chosen, rejected = both[:len(pairs)], both[len(pairs):]
     return scoring.pairwise_agreement(chosen, rejected, [p["reason"] for p in pairs])

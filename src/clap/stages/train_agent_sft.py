@@ -25,8 +25,7 @@ from clap.train.guards import GuardCallback
 
 def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
     """input_ids and labels (-100 outside the agent's turns) of one trajectory."""
-    enc = tok.apply_chat_template(messages, tools=tool_schemas, chat_template=chat.CHAT_TEMPLATE, tokenize=True,
-                                  return_dict=True, return_assistant_tokens_mask=True)
+    enc = chat.render(tok, messages, tool_schemas, assistant_mask=True)
     ids = list(enc["input_ids"])
     return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, enc["assistant_masks"])]}
 
