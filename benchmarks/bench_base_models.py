@@ -1,7 +1,7 @@
 """Two base-model families through one round of the extraction loop, on one machine and one seed.
 
     python benchmarks/bench_base_models.py [--profiles smollm2-135m,gemma3-270m] [--batches b1,b2,b3]
-                                           [--work /tmp/clap-bases] [--out benchmarks/runs/base-models.json]
+                                           [--work /tmp/clap-bases] [--out FILE]
 
 For each profile (conf/model/), in a fresh clone of this repository's HEAD: `clap params -S model=<profile>` with
 the demo's first round (batches b1–b3, the extraction track: agent, DPO and GRPO off), then `dvc repro`, every
@@ -95,12 +95,13 @@ def main() -> None:
     ap.add_argument("--profiles", default="smollm2-135m,gemma3-270m")
     ap.add_argument("--batches", default="b1,b2,b3")
     ap.add_argument("--work", type=Path, default=Path("/tmp/clap-bases"))
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "runs" / "base-models.json")
+    ap.add_argument("--out", type=Path, default=None, help="results as JSON (default: WORK/base-models.json)")
     ap.add_argument("--targets", default="", help="dvc repro only these stages (e.g. train_sft,evaluate@b1), not the "
                                                   "whole round; the replay and gate are then not reported")
     ap.add_argument("--rev", default=None, help="the commit to run (default: HEAD); compare two profiles on one")
     ap.add_argument("--append", action="store_true", help="add to the results already in --out (one table)")
     args = ap.parse_args()
+    args.out = args.out or args.work / "base-models.json"
     batches = args.batches.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
     results = json.loads(args.out.read_text()) if args.append and args.out.exists() else []

