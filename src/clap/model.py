@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clap.errors import UserError
-from clap.io import atomic_dir, sha256_file, write_json
+from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is reached only through `model.download: true`
 
@@ -48,7 +48,6 @@ PACKAGED = {
                                 "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", "google/gemma-3-270m", "gemma",
                                 assembled=True),
 }
-GGUF_PACKAGE, GGUF_FILE = PACKAGED["smollm2"].module, PACKAGED["smollm2"].file
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MODEL_FILES = (".json", ".safetensors", ".txt", ".model", ".jinja")  # config, tokenizer, weights; never pickle
 
@@ -138,8 +137,7 @@ def _pinned_folder(manifest: dict, root: Path = Path(".")) -> Path:
 
 
 def _read_manifest(cache_dir: Path) -> dict | None:
-    path = Path(cache_dir) / "manifest.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json_if_exists(Path(cache_dir) / "manifest.json")
 
 
 def _dequantise(base: str, kind: str, cache_dir: Path) -> Path:
@@ -221,24 +219,22 @@ def _check_in_place(cache_dir: Path, manifest: dict) -> Path:
         raise UserError(f"{where}: the pinned base folder {folder} is missing")
     files = _model_files(folder)
     pinned = manifest["files_sha256"]
-    seen = _read_manifest_file(_stat_cache(cache_dir)) or {}
+    seen = read_json_if_exists(_stat_cache(cache_dir)) or {}
+    now = {f: _stat(folder / f) for f in files}
     for f in sorted(set(files) | set(pinned)):
         if f not in pinned or f not in files:
             raise UserError(f"{folder / f}: base model file {'added' if f not in pinned else 'removed'} since it was "
                             f"pinned in {where}; re-pin with `dvc repro -f base_model` (or `clap base-model`)")
-        if _stat(folder / f) != seen.get(f) and sha256_file(folder / f) != pinned[f]:
+        if now[f] != seen.get(f) and sha256_file(folder / f) != pinned[f]:
             raise UserError(f"{folder / f}: base model file changed since it was pinned in {where}; re-pin with "
                             "`dvc repro -f base_model` (or `clap base-model`)")
-    write_json(_stat_cache(cache_dir), {f: _stat(folder / f) for f in files})
+    if now != seen:  # only when a file had to be hashed again: an unchanged folder is read, never written
+        write_json(_stat_cache(cache_dir), now)
     return folder
 
 
 def _stat_cache(cache_dir: Path) -> Path:
     return Path(cache_dir).parent / f".{Path(cache_dir).name}.stat.json"
-
-
-def _read_manifest_file(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _model_files(folder: Path) -> list[str]:
@@ -273,9 +269,9 @@ def identity(path: Path) -> dict:
               "hub_id": hub}
     if gguf:
         record |= {"gguf": gguf, "quantisation": gguf_quantisation(gguf), "gguf_sha256": manifest["gguf_sha256"]}
-        derived = next((p.derived_from for p in PACKAGED.values() if p.file == gguf), None)
-        if derived:
-            record["quantised_from"] = derived
+        packaged = _packaged(gguf)
+        if packaged:
+            record["quantised_from"] = packaged.derived_from
     if snapshot:
         record["commit"] = snapshot[3]
     return record
@@ -283,7 +279,13 @@ def identity(path: Path) -> dict:
 
 def licence(ident: dict) -> str | None:
     """The licence of a packaged base (`gemma` for Gemma's terms of use), None when CLAP cannot know it."""
-    return next((p.licence for p in PACKAGED.values() if p.file == ident.get("gguf")), None)
+    packaged = _packaged(ident.get("gguf"))
+    return packaged.licence if packaged else None
+
+
+def _packaged(gguf: str | None) -> PackagedGGUF | None:
+    """The packaged model whose GGUF file this is, if any."""
+    return next((p for p in PACKAGED.values() if p.file == gguf), None)
 
 
 def use_bf16(setting) -> bool:

@@ -38,10 +38,9 @@ def split_pairs(pairs: list[dict], eval_fraction: float, seed: str) -> tuple[lis
 def build_dataset(pairs: list[dict], tok):
     from datasets import Dataset
 
+    end = chat.end_of_turn(tok)  # one template render, not two a pair
     return Dataset.from_list([{"prompt": reward_model.state_text(tok, p["prompt_messages"]),
-                               "chosen": p["chosen"] + chat.end_of_turn(tok),
-                               "rejected": p["rejected"] + chat.end_of_turn(tok)}
-                              for p in pairs])
+                               "chosen": p["chosen"] + end, "rejected": p["rejected"] + end} for p in pairs])
 
 
 def agreement(model, tok, pairs: list[dict]) -> dict:

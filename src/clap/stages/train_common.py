@@ -194,8 +194,9 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
     hash) is in the git tag and the bundle that pin this file's hash."""
     from clap.model import licence
 
+    terms = licence(base)
     front = {"library_name": "peft"} | ({"base_model": base["hub_id"]} if base.get("commit") else {})
-    front |= {"license": licence(base)} if licence(base) else {}
+    front |= {"license": terms} if terms else {}
     front |= {"pipeline_tag": "text-classification" if kind == "agent_rm" else "text-generation",
               "tags": ["clap", "lora", kind, _TASK_TAG.get(kind, "decision")]}
     if base.get("gguf"):
@@ -207,7 +208,7 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
     else:
         origin = f"{base['hub_id']} (a local folder)"
     notice = f"\n\n{GEMMA_NOTICE}. This adapter is a Model Derivative under those terms.\n" \
-        if licence(base) == "gemma" else ""
+        if terms == "gemma" else ""
     return ("---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n"
             f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {origin} "
             f"(weights sha256 {json.dumps(base['weights_sha256'])}; loaded from `{base['path']}`).{notice}\n\n"
