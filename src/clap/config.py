@@ -187,8 +187,15 @@ class Guards(_Section):
     max_clipped_ratio: Fraction    # 1.0 switches the clipped-completion guard off
 
 
+class Mlflow(_Section):
+    tracking_uri: str  # "" = $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the project
+    experiment: Annotated[str, Field(min_length=1)]
+
+
 class Train(_Section):
     seed: StrictInt
+    report_to: list[Literal["dvclive", "mlflow"]]  # where each trainer logs its steps (clap.train.tracking)
+    mlflow: Mlflow
     sft: Sft
     dpo: Dpo
     grpo: Grpo

@@ -56,6 +56,11 @@ def prod_agent_adapter(prod: Path = PROD_ADAPTER) -> Path:
     return Path(prod) / "agent_adapter"
 
 
+def dvclive(kind: str) -> Path:
+    """A trainer's DVCLive log (`metrics/dvclive/sft`): its `metrics.json` and per-step `plots/`, declared in dvc.yaml."""
+    return METRICS / "dvclive" / kind
+
+
 def admission(batch: str) -> Path:
     return ADMISSION / f"{batch}.json"
 

@@ -49,6 +49,8 @@ __pycache__/
 .dvc/tmp
 .dvc/cache
 *.tmp
+/mlflow.db
+/mlruns/
 """
 README = """# {name}
 

@@ -261,6 +261,7 @@ def test_a_disabled_chain_step_trains_nothing_and_says_so(kind, switch, params, 
     assert json.loads((folder / "guard_report.json").read_text())["status"] == "disabled"
     assert not (folder / "adapter").exists() and not (tmp_path / "models" / "checkpoints").exists()
     assert json.loads((tmp_path / "metrics" / f"train_{name}.json").read_text())["status"] == "disabled"
+    assert (tmp_path / "metrics" / "dvclive" / name / "metrics.json").read_text() == "{}\n"  # the declared outputs
 
 
 def test_a_switched_off_stage_does_not_import_the_training_stack(params, tmp_path):

@@ -1,0 +1,91 @@
+"""Tracking: a tiny SFT logs its steps to DVCLive (the files dvc.yaml declares) and to an MLflow file store, and the
+bundle's verdict reaches the MLflow run that trained the adapter."""
+
+import copy
+import json
+
+import pytest
+
+from clap import paths
+from clap.io import read_json, write_json
+from clap.stages import train_sft
+from clap.train import tracking
+from clap.train.tracking import Tracking, TrackingUnavailable
+
+
+def _tiny(params, tmp_path, report_to):
+    cfg = copy.deepcopy(params)
+    cfg["train"]["sft"].update(max_steps=3, logging_steps=1, save_steps=3, per_device_batch_size=2,
+                               gradient_accumulation=1)
+    cfg["train"]["report_to"] = report_to
+    cfg["train"]["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "clap-test"}
+    return cfg
+
+
+def test_a_tiny_sft_logs_each_step_to_dvclive_and_mlflow(params, small_loop, tiny_dir, tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    cfg = _tiny(params, tmp_path, ["dvclive", "mlflow"])
+    run = Tracking("sft", cfg["train"], root=tmp_path)
+    out = tmp_path / "models" / "sft"
+    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, out,
+                      tmp_path / "ckpt", callbacks=run.callbacks())
+    manifest = read_json(out / "adapter" / "manifest.json")
+    adapter_sha = manifest["files"]["adapter_model.safetensors"]
+    m |= run.close(m, manifest["base_model"], adapter_sha)
+
+    live = tmp_path / paths.dvclive("sft")  # the files the train_sft stage declares as metrics and plots
+    loss = (live / "plots" / "metrics" / "loss.tsv").read_text().splitlines()
+    assert loss[0].split("\t")[:2] == ["step", "loss"] and len(loss) - 1 == m["steps"] == 3  # a row per logged step
+    summary = json.loads((live / "metrics.json").read_text())
+    assert summary["loss"] > 0 and summary["train"]["loss"] == pytest.approx(m["train_loss"])
+
+    record = m["tracking"]
+    assert record["report_to"] == ["dvclive", "mlflow"] and record["dvclive"] == live.as_posix()
+    client = mlflow.MlflowClient(tracking_uri=record["mlflow_tracking_uri"])
+    logged = client.get_run(record["mlflow_run_id"])
+    assert logged.info.status == "FINISHED" and logged.info.run_name == "sft"
+    assert float(logged.data.params["learning_rate"]) == cfg["train"]["sft"]["learning_rate"]
+    assert len(client.get_metric_history(logged.info.run_id, "loss")) == 3  # one point per logged step
+    assert logged.data.metrics["clap.steps"] == 3
+    assert logged.data.tags["clap.adapter_sha256"] == adapter_sha
+    assert json.loads(logged.data.tags["clap.base_weights_sha256"]) == manifest["base_model"]["weights_sha256"]
+
+    write_json(tmp_path / "train_sft.json", m)  # what `clap train` writes; `clap bundle` then tags the run
+    assert tracking.log_release(tmp_path / "train_sft.json", "promote", "ab" * 32) == record["mlflow_run_id"]
+    tags = client.get_run(record["mlflow_run_id"]).data.tags
+    assert tags["clap.gate.decision"] == "promote" and tags["clap.bundle.sha256"] == "ab" * 32
+
+
+def test_no_tracker_still_writes_the_declared_dvclive_files(tmp_path):
+    run = Tracking("dpo", {"report_to": [], "mlflow": {"tracking_uri": "", "experiment": "x"}}, root=tmp_path)
+    assert run.callbacks() == []
+    record = run.close({"status": "ok", "steps": 0})
+    live = tmp_path / paths.dvclive("dpo")
+    assert json.loads((live / "metrics.json").read_text()) == {}
+    assert (live / "plots" / "metrics" / "loss.tsv").read_text() == "step\tloss\n"
+    assert record == {"tracking": {"report_to": [], "dvclive": live.as_posix()}}
+    assert tracking.log_release(tmp_path / "absent.json", "promote", "0" * 64) is None  # never logged: nothing to tag
+
+
+def test_a_tracker_that_is_not_installed_is_one_line_before_training(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_mlflow(name, *args, **kwargs):
+        if name == "mlflow":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mlflow)
+    run = Tracking("sft", {"report_to": ["mlflow"], "mlflow": {"tracking_uri": "", "experiment": "x"}}, root=tmp_path)
+    with pytest.raises(TrackingUnavailable, match=r"pip install 'clap\[mlflow\]'"):
+        run.callbacks()
+
+
+def test_mlflow_uri_prefers_the_setting_then_the_environment_then_a_local_sqlite_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.mlflow_uri("", tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
+    assert tracking.mlflow_uri("", tmp_path) == "http://mlflow.internal:5000"
+    assert tracking.mlflow_uri("sqlite:////srv/mlflow.db", tmp_path) == "sqlite:////srv/mlflow.db"
