@@ -282,8 +282,9 @@ def _tracking(cfg: dict, kind: str):
 
     from clap.train.tracking import Tracking
 
-    return Tracking(kind.replace("-", "_"), cfg["train"] | ({"report_to": []} if os.environ.get("RANK", "0") != "0"
-                                                            else {}))
+    rank_zero = os.environ.get("RANK", "0") == "0"
+    return Tracking(kind.replace("-", "_"), {"report_to": cfg["train"]["report_to"] if rank_zero else [],
+                                             "mlflow": cfg["train"]["mlflow"]})
 
 
 def _record_trained(kind: str, m: dict, tracking, out: Path) -> None:
