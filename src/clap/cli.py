@@ -695,6 +695,43 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
 
 
 @app.command()
+def serve(version: str = typer.Option(None, help="a registered version (default: the one in prod)"),
+          adapter: Path = typer.Option(None, help="an unreleased adapter folder dvc.lock pins (served as `candidate`)"),
+          host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
+          max_batch: int = typer.Option(16, min=1, help="requests decoded together at most (1: one at a time)"),
+          batch_wait_ms: float = typer.Option(5.0, min=0.0, help="how long a request waits for others to join it"),
+          max_tokens: int = typer.Option(256, min=1, help="a request's max_tokens when it sets none"),
+          max_tokens_cap: int = typer.Option(2048, min=1, help="the largest max_tokens a request may ask for"),
+          engine: str = typer.Option("hf", help="hf (this machine's CPU/GPU) | vllm (CUDA: runs vLLM's OpenAI "
+                                                "server with the verified adapter as its LoRA module)")) -> None:
+    """Serve the adapter in prod (or --version, or --adapter) behind an OpenAI-compatible API: /v1/chat/completions,
+    /v1/completions, /v1/models. The adapter is restored and checked against its release bundle before it loads;
+    requests that arrive together decode in one batch."""
+    import os
+    import shlex
+
+    from clap.serve import engine as served
+
+    if engine not in ("hf", "vllm"):
+        _fail(ValueError(f"--engine {engine!r}: use hf or vllm"))
+    cfg = _params()
+    name, folder, expected = served.adapter_to_serve(Path("."), version, adapter)
+    if engine == "vllm":
+        command = served.vllm_command(cfg, name, folder, expected, host, port)
+        console.print(f"{name}: passed the serving check; exec {shlex.join(command)}")
+        os.execvp(command[0], command)
+    import uvicorn
+
+    from clap.serve.app import create_app
+
+    application = create_app(served.cpu_engine(cfg, folder, expected), {name: True, "base": False},
+                             default_max_tokens=max_tokens, max_tokens_cap=max_tokens_cap, max_batch=max_batch,
+                             wait_ms=batch_wait_ms)
+    console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 (batches of up to {max_batch})")
+    uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
+@app.command()
 def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
     """Recompute every hash in a bundle; exit 1 naming the first file that differs."""
     from clap.release.bundle import BundleMismatch

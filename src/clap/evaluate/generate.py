@@ -184,14 +184,18 @@ class Engine:
                 out.append(value)
         return out
 
-    def encode(self, messages: list[dict]) -> list[int]:
+    def encode(self, messages: list[dict] | str) -> list[int]:
+        """The prompt's tokens: a conversation through the chat template, a plain string (a text completion) as is."""
+        if isinstance(messages, str):
+            return self.tok(messages)["input_ids"]
         return self.tok.apply_chat_template(self.as_turns(messages), add_generation_prompt=True, tokenize=True,
                                             return_dict=True, **self.chat_kwargs)["input_ids"]
 
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
-                 temperature: float = 0.0, seed: int | None = None, use_store: bool = True) -> list[Generation]:
+                 temperature: float = 0.0, seed: int | None = None, use_store: bool = True,
+                 on_tokens: Callable[[int, list[int]], None] | None = None) -> list[Generation]:
         """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
         `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving.
         `temperature` > 0 samples instead (the agent's pass^k runs and mined draws): under a grammar through the
@@ -199,7 +203,9 @@ class Engine:
         through `generate(do_sample=True)`. Draws come from torch's global RNG, or with `seed` (under a grammar)
         from a generator per request seeded by `seed` and its prompt (`request_generator`, vLLM's per-request
         seed): a draw then depends on neither the batch nor the order it ran in, and is stored and read back
-        like a greedy answer. `use_store=False` decodes afresh and stores nothing (the paired latency timing)."""
+        like a greedy answer. `use_store=False` decodes afresh and stores nothing (the paired latency timing).
+        `on_tokens(i, token_ids)`: called from the decoding loop as conversation i's new tokens are picked (a
+        server streams them), never for an answer read from the store."""
         if schemas is not None and len(schemas) != len(conversations):
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         if seed is not None and (temperature == 0 or schemas is None):
@@ -227,12 +233,14 @@ class Engine:
                 if schemas is not None:
                     rows = self._under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
                                                [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens,
-                                               sampling)
+                                               sampling, None if on_tokens is None else
+                                               (lambda row, toks, idx=idx: on_tokens(idx[row], toks)))
                 else:
                     gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                               **({"do_sample": True, "temperature": temperature} if temperature > 0
                                                  else {"do_sample": False}), use_cache=True, pad_token_id=pad,
-                                              stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]))
+                                              stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]),
+                                              streamer=None if on_tokens is None else RowStreamer(idx, pad, on_tokens))
                     rows = [[t for t in gen[row, width:].tolist() if t != pad] for row in range(len(idx))]
                 ms = (time.perf_counter() - t0) * 1000
                 for row, i in enumerate(idx):
@@ -249,7 +257,8 @@ class Engine:
         return out  # type: ignore[return-value]
 
     def _under_grammar(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor, use_adapter: bool | str,
-                       compiled: list, max_new_tokens: int, sampling: Sampling | None) -> list[list[int]]:
+                       compiled: list, max_new_tokens: int, sampling: Sampling | None,
+                       on_tokens: Callable[[int, list[int]], None] | None = None) -> list[list[int]]:
         """One batch through `decode_under_grammar`; with the prefix cache on, each row prefills only what follows
         its longest cached prefix, and every row's KV is kept as it leaves."""
         model = self._model_ids.get(self._name(use_adapter))
@@ -257,7 +266,7 @@ class Engine:
                       if sampling is not None and sampling.seed is not None else None)
         if self.prefixes is None or model is None:
             return decode_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward,
-                                        sampling=sampling, generators=generators)
+                                        sampling=sampling, generators=generators, on_tokens=on_tokens)
         reused = [self.prefixes.longest(model, p) for p in prompts]
         ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, max_new_tokens)
 
@@ -266,7 +275,7 @@ class Engine:
 
         return decode_under_grammar(self.model, ids.to(self.device), mask.to(self.device), compiled, max_new_tokens,
                                     self.jump_forward, cache=cache, on_leave=keep, sampling=sampling,
-                                    generators=generators)
+                                    generators=generators, on_tokens=on_tokens)
 
     def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
                     max_new_tokens: int, sampling: Sampling | None = None) -> list[str] | None:
@@ -276,6 +285,25 @@ class Engine:
         decoding = self.decoding_id(use_adapter) + ("" if sampling is None else f"+{sampling.key()}")
         return [self.store.key(model, ids, None if schemas is None else schemas[i], max_new_tokens, decoding)
                 for i, ids in enumerate(encoded)]
+
+
+class RowStreamer:
+    """A `generate(streamer=…)` for a batch: hands each row's new token to `on_tokens(idx[row], [token])` as the
+    loop picks it (transformers' own streamers take one row only); padding after a row finished is not a token."""
+
+    def __init__(self, idx: list[int], pad_id: int, on_tokens: Callable[[int, list[int]], None]):
+        self.idx, self.pad_id, self.on_tokens, self.prompt_seen = idx, pad_id, on_tokens, False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # the first call hands over the prompts
+            self.prompt_seen = True
+            return
+        for row, token in enumerate(value.reshape(len(self.idx), -1)[:, -1].tolist()):
+            if token != self.pad_id:
+                self.on_tokens(self.idx[row], [token])
+
+    def end(self) -> None:
+        pass
 
 
 def left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -364,7 +392,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
                          max_new_tokens: int, jump_forward: bool = False, cache=None,
                          on_leave: Callable[[int, list[int], list], None] | None = None,
                          sampling: Sampling | None = None,
-                         generators: list[torch.Generator] | None = None) -> list[list[int]]:
+                         generators: list[torch.Generator] | None = None,
+                         on_tokens: Callable[[int, list[int]], None] | None = None) -> list[list[int]]:
     """Greedy (or, with `sampling`, sampled) decoding of a left-padded batch, each row under its compiled xgrammar
     grammar.
 
@@ -381,7 +410,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     `cache`: the KV of tokens that precede `ids` (a reused prefix, `PrefixCache`); `mask` then covers those
     columns and `ids`'. `on_leave(row, fed_new_tokens, kv)` is called as each row leaves, with the new tokens fed
     through the model and its KV (per layer (keys, values), `[heads, tokens, head_dim]`, padding dropped).
-    `generators`: one per row, each row's draws from its own (`request_generator`)."""
+    `generators`: one per row, each row's draws from its own (`request_generator`). `on_tokens(row, tokens)`: called
+    with each row's new tokens as they are accepted (a server streams them)."""
     import xgrammar as xgr
 
     from clap.evaluate.kv_cache import GrowingCache
@@ -418,6 +448,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
                 chunk.append(forced)
             chunk = chunk[:max_new_tokens - len(new_tokens[i])]
             new_tokens[i].extend(chunk)
+            if on_tokens is not None:
+                on_tokens(i, chunk)
             if matcher.is_completed() or matcher.is_terminated() or len(new_tokens[i]) >= max_new_tokens:
                 continue
             chunks.append(chunk)

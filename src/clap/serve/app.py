@@ -1,0 +1,154 @@
+"""The OpenAI-compatible application `clap serve` runs (FastAPI + uvicorn).
+
+    clap serve                         # the version in prod, on 127.0.0.1:8000
+    clap serve --version v0.0.2        # any registered version, restored and verified first
+    curl localhost:8000/v1/chat/completions -d '{"model": "clap-adapter@v0.0.2", "messages": [...]}'
+
+Models served: the adapter (named `clap-adapter@<version>`, or `candidate` for an unreleased adapter dvc.lock
+pins) and `base`, the base model with the adapter switched off. `response_format` with a JSON schema decodes the
+answer under that schema's grammar (xgrammar), as the evaluation does. A malformed request is a 400 whose message
+names the field; an unknown model a 404; nothing a client sends produces a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from clap.serve import openai_api as api
+from clap.serve.batcher import Batcher, Job
+
+
+def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
+               max_batch: int = 16, wait_ms: float = 5.0):
+    """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
+    adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer)."""
+    batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        task = asyncio.create_task(batcher.run())
+        yield
+        task.cancel()
+        batcher.executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="clap serve", lifespan=lifespan)
+    app.state.batcher = batcher
+
+    def refuse(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        return JSONResponse(api.error(message, kind, param), status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request, exc):
+        first = exc.errors()[0]
+        return refuse(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request, exc):  # one line, never a traceback in the response
+        return refuse(500, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", kind="server_error")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": list(models)}
+
+    @app.get("/v1/models")
+    async def list_models():
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "clap"}
+                                           for name in models]}
+
+    @app.get("/v1/stats")
+    async def stats():
+        sizes = batcher.batches
+        return {"batches": len(sizes), "requests": sum(sizes), "max_batch_seen": max(sizes, default=0)}
+
+    async def parse(request: Request, shape):
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None, refuse(400, "the request body is not JSON")
+        if not isinstance(body, dict):
+            return None, refuse(400, "the request body must be a JSON object")
+        try:
+            req = shape.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            return None, refuse(400, f"{where}: {first['msg']}", where)
+        if req.model not in models:
+            return None, refuse(404, f"model {req.model!r} is not served here; GET /v1/models lists "
+                                     f"{', '.join(models)}", "model")
+        try:
+            limit = req.token_limit(default_max_tokens, max_tokens_cap)
+            schema = req.schema() if isinstance(req, api.ChatRequest) else None
+        except ValueError as exc:
+            return None, refuse(400, str(exc), "max_tokens" if "max_tokens" in str(exc) else "response_format")
+        prompt = [m.model_dump() for m in req.messages] if isinstance(req, api.ChatRequest) else req.prompt
+        return (req, Job(prompt, models[req.model], limit, req.temperature, schema, req.seed,
+                         asyncio.Queue() if req.stream else None)), None
+
+    async def answer(request: Request, shape, chat: bool):
+        parsed, refusal = await parse(request, shape)
+        if refusal is not None:
+            return refusal
+        req, job = parsed
+        rid = api.completion_id("chatcmpl" if chat else "cmpl")
+        if req.stream:
+            return StreamingResponse(stream(req, job, rid, chat), media_type="text/event-stream")
+        try:
+            got = await batcher.submit(job)
+        except ValueError as exc:
+            return refuse(400, str(exc), "response_format")
+        text, stopped = api.cut_at_stop(got.text, req.stop)
+        reason = api.finish_reason(got.new_tokens, job.max_tokens, stopped)
+        build = api.chat_response if chat else api.text_response
+        return build(rid, req.model, text, reason, got.prompt_tokens, got.new_tokens)
+
+    async def stream(req, job: Job, rid: str, chat: bool) -> AsyncIterator[str]:
+        def event(body: dict) -> str:
+            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+        def piece(text: str, reason: str | None = None) -> dict:
+            if chat:
+                return api.chat_chunk(rid, req.model, {"content": text} if text else {}, reason)
+            return api.text_chunk(rid, req.model, text, reason)
+
+        done = asyncio.ensure_future(batcher.submit(job))
+        if chat:
+            yield event(api.chat_chunk(rid, req.model, {"role": "assistant", "content": ""}))
+        sent, stopped = "", False
+        while (so_far := await job.stream.get()) is not None:
+            if stopped:
+                continue
+            text, stopped = api.cut_at_stop(so_far, req.stop)
+            ready = text if stopped else text[:len(text) - api.held_back(text, req.stop)]
+            if len(ready) > len(sent) and ready.startswith(sent):
+                yield event(piece(ready[len(sent):]))
+                sent = ready
+        try:
+            got = await done
+        except Exception as exc:  # noqa: BLE001 - the stream ends with the error, as OpenAI's does
+            yield event(api.error(f"{type(exc).__name__}: {exc}", "server_error"))
+            yield "data: [DONE]\n\n"
+            return
+        final, stopped = api.cut_at_stop(got.text, req.stop)
+        if len(final) > len(sent) and final.startswith(sent):
+            yield event(piece(final[len(sent):]))
+        yield event(piece("", api.finish_reason(got.new_tokens, job.max_tokens, stopped)))
+        yield "data: [DONE]\n\n"
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await answer(request, api.ChatRequest, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await answer(request, api.CompletionRequest, chat=False)
+
+    return app

@@ -1,0 +1,57 @@
+"""What `clap serve` serves: a registered version's adapter (prod's by default) restored from the DVC cache and
+checked against the bundle at its release tag, or an unreleased adapter that dvc.lock pins — never an unchecked
+folder. Then the engine that answers with it: the CPU/transformers engine here, or on CUDA vLLM's own OpenAI
+server with the verified folder as a `--lora-modules` entry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clap import paths
+from clap.errors import UserError
+
+
+class NothingToServe(UserError, RuntimeError):
+    """No version is in prod and none was named."""
+
+
+def adapter_to_serve(root: Path, version: str | None = None, adapter: Path | None = None) -> tuple[str, Path, dict]:
+    """(served name, adapter folder, the manifest git pins for it): `adapter` (pinned by dvc.lock) as `candidate`,
+    else `version` or the one in prod as `clap-adapter@<version>`, restored into models/serving/<version>/adapter."""
+    from clap.release.prod import restore_version_adapter
+    from clap.release.registry import current
+    from clap.release.serving import pinned_expectation
+
+    root = Path(root)
+    if adapter is not None:
+        return "candidate", Path(adapter), pinned_expectation(root, Path(adapter))
+    if version is None:
+        holder = current(root, "prod")
+        if holder is None:
+            raise NothingToServe("nothing is in prod: release a version (`clap release`) or name one with --version "
+                                 "(or an unreleased adapter with --adapter)")
+        version = holder["version"]
+    folder, expected = restore_version_adapter(root, version, root / paths.MODELS / "serving" / version / "adapter")
+    return f"{paths.ARTIFACT}@{version}", folder, expected
+
+
+def cpu_engine(cfg: dict, folder: Path, expected: dict):
+    """The transformers engine with the adapter attached through the serving check (`serving.attach`)."""
+    from clap import model
+    from clap.evaluate.generate import Engine
+
+    generate = cfg["generate"]
+    return Engine(model.resolve(cfg["model"]), folder, expected, dtype=generate["dtype"],
+                  jump_forward=generate["jump_forward"], merge_adapters=generate["merge_adapters"])
+
+
+def vllm_command(cfg: dict, name: str, folder: Path, expected: dict, host: str, port: int) -> list[str]:
+    """`vllm serve` over the base with the verified adapter as its one LoRA module, named as `clap serve` names it."""
+    from clap import model
+    from clap.feedback.canary import vllm_command as canary_vllm_command
+    from clap.release.serving import verify_adapter
+
+    base = model.resolve(cfg["model"])
+    verify_adapter(folder, expected, model.identity(base))
+    return [*canary_vllm_command(base, {name: folder}, port), "--host", host]

@@ -1,0 +1,130 @@
+"""The OpenAI API's request and response shapes `clap serve` speaks, and the pure rules it applies to them.
+
+Requests are checked by pydantic before anything decodes: a bad field is a 400 naming it. Fields an OpenAI client
+sends that CLAP does not use (`user`, `logprobs: false`, `presence_penalty: 0`, …) are accepted and ignored; a
+field whose value would change the answer in a way CLAP cannot honour (`n` > 1) is refused.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_STOP = 4  # OpenAI's limit on stop sequences
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    name: str = "answer"
+    schema_: dict = Field(alias="schema")
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: Annotated[str, Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
+    stream: bool = False
+    seed: int | None = None
+    n: Literal[1] = 1
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, v):
+        stops = [v] if isinstance(v, str) else (v or [])
+        if any(s == "" for s in stops):
+            raise ValueError("a stop sequence may not be empty")
+        return stops or None
+
+    def token_limit(self, default: int, cap: int) -> int:
+        """The request's max_tokens (or max_completion_tokens), else `default`; never above `cap`."""
+        asked = self.max_completion_tokens or self.max_tokens or default
+        if asked > cap:
+            raise ValueError(f"max_tokens {asked} is above this server's limit {cap} (clap serve --max-tokens)")
+        return asked
+
+
+class ChatRequest(_Sampling):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    response_format: ResponseFormat | None = None
+
+    def schema(self) -> dict | None:
+        """The JSON schema the answer decodes under: `json_schema`'s, `{"type": "object"}` for `json_object`."""
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return {"type": "object"}
+        if fmt.json_schema is None:
+            raise ValueError("response_format json_schema needs a json_schema.schema")
+        return fmt.json_schema.schema_
+
+
+class CompletionRequest(_Sampling):
+    prompt: Annotated[str, Field(min_length=1)]
+
+
+def cut_at_stop(text: str, stops: list[str] | None) -> tuple[str, bool]:
+    """`text` up to the first stop sequence, and whether one was found (the stop itself is not returned)."""
+    cut = min((i for i in (text.find(s) for s in stops or ()) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def held_back(text: str, stops: list[str] | None) -> int:
+    """How many characters at the end of streamed `text` could still begin a stop sequence: not sent yet."""
+    return max((k for s in stops or () for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+
+def finish_reason(new_tokens: int, max_tokens: int, stopped: bool) -> str:
+    return "stop" if stopped or new_tokens < max_tokens else "length"
+
+
+def completion_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def chat_response(rid: str, model: str, text: str, reason: str, prompt_tokens: int, new_tokens: int) -> dict:
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}],
+            "usage": usage(prompt_tokens, new_tokens)}
+
+
+def text_response(rid: str, model: str, text: str, reason: str, prompt_tokens: int, new_tokens: int) -> dict:
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": text, "finish_reason": reason}], "usage": usage(prompt_tokens, new_tokens)}
+
+
+def chat_chunk(rid: str, model: str, delta: dict, reason: str | None = None) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+
+
+def text_chunk(rid: str, model: str, text: str, reason: str | None = None) -> dict:
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": text, "finish_reason": reason}]}
+
+
+def usage(prompt_tokens: int, new_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": new_tokens,
+            "total_tokens": prompt_tokens + new_tokens}
+
+
+def error(message: str, kind: str = "invalid_request_error", param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": None}}

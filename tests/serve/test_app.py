@@ -1,0 +1,137 @@
+"""`clap serve`'s application on a tiny model with a pinned adapter, through real HTTP on loopback: requests that
+arrive together decode in one batch with the answers they get alone; streaming, stop and token limits; a malformed
+request is a 4xx with a clear message; a tampered adapter never loads."""
+
+import json
+import shutil
+import subprocess
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from tests.helpers.http_server import get, post, running
+
+from clap import prompts
+from clap.evaluate.decoding import answer_schema
+from clap.serve.app import create_app
+
+CHUNK = {"chunk_id": "c1-p1", "doc_id": "c1", "page": 1, "text": "Revenue was 1,200.5 RMB 10k. Margin was 7%."}
+QUESTIONS = ["Revenue?", "Margin?", "Both?", "Revenue in 2024?", "What was the margin?", "Net profit?"]
+MODELS = {"clap-adapter@v0.0.1": True, "base": False}
+SCHEMA = answer_schema([CHUNK], with_location=True)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir, sft_start):
+    from clap.evaluate.generate import Engine
+
+    adapter, manifest = sft_start
+    return Engine(tiny_dir, adapter, manifest)
+
+
+def chat(question, **extra):
+    return {"model": "clap-adapter@v0.0.1", "max_tokens": 24,
+            "messages": prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt(question, [CHUNK])), **extra}
+
+
+def schema_format():
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
+
+
+def test_requests_that_arrive_together_decode_in_one_batch_with_the_answers_they_get_alone(engine):
+    bodies = [chat(q, response_format=schema_format()) for q in QUESTIONS]
+    alone = [g.text for g in engine.generate([b["messages"] for b in bodies], use_adapter=True, max_new_tokens=24,
+                                             batch_size=1, progress=False, schemas=[SCHEMA] * len(bodies),
+                                             use_store=False)]
+    with running(create_app(engine, MODELS, max_batch=8, wait_ms=200)) as url:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            replies = list(pool.map(lambda b: post(f"{url}/v1/chat/completions", b), bodies))
+        stats = get(f"{url}/v1/stats")
+    assert all(status == 200 for status, _ in replies), replies
+    assert [r["choices"][0]["message"]["content"] for _, r in replies] == alone
+    assert stats["requests"] == len(bodies) and stats["max_batch_seen"] > 1, stats
+    first = replies[0][1]
+    assert first["object"] == "chat.completion" and first["model"] == "clap-adapter@v0.0.1"
+    assert first["usage"]["completion_tokens"] > 0 and first["usage"]["prompt_tokens"] > 20
+
+
+def test_streaming_stop_limits_models_and_text_completions(engine):
+    with running(create_app(engine, MODELS, max_batch=4, wait_ms=1)) as url:
+        assert [m["id"] for m in get(f"{url}/v1/models")["data"]] == list(MODELS)
+        _, whole = post(f"{url}/v1/chat/completions", chat("Revenue?"))
+        text = whole["choices"][0]["message"]["content"]
+        req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(chat("Revenue?", stream=True)).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            assert r.headers.get_content_type() == "text/event-stream"
+            events = [line.removeprefix("data: ") for line in r.read().decode().splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert len(chunks) > 3  # token by token, not one chunk at the end
+        assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == text
+        assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+
+        _, short = post(f"{url}/v1/chat/completions", chat("Revenue?", max_tokens=3))
+        assert short["choices"][0]["finish_reason"] == "length" and short["usage"]["completion_tokens"] == 3
+        if len(text) > 2:
+            stop = text[2:4]
+            _, cut = post(f"{url}/v1/chat/completions", chat("Revenue?", stop=[stop]))
+            assert cut["choices"][0]["message"]["content"] == text[:text.find(stop)]
+            assert cut["choices"][0]["finish_reason"] == "stop"
+
+        status, base = post(f"{url}/v1/chat/completions", chat("Revenue?") | {"model": "base"})
+        assert status == 200 and base["model"] == "base"
+        status, plain = post(f"{url}/v1/completions", {"model": "base", "prompt": "Revenue was", "max_tokens": 5})
+        assert status == 200 and plain["object"] == "text_completion" and plain["usage"]["completion_tokens"] <= 5
+
+
+@pytest.mark.parametrize("body, raw, status, says", [
+    (None, b"{not json", 400, "not JSON"),
+    ([1, 2], None, 400, "JSON object"),
+    ({"model": "clap-adapter@v0.0.1"}, None, 400, "messages: Field required"),
+    ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, None, 404, "model 'nope' is not served here"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "max_tokens": 999999}, None, 400,
+     "above this server's limit"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "n": 2}, None, 400, "n: Input should be 1"),
+    ({"model": "base", "messages": [{"role": "wizard", "content": "x"}]}, None, 400, "messages.0.role"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "temperature": -1}, None, 400, "temperature"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "no-such-type"}}}}, None, 400,
+     "response_format schema"),
+])
+def test_a_malformed_request_is_a_4xx_with_a_clear_message_never_a_traceback(engine, body, raw, status, says):
+    with running(create_app(engine, MODELS, max_tokens_cap=512)) as url:
+        got, reply = post(f"{url}/v1/chat/completions", body, raw=raw)
+    assert got == status and says in reply["error"]["message"], reply
+    assert "Traceback" not in json.dumps(reply)
+
+
+def test_an_adapter_whose_bytes_differ_from_its_pins_is_refused_at_load(tiny_dir, sft_start, tmp_path):
+    from clap.evaluate.generate import Engine
+    from clap.release.serving import AdapterRefused
+
+    adapter, manifest = sft_start
+    tampered = tmp_path / "adapter"
+    shutil.copytree(adapter, tampered)
+    weights = tampered / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(AdapterRefused, match="adapter_model.safetensors: sha256 does not match the evidence"):
+        Engine(tiny_dir, tampered, manifest)
+
+
+def test_clap_serve_refuses_an_adapter_no_pin_covers_in_one_line(sft_start, tmp_path, monkeypatch, params):
+    import yaml
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    shutil.copytree(sft_start[0], tmp_path / "models" / "sft" / "adapter")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["serve", "--adapter", "models/sft/adapter"])
+    assert r.exit_code != 0 and "not pinned by dvc.lock" in r.output and "Traceback" not in r.output
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    r = CliRunner().invoke(app, ["serve"])
+    assert r.exit_code != 0 and "nothing is in prod" in r.output
