@@ -1,7 +1,7 @@
 """Two base-model families through one round of the extraction loop, on one machine and one seed.
 
     python benchmarks/bench_base_models.py [--profiles smollm2-135m,gemma3-270m] [--batches b1,b2,b3]
-                                           [--work /tmp/clap-bases] [--out FILE]
+                                           [--work /tmp/clap-bases] [--out FILE] [--rev C] [--resume]
 
 For each profile (conf/model/), in a fresh clone of this repository's HEAD: `clap params -S model=<profile>` with
 the demo's first round (batches b1–b3, the extraction track: agent, DPO and GRPO off), then `dvc repro`, every
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,24 +27,35 @@ from time_demo import split, stamp  # noqa: E402
 REPLAY_METRICS = ("value_exact", "evidence_chunk_exact", "core_fields_exact")  # arms: A base + RAG, B adapter + RAG, C base, D adapter
 
 
-def run_round(profile: str, batches: list[str], work: Path, targets: list[str], rev: str) -> dict:
+def run_round(profile: str, batches: list[str], work: Path, targets: list[str], rev: str, resume: bool = False) -> dict:
+    """One round of `profile` in a clone of `rev`, run with the clone's own code (PYTHONPATH: the `clap` this
+    environment installed may be a newer working tree). `resume`: continue the clone a stopped run left (DVC
+    skips the stages it finished; their times come from the first log)."""
     clone = work / profile
-    if clone.exists():
-        subprocess.run(["rm", "-rf", str(clone)], check=True)
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    subprocess.run(["git", "checkout", "-q", rev], cwd=clone, check=True)
-    overrides = [f"model={profile}", f"data.batches=[{','.join(batches)}]", "agent.enabled=false",
-                 "train.dpo.enabled=false", "train.grpo.enabled=false"]  # the demo's round 1, extraction track
-    subprocess.run(["clap", "params", *[a for o in overrides for a in ("-S", o)]], cwd=clone, check=True)
-    log = clone / "repro.log"
+    env = os.environ | {"PYTHONPATH": str(clone / "src")}
+    logs = sorted(clone.glob("repro*.log")) if resume and clone.exists() else []
+    if not logs:
+        if clone.exists():
+            subprocess.run(["rm", "-rf", str(clone)], check=True)
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        subprocess.run(["git", "checkout", "-q", rev], cwd=clone, check=True)
+        overrides = [f"model={profile}", f"data.batches=[{','.join(batches)}]", "agent.enabled=false",
+                     "train.dpo.enabled=false", "train.grpo.enabled=false"]  # the demo's round 1, extraction track
+        subprocess.run(["clap", "params", *[a for o in overrides for a in ("-S", o)]], cwd=clone, check=True, env=env)
+    log = clone / f"repro{'-resumed' * len(logs)}.log"
     with log.open("w", encoding="utf-8") as fh:
-        proc = subprocess.Popen(["dvc", "repro", *targets], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(["dvc", "repro", *targets], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env)
         fh.write(f"[{0:7.0f}s 00:00:00] ─ round 1: {profile}\n")
         stamp(proc.stdout, fh)
         rc = proc.wait()
-    timing = split(log.read_text(encoding="utf-8").splitlines())
-    result = {"profile": profile, "rc": rc, "commit": rev, "targets": targets or ["all"],
-              "stages_s": timing["rounds"].get("1", {}).get("stages", {}), "wall_s": timing["wall_s"]}
+    stages, wall = {}, 0
+    for each in [*logs, log]:  # a stage the resumed run did again is timed by its last run
+        timing = split(each.read_text(encoding="utf-8").splitlines())
+        stages |= timing["rounds"].get("1", {}).get("stages", {})
+        wall += timing["wall_s"]
+    result = {"profile": profile, "rc": rc, "commit": rev, "targets": targets or ["all"], "stages_s": stages,
+              "wall_s": wall, "resumed": bool(logs)}
     if rc != 0:
         result["log_tail"] = log.read_text(encoding="utf-8").splitlines()[-15:]
         return result
@@ -100,6 +112,7 @@ def main() -> None:
                                                   "whole round; the replay and gate are then not reported")
     ap.add_argument("--rev", default=None, help="the commit to run (default: HEAD); compare two profiles on one")
     ap.add_argument("--append", action="store_true", help="add to the results already in --out (one table)")
+    ap.add_argument("--resume", action="store_true", help="continue each profile's clone where a stopped run left it")
     args = ap.parse_args()
     args.out = args.out or args.work / "base-models.json"
     batches = args.batches.split(",")
@@ -108,7 +121,8 @@ def main() -> None:
     rev = args.rev or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                      check=True).stdout.strip()
     for profile in args.profiles.split(","):
-        results.append(run_round(profile, batches, args.work, [t for t in args.targets.split(",") if t], rev))
+        results.append(run_round(profile, batches, args.work, [t for t in args.targets.split(",") if t], rev,
+                                 args.resume))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1, default=str))
         print(f"{profile}: rc {results[-1]['rc']}, {results[-1]['wall_s']} s", flush=True)

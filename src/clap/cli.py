@@ -683,7 +683,9 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
     for c in missing:
         console.print(f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter")
     shipped = decision.get("candidate", "sft")
-    console.print(f"bundle → {out}: the shipped candidate {shipped}, decision {decision['decision']}")
+    b.write_shipped(Path("."), written[shipped], paths.adapter(shipped), paths.SHIPPED)
+    console.print(f"bundle → {out}: the shipped candidate {shipped}, decision {decision['decision']}; its adapter → "
+                  f"{paths.SHIPPED}/adapter (the `clap-adapter` artifact)")
     from clap.io import sha256_file
     from clap.train.tracking import log_release
 
@@ -729,6 +731,29 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
                              wait_ms=batch_wait_ms)
     console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 (batches of up to {max_batch})")
     uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
+@app.command()
+def export(version: str = typer.Argument(None, help="the registered version (default: the one in prod)"),
+           merged: Path = typer.Option(None, help="write the base with the adapter merged here (safetensors)"),
+           gguf: Path = typer.Option(None, help="write the merged model as an F32 GGUF file, round-trip checked")) -> None:
+    """Export a released adapter, checked against its release bundle first: merged into the base (plain
+    transformers loads it) and/or as a GGUF for llama.cpp / Ollama, each with a model card and export.json."""
+    from clap.release import export as ex
+
+    if merged is None and gguf is None:
+        _fail(ValueError("name an export: --merged DIR and/or --gguf FILE"))
+    cfg = _params()
+    if gguf is not None:
+        scratch = merged or gguf.with_name(gguf.name.removesuffix(".gguf") + "-merged")
+        r = ex.export_gguf(Path("."), cfg, version, gguf, scratch)
+        check = r["round_trip"]
+        console.print(f"{r['tag']} → {gguf} (F32, sha256 {r['gguf_sha256'][:12]}…): round trip "
+                      f"{check['answers_equal']}/{check['prompts']} greedy answers equal, max |Δlogit| "
+                      f"{check['max_abs_logit_diff']:.1e}; merged folder {scratch}")
+    else:
+        r = ex.export_merged(Path("."), cfg, version, merged)
+        console.print(f"{r['tag']} → {merged}: merged safetensors, model card, export.json")
 
 
 @app.command()

@@ -48,6 +48,7 @@ PACKAGED = {
                                 "gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", "google/gemma-3-270m", "gemma",
                                 assembled=True),
 }
+GEMMA_NOTICE = "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MODEL_FILES = (".json", ".safetensors", ".txt", ".model", ".jinja")  # config, tokenizer, weights; never pickle
 

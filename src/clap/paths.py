@@ -17,6 +17,8 @@ EVAL_DECISIONS = Path("data/eval_decisions")
 MODELS = Path("models")
 CHECKPOINTS = Path("models/checkpoints")
 PROD_ADAPTER = Path("models/prod")
+SHIPPED = Path("models/shipped")  # the adapter of the candidate the bundle ships, copied by `clap bundle`: the path
+                                  # dvc.yaml's `artifacts: clap-adapter` names (`dvc artifacts get … --rev vX`)
 METRICS = Path("metrics")
 EVAL_METRICS = Path("metrics/eval")
 REPLAY_METRICS = Path("metrics/replay.json")

@@ -23,12 +23,13 @@ import hmac
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 
 from clap import paths
 from clap.errors import UserError
-from clap.io import OUTPUT_MARKER, read_json, sha256_file, write_json
+from clap.io import OUTPUT_MARKER, atomic_dir, read_json, sha256_file, write_json
 from clap.schemas import BundleFile, EvidenceBundle
 
 
@@ -279,6 +280,18 @@ def write_each(root: Path, params: dict, shipped_out: Path, folder: Path) -> tup
     shipped_out.parent.mkdir(parents=True, exist_ok=True)
     shipped_out.write_bytes((folder / f"{shipped}.json").read_bytes())
     return written, missing
+
+
+def write_shipped(root: Path, shipped: EvidenceBundle, adapter_dir: Path, out: Path) -> None:
+    """`out`/adapter: the shipped candidate's adapter folder, byte for byte, each weight file checked against the
+    hash `shipped` pins — the one path dvc.yaml's `artifacts:` entry names for every version, whichever trainer
+    made it (`dvc artifacts get REPO clap-adapter --rev vX` and GTO's `clap-adapter@vX` then name the same bytes)."""
+    expected = adapter_expectation(shipped)
+    with atomic_dir(Path(root) / out) as tmp:
+        shutil.copytree(Path(root) / adapter_dir, tmp / "adapter")
+        for name, digest in expected["files"].items():
+            if sha256_file(tmp / "adapter" / name) != digest:
+                raise BundleMismatch(f"{adapter_dir / name}: differs from the bundle it ships with")
 
 
 def verify(bundle_path: Path, root: Path | None = None) -> EvidenceBundle:

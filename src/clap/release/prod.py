@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from clap import paths
 from clap.errors import UserError
 from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
@@ -108,9 +110,7 @@ def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path, 
     if weights is None:
         raise ProdUnavailable(f"{ptr['version_tag']}: its bundle pins no {role.replace('_', ' ')}")
     folder = Path(weights).parent.parent.as_posix()  # models/<trainer>: the DVC output holding adapter/
-    out = next((o for o in lock_outs(_show(root, ptr["version_tag"], "dvc.lock")) if o["path"] == folder), None)
-    if out is None:
-        raise ProdUnavailable(f"{ptr['version_tag']}: dvc.lock does not pin {folder}")
+    out = _pinned_out(root, ptr["version_tag"], folder)
     if not dvc_cache_path(root, out["md5"]).exists():
         subprocess.run(["dvc", "fetch", "--all-tags", "-q"], cwd=root, capture_output=True)
     entries = [e for e in dvc_dir_listing(root, out["md5"]) if e["relpath"].startswith("adapter/")]
@@ -127,3 +127,23 @@ def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path, 
     for name, digest in adapter_expectation(bundle, role)["files"].items():
         if not (dest / name).exists() or sha256_file(dest / name) != digest:
             raise ProdUnavailable(f"{dest / name}: differs from the bundle of {ptr['version_tag']}")
+
+
+def _pinned_out(root: Path, tag: str, folder: str) -> dict:
+    """The DVC output record ({path, md5}) that pins `folder` at `tag`: its dvc.lock's stage output, else the
+    `<folder>.dvc` file committed there (an output tracked with `dvc add`)."""
+    try:
+        lock = lock_outs(_show(root, tag, "dvc.lock"))
+    except ProdUnavailable:
+        lock = []
+    out = next((o for o in lock if o["path"] == folder), None)
+    if out is not None:
+        return out
+    try:
+        outs = (yaml.safe_load(_show(root, tag, f"{folder}.dvc")) or {}).get("outs", [])
+    except ProdUnavailable:
+        outs = []
+    if outs:
+        return outs[0] | {"path": folder}
+    raise ProdUnavailable(f"{tag}: neither dvc.lock nor {folder}.dvc pins {folder}")
+

@@ -184,7 +184,7 @@ _TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent", 
              "agent_grpo": "tool-calling-agent", "agent_rm": "reward-model"}
 
 
-GEMMA_NOTICE = "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms"
+from clap.model import GEMMA_NOTICE  # noqa: E402  (the card's notice; defined beside the packaged bases)
 
 
 def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
