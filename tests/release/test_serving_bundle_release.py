@@ -342,6 +342,8 @@ def test_every_candidate_gets_its_bundle_and_only_the_shipped_one_releases(repo,
         b = bundle.verify(root / f"release/bundles/{c}.json", root)
         assert b.candidate == c and {f.path.split("/")[1] for f in b.files if f.role == "adapter"} == {c}
     assert (root / "release/bundle.json").read_bytes() == (root / "release/bundles/grpo.json").read_bytes()
+    for f in (root / "models/grpo/adapter").iterdir():  # the `clap-adapter` artifact's path: the shipped one's bytes
+        assert (root / "models/shipped/adapter" / f.name).read_bytes() == f.read_bytes()
 
     shipped = (root / "release/bundle.json").read_bytes()
     (root / "release/bundle.json").write_bytes((root / "release/bundles/dpo.json").read_bytes())  # a held one posing
