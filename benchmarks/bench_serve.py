@@ -8,8 +8,9 @@ servers over it from `clap.serve.app.create_app`: `--max-batch` (requests arrivi
 and `max_batch=1` (the one-request-at-a-time peer). Each gets the same N chat requests at once — extraction
 questions over a chunk, each under its JSON-schema grammar (`response_format`), greedy — and the script prints
 requests/s, completion tokens/s, p50/p95 latency and whether every answer equals the peer's. Runs interleave
-(batched, one at a time, batched) so drift of the VM's speed shows. `--llama-cpp`: the same prompts through
-llama-cpp-python's server over a GGUF export (`clap export --gguf`), when that optional package is installed.
+(batched, one at a time, batched) so drift of the VM's speed shows. `--llama-cpp FILE.gguf`: the same prompts through
+llama.cpp (llama-cpp-python's engine, one at a time, same threads, each schema as a llama.cpp grammar) over that
+GGUF — written first, as `clap export --gguf` writes it (base + adapter merged, F32), when the file does not exist.
 Run it alone: two torch jobs on two cores slow each other ~5×.
 """
 
@@ -102,36 +103,79 @@ def main() -> None:
     speedup = min(results["batched"]["requests_s"], results["batched_again"]["requests_s"]) / \
         results["one_at_a_time"]["requests_s"]
     print(f"batched / one at a time: {speedup:.2f}x requests/s (the slower batched run); answers equal: {same}")
+    peer = None
     if args.llama_cpp:
-        print(llama_cpp_peer(args.llama_cpp, bodies))
+        gguf = args.llama_cpp if args.llama_cpp.exists() else export_gguf(base, args.adapter, args.llama_cpp)
+        peer = llama_cpp_peer(gguf, bodies)
+        if peer is not None:
+            agree = sum(_same_answer(a, b) for a, b in zip(peer.pop("answers"), results["batched"]["answers"]))
+            peer["answers_agree"] = f"{agree}/{len(bodies)}"
+            print(f"llama.cpp (one at a time, same cores): {peer['requests_s']:.3f} req/s, {peer['tokens_s']:.1f} tok/s, "
+                  f"p50 {peer['p50_s']} s, p95 {peer['p95_s']} s; answers equal to clap serve's (parsed JSON): "
+                  f"{peer['answers_agree']}")
     if args.out:
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                         "results": {k: {m: v for m, v in r.items() if m != "answers"}
                                                     for k, r in results.items()},
-                                        "speedup": round(speedup, 2), "answers_equal": same}, indent=1))
+                                        "speedup": round(speedup, 2), "answers_equal": same, "llama_cpp": peer},
+                                       indent=1))
 
 
-def llama_cpp_peer(gguf: Path, bodies: list[dict]) -> str:
-    """The same prompts through llama-cpp-python (optional, built from source), one at a time, each under its
-    JSON-schema grammar; tokens/s and p95 for the table beside clap serve's."""
+def export_gguf(base: Path, adapter: Path | None, out: Path) -> Path:
+    """The served model (base + adapter merged) as the F32 GGUF `clap export --gguf` writes, round-trip checked."""
+    import torch
+
+    from clap import model
+    from clap.release import export
+    from clap.release.serving import attach
+
+    merged_dir = out.with_name(out.stem + "-merged")
+    weights = model.load_model(base, dtype=torch.float32)
+    if adapter is not None:
+        expected = json.loads((adapter / "manifest.json").read_text())
+        weights = attach(weights, "default", adapter, expected, model.identity(base)).merge_and_unload()
+    weights.save_pretrained(merged_dir, safe_serialization=True)
+    model.load_tokenizer(base).save_pretrained(merged_dir)
+    manifest = json.loads((base / "manifest.json").read_text())
+    export.write_gguf(merged_dir, model.gguf_path(manifest["requested"], scratch=out.parent), out, "LLAMA")
+    check = export.check_gguf(merged_dir, out)
+    print(f"GGUF {out}: round trip {check}")
+    return out
+
+
+def llama_cpp_peer(gguf: Path, bodies: list[dict]) -> dict | None:
+    """The same prompts through llama.cpp (llama-cpp-python, an optional extra built from source), one at a time on
+    the same 2 threads, each under its JSON schema as a llama.cpp grammar."""
     try:
         from llama_cpp import Llama, LlamaGrammar
     except ImportError:
-        return "llama.cpp peer: llama-cpp-python is not installed (pip install llama-cpp-python builds it from source)"
+        print("llama.cpp peer: llama-cpp-python is not installed (pip install 'clap[llama]' builds it from source)")
+        return None
     llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=2, verbose=False)
-    lat, tokens = [], 0
+    lat, tokens, answers = [], 0, []
     t0 = time.perf_counter()
     for body in bodies:
-        grammar = LlamaGrammar.from_json_schema(json.dumps(body["response_format"]["json_schema"]["schema"]))
+        grammar = LlamaGrammar.from_json_schema(json.dumps(body["response_format"]["json_schema"]["schema"]),
+                                                verbose=False)
         t = time.perf_counter()
         out = llm.create_chat_completion(messages=body["messages"], max_tokens=body["max_tokens"], temperature=0.0,
                                          grammar=grammar)
         lat.append(time.perf_counter() - t)
         tokens += out["usage"]["completion_tokens"]
+        answers.append(out["choices"][0]["message"]["content"])
     wall = time.perf_counter() - t0
     lat.sort()
-    return (f"llama.cpp (one at a time): {len(bodies) / wall:.3f} req/s, {tokens / wall:.1f} tok/s, "
-            f"p95 {lat[max(0, int(0.95 * len(lat)) - 1)]:.2f} s")
+    return {"wall_s": round(wall, 2), "requests_s": round(len(bodies) / wall, 3), "tokens_s": round(tokens / wall, 1),
+            "p50_s": round(statistics.median(lat), 2), "p95_s": round(lat[max(0, int(0.95 * len(lat)) - 1)], 2),
+            "answers": answers}
+
+
+def _same_answer(a: str, b: str) -> bool:
+    """Equal as JSON values (llama.cpp's grammar may space the JSON differently), else as text."""
+    try:
+        return json.loads(a) == json.loads(b)
+    except ValueError:
+        return a.strip() == b.strip()
 
 
 if __name__ == "__main__":
