@@ -898,13 +898,14 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
     import shlex
 
     from clap.feedback import canary
+    from clap.serve.canary import server
 
     cfg = _params()
     service = canary.from_registry(Path("."), cfg, logs, candidate, upstream)
     if upstream:
         console.print("the adapters passed the serving check; vLLM must serve exactly these folders:\n  "
                       + shlex.join(service.engine.command))
-    srv = canary.server(service, port or cfg["canary"]["port"])
+    srv = server(service, port or cfg["canary"]["port"])
     arms = ", ".join(f"{n}={a.version or 'base model'}" for n, a in service.arms.items())
     console.print(f"serving {arms} "
                   f"on http://127.0.0.1:{srv.server_address[1]} (canary share {service.share}); logs → {logs}")
@@ -977,10 +978,10 @@ def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many he
                 logs: Path = typer.Option(paths.CANARY_LOGS)) -> None:
     """One canary end to end: serve (in this process), replay the held-out questions as paired traffic,
     analyse, and — for a registered canary — conclude with the promote or rollback tag."""
-    from clap.feedback import canary
+    from clap.serve.canary import simulated_canary
 
     cfg = _params()
-    counts, r = canary.simulated_canary(Path("."), cfg, logs, limit, candidate)
+    counts, r = simulated_canary(Path("."), cfg, logs, limit, candidate)
     _print_traffic(cfg, counts)
     _print_analysis(r, paths.CANARY_METRICS)
     if candidate is None and r["verdict"] in ("successful", "failed"):
@@ -1059,13 +1060,13 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
 
     def run_canary(k: int) -> dict:
-        from clap.feedback import canary
         from clap.release import registry as rel
+        from clap.serve.canary import simulated_canary
 
         cfg = _params()
         version = rel.current(Path("."), "canary")["version"]
         console.rule(f"round {k}: canary {version} on SIMULATED traffic (held-out replay questions, paired)")
-        counts, analysis = canary.simulated_canary(Path("."), cfg, paths.CANARY_LOGS / version, 100,
+        counts, analysis = simulated_canary(Path("."), cfg, paths.CANARY_LOGS / version, 100,
                                                    fail_when_exhausted=True)
         _print_traffic(cfg, counts)
         _print_analysis(analysis, paths.CANARY_METRICS)

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from clap.feedback import canary_analysis
-from clap.feedback.canary import CanaryService, route, server
+from clap.feedback.canary import CanaryService, route
 from clap.feedback.traffic import TrafficError, post
 from clap.release import registry as release
+from clap.serve.canary import server
 
 
 def _logs(outcomes: dict[str, list[int]], paired: bool, latency: dict[str, float] | None = None):

@@ -3,7 +3,8 @@
     clap canary serve                     # 127.0.0.1:<canary.port>, OpenAI-compatible chat completions
     clap canary traffic                   # the demo's traffic: held-out replay questions, scored against gold
 
-Two engines behind one router and one log. On CPU (the demo, the tests) the server holds one base
+Two engines behind one router and one log; the HTTP server is `clap serve`'s application (`clap.serve.canary`),
+so the canary batches, streams and validates requests as prod's server does. On CPU (the demo, the tests) the server holds one base
 model with both adapters, each attached only through the serving check against the bundle committed
 at its release tag (a tampered adapter is refused before the server listens). Where CUDA is present,
 `--upstream URL` routes to vLLM's OpenAI-compatible server instead, with prod and the canary as its LoRA
@@ -27,7 +28,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from clap import paths
@@ -68,7 +68,7 @@ class _Log:
 
 
 class CanaryService:
-    """Routing, generation (one request at a time on the shared model) and logging; no HTTP in here."""
+    """Routing, logging and feedback; no HTTP in here (`clap.serve.canary` puts it behind `clap serve`'s app)."""
 
     def __init__(self, engine, arms: dict[str, Arm], share: float, log_dir: Path, max_new_tokens: int):
         self.engine, self.arms, self.share, self.max_new_tokens = engine, arms, share, max_new_tokens
@@ -76,25 +76,36 @@ class CanaryService:
         served = Path(log_dir) / REQUESTS  # a restarted server still takes feedback on what it served before
         self.known = {r["request_id"] for r in read_jsonl(served)} if served.exists() else set()
 
+    def pick(self, request_id: str) -> str:
+        """The arm of a request that names none: canary for a stable `share` of request ids."""
+        return route(request_id, self.share)
+
+    def record(self, answer: dict) -> None:
+        """Log one answer ({request_id, model: the arm, prompt, text, new_tokens, latency_ms}) to requests.jsonl."""
+        a = self.arms[answer["model"]]
+        self.known.add(answer["request_id"])
+        self.log.append(REQUESTS, {"ts": time.time(), "request_id": answer["request_id"],
+                                   "request_hash": request_hash(answer["prompt"]), "arm": answer["model"],
+                                   "version": a.version, "adapter_sha256": a.adapter_sha256,
+                                   "latency_ms": answer["latency_ms"], "new_tokens": answer["new_tokens"],
+                                   "output": answer["text"], "answer": parse_answer(answer["text"])})
+
     def complete(self, messages: list[dict], arm: str | None = None, schema: dict | None = None,
                  request_id: str | None = None) -> dict:
+        """One request without HTTP (what the server's app does per request, one at a time): route, answer, log."""
         if not isinstance(messages, list) or not all(isinstance(m, dict) and "content" in m for m in messages):
             raise ValueError("`messages` must be a list of {role, content}")
         request_id = request_id or uuid.uuid4().hex
-        name = arm or route(request_id, self.share)
+        name = arm or self.pick(request_id)
         if name not in self.arms:
             raise ValueError(f"unknown model {name!r} (serving: {', '.join(self.arms)})")
-        a = self.arms[name]
         t0 = time.perf_counter()
         with self._gen_lock:
-            gen = self.engine.generate([messages], use_adapter=a.use_adapter, max_new_tokens=self.max_new_tokens,
-                                       batch_size=1, progress=False, schemas=[schema] if schema else None)[0]
-        ms = (time.perf_counter() - t0) * 1000
-        self.known.add(request_id)
-        self.log.append(REQUESTS, {"ts": time.time(), "request_id": request_id, "request_hash": request_hash(messages),
-                                   "arm": name, "version": a.version, "adapter_sha256": a.adapter_sha256,
-                                   "latency_ms": round(ms, 2), "new_tokens": gen.new_tokens, "output": gen.text,
-                                   "answer": parse_answer(gen.text)})
+            gen = self.engine.generate([messages], use_adapter=self.arms[name].use_adapter,
+                                       max_new_tokens=self.max_new_tokens, batch_size=1, progress=False,
+                                       schemas=[schema] if schema else None)[0]
+        self.record({"request_id": request_id, "model": name, "prompt": messages, "text": gen.text,
+                     "new_tokens": gen.new_tokens, "latency_ms": round((time.perf_counter() - t0) * 1000, 2)})
         return {"id": request_id, "object": "chat.completion", "model": name, "created": int(time.time()),
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text},
                              "finish_reason": "stop"}],
@@ -110,53 +121,6 @@ class CanaryService:
                "record_id": record_id} | ({"scores": scores} if scores else {})
         self.log.append(FEEDBACK, row)
         return {"ok": True}
-
-
-def _handler(service: CanaryService):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # the JSONL logs are the record; no stderr line per request
-            pass
-
-        def _send(self, code: int, body: dict) -> None:
-            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if "model" in body:
-                self.send_header("X-CLAP-Arm", body["model"])
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            if self.path == "/health":
-                self._send(200, {"arms": {n: a.version for n, a in service.arms.items()}, "share": service.share})
-            elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in ["clap", *service.arms]]})
-            else:
-                self._send(404, {"error": f"no route {self.path}"})
-
-        def do_POST(self):
-            try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                if self.path == "/v1/chat/completions":
-                    fmt = body.get("response_format") or {}
-                    schema = (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else None
-                    arm = body.get("model") if body.get("model") in service.arms else None
-                    self._send(200, service.complete(body.get("messages"), arm, schema, body.get("request_id")))
-                elif self.path == "/v1/feedback":
-                    self._send(200, service.feedback(body.get("request_id"), body.get("outcome"), body.get("reason"),
-                                                     body.get("record_id"), body.get("scores")))
-                else:
-                    self._send(404, {"error": f"no route {self.path}"})
-            except (ValueError, TypeError, json.JSONDecodeError) as exc:
-                self._send(400, {"error": str(exc)})
-
-    return Handler
-
-
-def server(service: CanaryService, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """The HTTP server (not started): `server(...).serve_forever()`, or in a thread for the demo and tests."""
-    return ThreadingHTTPServer((host, port), _handler(service))
 
 
 class NoCanary(UserError, RuntimeError):
@@ -251,37 +215,3 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
                         p_expected["files"]["adapter_model.safetensors"] if prod else None),
             "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}
     return CanaryService(engine, arms, cfg["canary"]["share"], log_dir, cfg["canary"]["max_new_tokens"])
-
-
-def simulated_canary(root: Path, cfg: dict, logs: Path, limit: int, candidate: Path | None = None,
-                     fail_when_exhausted: bool = False) -> tuple[dict, dict]:
-    """One canary end to end on SIMULATED traffic: serve prod and the canary in this process, replay the held-out
-    replay questions as paired requests (scored against gold, outcomes posted back) until the sequential analysis
-    is conclusive or `limit` questions are spent, then analyse: metrics/canary.json and the flywheel inbox.
-    `fail_when_exhausted`: a canary still inconclusive when the traffic runs out fails (`clap demo` ends every
-    canary before its next round, and never promotes on evidence it did not get). Returns (traffic counts,
-    analysis)."""
-    from clap.data.repair import replace_in_inbox
-    from clap.feedback import canary_analysis, traffic
-    from clap.io import write_json
-
-    service = from_registry(root, cfg, logs, candidate)
-    srv = server(service, 0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        counts = traffic.send(cfg, root, f"http://127.0.0.1:{srv.server_address[1]}", True, limit,
-                              lambda: canary_analysis.decided(logs, cfg))
-    finally:
-        srv.shutdown()
-        srv.server_close()
-    requests, feedback = canary_analysis.load_logs(logs)
-    analysis = canary_analysis.analyze(requests, feedback, cfg) | {"outcome": "logged", "traffic": "SIMULATED"}
-    if fail_when_exhausted and analysis["verdict"] == "inconclusive":
-        analysis["reasons"].append({"rule": "traffic_exhausted", "observed": f"inconclusive after {analysis['pairs']} "
-                                    f"pairs ({limit} questions)", "threshold": "a conclusive analysis",
-                                    "outcome": "failed"})
-        analysis["verdict"] = "failed"
-    write_json(root / paths.CANARY_METRICS, analysis)
-    replace_in_inbox(root / paths.INBOX, canary_analysis.failed_cases(requests, feedback),
-                     f"canary:{analysis['versions']['canary']}")
-    return counts, analysis

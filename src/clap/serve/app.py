@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,11 +26,18 @@ from pydantic import ValidationError
 from clap.serve import openai_api as api
 from clap.serve.batcher import Batcher, Job
 
+ROUTED = "clap"  # the model name a routing server (the canary) answers by request id
+
 
 def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
-               max_batch: int = 16, wait_ms: float = 5.0):
+               max_batch: int = 16, wait_ms: float = 5.0, route: Callable[[str], str] | None = None,
+               on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None):
     """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
-    adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer)."""
+    adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
+
+    The canary's hooks (`clap.serve.canary`): `route(request_id)` names the model of a request that names none (or
+    `clap`); `on_answer(record)` sees every answer ({request_id, model, prompt, text, new_tokens, latency_ms}); with
+    `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400)."""
     batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
 
     @contextlib.asynccontextmanager
@@ -60,8 +68,21 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
 
     @app.get("/v1/models")
     async def list_models():
+        names = [*([ROUTED] if route is not None else []), *models]
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "clap"}
-                                           for name in models]}
+                                           for name in names]}
+
+    if feedback is not None:
+        @app.post("/v1/feedback")
+        async def post_feedback(request: Request):
+            try:
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise ValueError("the request body must be a JSON object")
+                return feedback(body.get("request_id"), body.get("outcome"), body.get("reason"),
+                                body.get("record_id"), body.get("scores"))
+            except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+                return refuse(400, str(exc))
 
     @app.get("/v1/stats")
     async def stats():
@@ -81,6 +102,11 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             return None, refuse(400, f"{where}: {first['msg']}", where)
+        request_id = req.request_id or api.completion_id("chatcmpl" if isinstance(req, api.ChatRequest) else "cmpl")
+        if route is not None and req.model in (None, ROUTED):
+            req.model = route(request_id)
+        if req.model is None:
+            return None, refuse(400, "model: Field required", "model")
         if req.model not in models:
             return None, refuse(404, f"model {req.model!r} is not served here; GET /v1/models lists "
                                      f"{', '.join(models)}", "model")
@@ -90,27 +116,33 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
         except ValueError as exc:
             return None, refuse(400, str(exc), "max_tokens" if "max_tokens" in str(exc) else "response_format")
         prompt = [m.model_dump() for m in req.messages] if isinstance(req, api.ChatRequest) else req.prompt
-        return (req, Job(prompt, models[req.model], limit, req.temperature, schema, req.seed,
-                         asyncio.Queue() if req.stream else None)), None
+        return (req, request_id, Job(prompt, models[req.model], limit, req.temperature, schema, req.seed,
+                                     asyncio.Queue() if req.stream else None)), None
+
+    def answered(req, rid: str, job: Job, text: str, new_tokens: int, started: float) -> None:
+        if on_answer is not None:
+            on_answer({"request_id": rid, "model": req.model, "prompt": job.prompt, "text": text,
+                       "new_tokens": new_tokens, "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
 
     async def answer(request: Request, shape, chat: bool):
+        started = time.perf_counter()
         parsed, refusal = await parse(request, shape)
         if refusal is not None:
             return refusal
-        req, job = parsed
-        rid = api.completion_id("chatcmpl" if chat else "cmpl")
+        req, rid, job = parsed
         if req.stream:
-            return StreamingResponse(stream(req, job, rid, chat), media_type="text/event-stream")
+            return StreamingResponse(stream(req, job, rid, chat, started), media_type="text/event-stream")
         try:
             got = await batcher.submit(job)
         except ValueError as exc:
             return refuse(400, str(exc), "response_format")
+        answered(req, rid, job, got.text, got.new_tokens, started)
         text, stopped = api.cut_at_stop(got.text, req.stop)
         reason = api.finish_reason(got.new_tokens, job.max_tokens, stopped)
         build = api.chat_response if chat else api.text_response
         return build(rid, req.model, text, reason, got.prompt_tokens, got.new_tokens)
 
-    async def stream(req, job: Job, rid: str, chat: bool) -> AsyncIterator[str]:
+    async def stream(req, job: Job, rid: str, chat: bool, started: float) -> AsyncIterator[str]:
         def event(body: dict) -> str:
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
@@ -137,6 +169,7 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
             yield event(api.error(f"{type(exc).__name__}: {exc}", "server_error"))
             yield "data: [DONE]\n\n"
             return
+        answered(req, rid, job, got.text, got.new_tokens, started)
         final, stopped = api.cut_at_stop(got.text, req.stop)
         if len(final) > len(sent) and final.startswith(sent):
             yield event(piece(final[len(sent):]))

@@ -10,6 +10,7 @@ requests queue and form the next one. A streamed job gets its text so far after 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class Answer:
     new_tokens: int
     prompt_tokens: int
     batch_size: int  # how many requests decoded in the batch this one was in
+    decode_s: float  # the batch's decoding time
 
 
 class Batcher:
@@ -82,8 +84,9 @@ class Batcher:
         """On the engine's thread: one batch; each job's future gets its answer or its own error."""
         engine = self.engine
         ready = []
+        compiles = hasattr(engine, "grammars")  # an upstream server (vLLM) compiles its own
         for job in group:  # a schema xgrammar cannot compile fails its own request, not the batch
-            if job.schema is not None:
+            if job.schema is not None and compiles:
                 try:
                     engine.grammars.compiled(job.schema)
                 except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError variants
@@ -103,6 +106,7 @@ class Batcher:
                     loop.call_soon_threadsafe(job.stream.put_nowait, text)
 
         streamed = any(j.stream is not None for j in ready)
+        started = time.perf_counter()
         try:
             gens = engine.generate([j.prompt for j in ready], first.use_adapter, max_new_tokens=first.max_tokens,
                                    batch_size=len(ready), progress=False,
@@ -111,8 +115,10 @@ class Batcher:
                                    seed=first.seed if first.temperature > 0 and first.schema is not None else None,
                                    use_store=False, on_tokens=on_tokens if streamed else None)
             self.batches.append(len(ready))
+            encode = getattr(engine, "encode", None)
             for job, gen in zip(ready, gens):
-                _resolve(loop, job, Answer(gen.text, gen.new_tokens, len(engine.encode(job.prompt)), len(ready)))
+                _resolve(loop, job, Answer(gen.text, gen.new_tokens, len(encode(job.prompt)) if encode else 0,
+                                           len(ready), time.perf_counter() - started))
         except Exception as exc:  # noqa: BLE001 - every waiting request learns why, none hangs
             for job in ready:
                 _resolve(loop, job, error=exc)

@@ -36,7 +36,8 @@ class ResponseFormat(BaseModel):
 
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: Annotated[str, Field(min_length=1)]
+    model: Annotated[str, Field(min_length=1)] | None = None  # required unless the server routes (the canary)
+    request_id: Annotated[str, Field(min_length=1, max_length=128)] | None = None  # CLAP's: the id feedback names
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
