@@ -70,6 +70,7 @@ def test_the_project_pipeline_is_this_repositorys_own():
     ours = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     theirs = project_pipeline(ours, demo=False)
     assert set(theirs["stages"]) == set(ours["stages"]) - {"demo_data"} | {"ingest"}
+    assert theirs["artifacts"] == ours["artifacts"]  # `dvc artifacts get` works in a team's project too
     for name, stage in ours["stages"].items():
         if name != "demo_data":
             body, copy = stage.get("do", stage), theirs["stages"][name].get("do", theirs["stages"][name])

@@ -98,7 +98,7 @@ def project_pipeline(template: dict, demo: bool) -> dict:
         else:
             body.pop("deps", None)
         stages[name] = stage
-    return {"stages": stages}
+    return {**({"artifacts": template["artifacts"]} if "artifacts" in template else {}), "stages": stages}
 
 
 def project_config(text: str) -> str:
