@@ -58,14 +58,14 @@ class Tracking:
         if "dvclive" in self.report_to:
             try:
                 from dvclive import Live
-                from transformers.integrations import DVCLiveCallback
+                _StepsOnly = _steps_only()
             except ImportError:
                 raise TrackingUnavailable("train.report_to names dvclive, which is not installed: "
                                           "pip install dvclive (or set train.report_to: [])") from None
             if self.dvclive_dir.exists():
                 shutil.rmtree(self.dvclive_dir)  # this trainer's own output: a fresh run's log, not two interleaved
             self._live = Live(dir=str(self.dvclive_dir), save_dvc_exp=False, dvcyaml=None, report=None)
-            out.append(DVCLiveCallback(live=self._live, log_model=False))
+            out.append(_StepsOnly(live=self._live, log_model=False))
         if "mlflow" in self.report_to:
             mlflow = _mlflow()
             from transformers.integrations import MLflowCallback
@@ -100,6 +100,19 @@ class Tracking:
             record["tracking"] |= {"mlflow_run_id": self.run_id,
                                    "mlflow_tracking_uri": mlflow_uri(self.mlflow_cfg["tracking_uri"], self.root)}
         return record
+
+
+def _steps_only():
+    from transformers.integrations import DVCLiveCallback
+
+    class StepsOnly(DVCLiveCallback):
+        """DVCLive's callback without its params.yaml: the run's settings are the pipeline's params.yaml, which the
+        stage declares, and the folder holds only the files dvc.yaml declares (a stray file would dirty the tree)."""
+
+        def setup(self, args, state, model):
+            self._initialized = True
+
+    return StepsOnly
 
 
 def write_empty(folder: Path) -> None:
