@@ -1,7 +1,7 @@
 """Two base-model families through one round of the extraction loop, on one machine and one seed.
 
     python benchmarks/bench_base_models.py [--profiles smollm2-135m,gemma3-270m] [--batches b1,b2,b3]
-                                           [--work /tmp/clap-bases] [--out FILE] [--rev C] [--resume]
+                                           [--work /tmp/clap-bases] [--out FILE] [--rev C] [--resume | --collect]
 
 For each profile (conf/model/), in a fresh clone of this repository's HEAD: `clap params -S model=<profile>` with
 the demo's first round (batches b1–b3, the extraction track: agent, DPO and GRPO off), then `dvc repro`, every
@@ -49,13 +49,22 @@ def run_round(profile: str, batches: list[str], work: Path, targets: list[str], 
         fh.write(f"[{0:7.0f}s 00:00:00] ─ round 1: {profile}\n")
         stamp(proc.stdout, fh)
         rc = proc.wait()
+    return collect(profile, batches, work, targets, rev, rc)
+
+
+def collect(profile: str, batches: list[str], work: Path, targets: list[str], rev: str, rc: int = 0) -> dict:
+    """The results of `profile`'s round from its clone's stamped logs and metrics (also of a run that finished
+    after its bench process was gone: `--collect`)."""
+    clone = work / profile
+    logs = sorted(clone.glob("repro*.log"), key=lambda p: p.name.count("-resumed"))  # the first run's log first
+    log = logs[-1]
     stages, wall = {}, 0
-    for each in [*logs, log]:  # a stage the resumed run did again is timed by its last run
+    for each in logs:  # a stage the resumed run did again is timed by its last run
         timing = split(each.read_text(encoding="utf-8").splitlines())
         stages |= timing["rounds"].get("1", {}).get("stages", {})
         wall += timing["wall_s"]
     result = {"profile": profile, "rc": rc, "commit": rev, "targets": targets or ["all"], "stages_s": stages,
-              "wall_s": wall, "resumed": bool(logs)}
+              "wall_s": wall, "resumed": len(logs) > 1}
     if rc != 0:
         result["log_tail"] = log.read_text(encoding="utf-8").splitlines()[-15:]
         return result
@@ -113,6 +122,8 @@ def main() -> None:
     ap.add_argument("--rev", default=None, help="the commit to run (default: HEAD); compare two profiles on one")
     ap.add_argument("--append", action="store_true", help="add to the results already in --out (one table)")
     ap.add_argument("--resume", action="store_true", help="continue each profile's clone where a stopped run left it")
+    ap.add_argument("--collect", action="store_true", help="run nothing: read the finished clones in --work (give "
+                                                             "--rev the commit they ran)")
     args = ap.parse_args()
     args.out = args.out or args.work / "base-models.json"
     batches = args.batches.split(",")
@@ -120,9 +131,12 @@ def main() -> None:
     results = json.loads(args.out.read_text()) if args.append and args.out.exists() else []
     rev = args.rev or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                      check=True).stdout.strip()
+    targets = [t for t in args.targets.split(",") if t]
     for profile in args.profiles.split(","):
-        results.append(run_round(profile, batches, args.work, [t for t in args.targets.split(",") if t], rev,
-                                 args.resume))
+        if args.collect:
+            results.append(collect(profile, batches, args.work, targets, rev))
+        else:
+            results.append(run_round(profile, batches, args.work, targets, rev, args.resume))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1, default=str))
         print(f"{profile}: rc {results[-1]['rc']}, {results[-1]['wall_s']} s", flush=True)
