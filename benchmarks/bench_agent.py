@@ -31,12 +31,12 @@ from transformers import LogitsProcessorList, StoppingCriteriaList
 
 from clap.agent import chat
 from clap.agent.episode import engine_policy, one_at_a_time, rollout
+from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
 from clap.evaluate.generate import Engine, Generation, StopOnJsonEnd, truncate_at_json_end
 from clap.evaluate.prefix_cache import PrefixCache
+from clap.integrity import pinned_expectation
 from clap.model import resolve_base
-from clap.release.serving import pinned_expectation
-from clap.stages.agent_tasks import load
 
 
 def main() -> None:

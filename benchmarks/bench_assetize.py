@@ -42,7 +42,7 @@ def make_corpus(folder: Path, n_facts: int) -> None:
     per-value caches hide the real cost); noise rates are the demo's. One seed at a time keeps
     the generator's memory flat.
     """
-    from clap.data import demo_data
+    from clap.demo import corpus as demo_data
 
     folder.mkdir(parents=True, exist_ok=True)
     written, r = 0, 0

@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from clap.evaluate.intervals import ci_text  # noqa: E402
 from time_demo import split, stamp  # noqa: E402
 
 REPLAY_METRICS = ("value_exact", "evidence_chunk_exact", "core_fields_exact")  # arms: A base + RAG, B adapter + RAG, C base, D adapter
@@ -78,9 +79,7 @@ def collect(profile: str, batches: list[str], work: Path, targets: list[str], re
 
 
 def _ci(d: dict | None) -> str:
-    if not d:
-        return "n/a"
-    return f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+    return ci_text(d) if d else "n/a"
 
 
 def table(results: list[dict], batches: list[str]) -> str:

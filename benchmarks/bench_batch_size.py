@@ -20,7 +20,7 @@ import yaml
 
 from bench_precision import requests
 from clap.evaluate.generate import Engine
-from clap.release.serving import pinned_expectation
+from clap.integrity import pinned_expectation
 
 
 def main() -> None:

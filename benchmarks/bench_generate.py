@@ -22,12 +22,12 @@ import json
 import time
 from pathlib import Path
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.generate import Engine, plain_generate_loop
+from clap.integrity import pinned_expectation
 from clap.io import read_jsonl
 from clap.model import resolve_base
-from clap.release.serving import pinned_expectation
 
 
 def timed(engine, convs, use_adapter, args, schemas) -> tuple[float, list]:

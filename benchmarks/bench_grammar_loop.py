@@ -27,12 +27,12 @@ import yaml
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from bench_precision import requests
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate import generate as gen
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.merged_lora import MergedAdapters
+from clap.integrity import pinned_expectation
 from clap.io import read_jsonl
-from clap.release.serving import pinned_expectation
 from clap.stages import replay
 
 

@@ -26,12 +26,12 @@ from transformers import LogitsProcessorList
 
 from clap import model as base_model
 from clap.config import load
+from clap.data.playbook import playbook
+from clap.domain.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.evaluate.decoding import GrammarCache, decision_schema
-from clap.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
-from clap.release.serving import pinned_expectation
-from clap.stages.evaluate_decisions import playbook
-from clap.stages.train_common import admitted_rows, start_from
+from clap.integrity import pinned_expectation
 from clap.stages.train_grpo import constrained_rollout
+from clap.train.common import admitted_rows, start_from
 
 
 def generate_rollout(grammars: GrammarCache, actions: list[str] | None, max_new_tokens: int, temperature: float):

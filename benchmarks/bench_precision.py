@@ -20,12 +20,11 @@ import pandas as pd
 import yaml
 
 from clap.evaluate.generate import Engine
+from clap.integrity import pinned_expectation
 from clap.io import read_jsonl
 from clap.model import resolve
-from clap.release.serving import pinned_expectation
-from clap.retrieval import BM25Index
+from clap.retrieval import BM25Index, retrieve
 from clap.stages import replay
-from clap.stages.index import retrieve
 
 
 def requests(cfg: dict, n: int) -> tuple[list, list]:

@@ -23,8 +23,8 @@ import torch
 
 from clap import model as base_model
 from clap.agent import reward_model, scoring
+from clap.integrity import pinned_expectation
 from clap.io import read_jsonl
-from clap.release.serving import pinned_expectation
 
 
 def main() -> None:

@@ -24,10 +24,10 @@ from pathlib import Path
 from clap import model as base_model
 from clap.config import load
 from clap.evaluate.generate import Engine
+from clap.integrity import adapter_manifest
 from clap.io import read_jsonl, write_jsonl
-from clap.release.serving import adapter_manifest
 from clap.stages import evaluate, train_sft
-from clap.stages.train_common import lora_config
+from clap.train.common import lora_config
 
 
 def train(cfg: dict, base: Path, rows: list[dict], out: Path, start: Path | None) -> dict:

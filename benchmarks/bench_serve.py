@@ -35,7 +35,7 @@ METRICS = [("revenue", "1,200.5 million USD"), ("net profit", "87.2 million USD"
 
 
 def requests(n: int, max_tokens: int) -> list[dict]:
-    from clap import prompts
+    from clap.domain import prompts
     from clap.evaluate.decoding import answer_schema
 
     out = []
@@ -126,8 +126,8 @@ def export_gguf(base: Path, adapter: Path | None, out: Path) -> Path:
     import torch
 
     from clap import model
+    from clap.integrity import attach
     from clap.release import export
-    from clap.release.serving import attach
 
     merged_dir = out.with_name(out.stem + "-merged")
     weights = model.load_model(base, dtype=torch.float32)

@@ -32,7 +32,7 @@ from clap.config import load
 from clap.io import read_jsonl
 from clap.model import load_model, load_tokenizer
 from clap.stages import train_sft
-from clap.stages.train_common import lora_config
+from clap.train.common import lora_config
 
 TRAINERS = ("clap", "clap_tiled", "clap_fp32", "plain")
 

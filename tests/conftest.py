@@ -45,7 +45,7 @@ def tiny_dir(tmp_path_factory, smollm2_dir):
 @pytest.fixture(scope="session")
 def small_loop(tmp_path_factory, params):
     """Demo corpus → assets → materialized batches b1, b2 → admission records, at a small scale."""
-    from clap.data import demo_data
+    from clap.demo import corpus as demo_data
     from clap.stages import admit, assetize, materialize
 
     root = tmp_path_factory.mktemp("loop")

@@ -22,7 +22,7 @@ def test_qlora_sft_runs_in_4bit(params, small_loop, smollm2_dir, tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm extra")
 def test_vllm_backend_answers_like_the_transformers_engine(smollm2_dir):
-    from clap import prompts
+    from clap.domain import prompts
     from clap.evaluate.generate import Engine
     from clap.evaluate.generate_vllm import VLLMEngine
 

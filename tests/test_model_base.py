@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from clap import prompts
 from clap.agent import chat
 from clap.agent.tools import ReportTools
+from clap.domain import prompts
 from clap.errors import UserError
 from clap.evaluate.decoding import answer_schema, contract_valid
 from clap.evaluate.generate import Engine
@@ -293,8 +293,8 @@ def test_sft_learns_the_answer_and_its_end_of_turn_in_each_familys_template(fami
     from trl import SFTConfig
 
     from clap.model import load_tokenizer
-    from clap.stages.train_common import lora_config
     from clap.stages.train_sft import build_dataset
+    from clap.train.common import lora_config
     from clap.train.labelled_head import LabelledHeadSFTTrainer
 
     arch, folder = family_dir

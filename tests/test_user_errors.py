@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 from typer.testing import CliRunner
 
 from clap.cli import app
-from clap.data import demo_data
+from clap.demo import corpus as demo_data
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from typer.core import TyperGroup  # noqa: E402
 
 from clap import paths  # noqa: E402
 from clap.errors import UserError  # noqa: E402
+from clap.evaluate.intervals import ci_bounds, ci_text
 
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
 
@@ -58,9 +59,9 @@ app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_hel
 def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float = 1.0,
               poison: str = typer.Option("none", help="batch whose currency units are shifted by 10⁴ (a poisoned export)")) -> None:
     """Write the deterministic demo corpus (chunks, facts, decisions) to OUT."""
-    from clap.data import demo_data as dd
+    from clap.stages import demo_data as stage
 
-    counts = dd.write(out, seed=seed, scale=scale, poisoned_batch=None if poison == "none" else poison)
+    counts = stage.run(out, seed, scale, None if poison == "none" else poison)
     console.print(f"demo corpus → {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
 
 
@@ -71,7 +72,7 @@ def reference(out: Path = typer.Option(Path("docs/reference"), help="folder of t
     from clap.reference import PAGES, render
 
     for name in PAGES:
-        text, path = render(name), out / name
+        text, path = render(name, typer.main.get_command(app)), out / name
         if check:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 raise UserError(f"{path}: stale; run `clap reference` and commit it")
@@ -223,10 +224,9 @@ def admit(batch: str, materialized: Path = typer.Option(paths.MATERIALIZED),
 def base_model_cmd() -> None:
     """Resolve and pin the base model `model.base` names: a packaged or file GGUF dequantised once into
     `model.cache_dir`; a local folder or Hub snapshot used in place, its files' hashes pinned there."""
-    from clap import model
+    from clap.stages import base_model as stage
 
-    path = model.resolve(_params()["model"], repin=True)
-    ident = model.identity(path)
+    path, ident = stage.run(_params()["model"])
     console.print(f"base model ready: {ident['hub_id']} at {path} {ident['weights_sha256']}")
 
 
@@ -253,8 +253,8 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
                      materialized, admission, start)
     # torch, transformers, PEFT and TRL take ≈ 13 s to import here: a switched-off trainer does not pay it
     from clap import model
+    from clap.integrity import pinned_expectation
     from clap.io import check_output_dir
-    from clap.release.serving import pinned_expectation
     from clap.stages import train_dpo, train_grpo, train_sft
 
     base = model.resolve(cfg["model"])
@@ -313,7 +313,7 @@ def _disabled(kind: str, switch: str, out: Path) -> None:
     """A switched-off trainer trains nothing: its folder says so (status `disabled` in its guard report and
     metrics, an empty log) so that the pipeline's outputs exist, and evaluation and the gate leave it out."""
     from clap.io import atomic_dir, write_json
-    from clap.stages.train_common import write_untrained
+    from clap.train.common import write_untrained
 
     name = kind.replace("-", "_")
     metrics = {"trainer": name, "status": "disabled", "steps": 0, "train_loss": None,
@@ -346,8 +346,8 @@ def _training_inputs(kind: str, batches: list[str], materialized: Path, admissio
 
 
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
+    from clap.integrity import pinned_expectation
     from clap.io import check_output_dir
-    from clap.release.serving import pinned_expectation
     from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_rm, train_agent_sft
 
     tracking = _tracking(cfg, kind)
@@ -385,7 +385,7 @@ def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, di
     from clap.agent.chat import engine_rendering
     from clap.agent.tools import ReportTools
     from clap.evaluate.generate import Engine
-    from clap.release.serving import pinned_expectation
+    from clap.integrity import pinned_expectation
 
     base = model.resolve(cfg["model"])
     others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
@@ -478,7 +478,7 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
     from clap import model
     from clap.evaluate.generate import Engine
     from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
-    from clap.release.serving import pinned_expectation
+    from clap.integrity import pinned_expectation
 
     base = model.resolve(cfg["model"])
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
@@ -487,8 +487,8 @@ def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
                              torch.cuda.is_available())
     gpu_share = cfg["generate"]["gpu_memory_utilization"]
     console.print(f"generation backend: {backend}")
-    if cfg["generate"]["ray_workers"]:  # the same engine on each of N Ray actors (clap.data.ray_generate)
-        from clap.data.ray_generate import RayEngine
+    if cfg["generate"]["ray_workers"]:  # the same engine on each of N Ray actors (clap.evaluate.generate_ray)
+        from clap.evaluate.generate_ray import RayEngine
 
         args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
                 "prod_expected": prod_expected}
@@ -524,8 +524,8 @@ def _say_reused(engine) -> None:
 def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None]:
     """The restored prod adapter folder and the manifest its release tag's bundle pins (None, None: no prod,
     or, for `role="agent_adapter"`, a release in prod that shipped no agent adapter)."""
+    from clap.integrity import pinned_expectation
     from clap.io import read_json_if_exists
-    from clap.release.serving import pinned_expectation
 
     ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
     folder = None if prod is None else prod / "adapter" if role == "adapter" else paths.prod_agent_adapter(prod)
@@ -541,9 +541,9 @@ def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict |
 @app.command("prod-adapter")
 def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
     """Restore the adapter the registry's prod stage points at (the baseline of evaluate and the gate)."""
-    from clap.release import prod
+    from clap.stages import prod_adapter as stage
 
-    ptr = prod.restore(Path("."), out)
+    ptr = stage.run(Path("."), out)
     console.print(f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}")
 
 
@@ -580,11 +580,11 @@ def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
     d = r["deltas"]["overall_score"]
     console.print(f"{batch}: overall base {r['metrics']['baseline']['overall_score']:.4f} → candidate "
                   f"{r['metrics']['candidate']['overall_score']:.4f} (Δ {d['delta']:+.4f}, "
-                  f"CI [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]), regressed samples {r['regressed']}")
+                  f"CI {ci_bounds(d, digits=4)}), regressed samples {r['regressed']}")
     if "deltas_vs_prod" in r:
         p = r["deltas_vs_prod"]["overall_score"]
         console.print(f"{batch}: vs prod {r['metrics']['prod']['overall_score']:.4f}: Δ {p['delta']:+.4f} "
-                      f"CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]")
+                      f"CI {ci_bounds(p, digits=4)}")
 
 
 @app.command("evaluate-decisions")
@@ -596,8 +596,8 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     from clap import model
     from clap.evaluate.generate import Engine
     from clap.evaluate.summary import decision_table
+    from clap.integrity import pinned_expectation
     from clap.release.gate import CHAIN
-    from clap.release.serving import pinned_expectation
     from clap.stages import evaluate_decisions as stage
 
     cfg = _params()
@@ -671,29 +671,18 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
            each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
            ) -> None:
     """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
-    from clap.release import bundle as b
+    from clap.stages import bundle as stage
 
-    _need((paths.GATE, "dvc repro gate"))
-    written, missing = b.write_each(Path("."), _params(), out, each)
-    decision = next(iter(written.values())).decision  # the gate record, the same in every bundle
-    verdicts = {c: v["decision"] for c, v in (decision.get("candidates") or {}).items()}
-    for c, res in written.items():
+    result = stage.run(Path("."), _params(), out, each)
+    for c, res in result["written"].items():
         console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
-                      f"verdict {verdicts.get(c, res.decision['decision'])}")
-    for c in missing:
+                      f"verdict {result['verdicts'].get(c, res.decision['decision'])}")
+    for c in result["missing"]:
         console.print(f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter")
-    shipped = decision.get("candidate", "sft")
-    b.write_shipped(Path("."), written[shipped], paths.adapter(shipped), paths.SHIPPED)
-    console.print(f"bundle → {out}: the shipped candidate {shipped}, decision {decision['decision']}; its adapter → "
-                  f"{paths.SHIPPED}/adapter (the `clap-adapter` artifact)")
-    from clap.io import sha256_file
-    from clap.train.tracking import log_release
-
-    for c in written:  # the MLflow run that trained each candidate (train.report_to: mlflow) learns its verdict
-        run = log_release(paths.METRICS / f"train_{c}.json", verdicts.get(c, decision["decision"]),
-                          sha256_file(each / f"{c}.json"))
-        if run:
-            console.print(f"mlflow run {run} ({c}): tagged with its verdict and the bundle's sha256")
+    console.print(f"bundle → {out}: the shipped candidate {result['shipped']}, decision "
+                  f"{result['decision']['decision']}; its adapter → {paths.SHIPPED}/adapter (the `clap-adapter` artifact)")
+    for c, run_id in result["mlflow_runs"].items():
+        console.print(f"mlflow run {run_id} ({c}): tagged with its verdict and the bundle's sha256")
 
 
 @app.command()
@@ -830,14 +819,14 @@ def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
                   out: Path = typer.Option(paths.SIMULATED_FIXES),
                   share: float = typer.Option(0.5, min=0.0, max=1.0, help="share of the fixable queue to correct")) -> None:
     """SIMULATED annotator for the demo: corrects a share of the repair queue from the demo generator's truth."""
-    from clap.data import demo_annotator, demo_data
+    from clap.demo import annotator, corpus
     from clap.io import read_jsonl, write_jsonl
 
     if not queue.exists():
         _fail(FileNotFoundError(f"{queue}: no repair queue (run `dvc repro` first)"))
     demo = _params()["demo"]
-    truth = demo_data.generate(seed=demo["seed"], scale=demo["scale"])["truth"]
-    rows = demo_annotator.annotate(read_jsonl(queue), truth, share, seed=demo["seed"])
+    truth = corpus.generate(seed=demo["seed"], scale=demo["scale"])["truth"]
+    rows = annotator.annotate(read_jsonl(queue), truth, share, seed=demo["seed"])
     write_jsonl(out, rows)
     console.print(f"simulated annotator: {len(rows)} corrected fact rows → {out} (from the generator's ground truth)")
 
@@ -876,10 +865,10 @@ def human_import(file: Path = typer.Argument(..., help="Label Studio's JSON expo
     console.print(f"{r['labels']} labels by {len(r['annotators'])} annotators on {r['tasks_labelled']} of "
                   f"{r['tasks_exported']} tasks; cancelled {r['cancelled']}; → {out}")
     for m, scales in r["models"].items():
-        console.print(f"  {m:10s} " + "  ".join(f"{s} {v['mean']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]"
+        console.print(f"  {m:10s} " + "  ".join(f"{s} {ci_text(v, 'mean', digits=2, signed=False)}"
                                                   for s, v in scales.items() if v["mean"] is not None))
     for name, d in r["deltas"].items():
-        console.print(f"  {name}: " + "  ".join(f"{s} {v['delta']:+.2f} [{v['ci_low']:+.2f}, {v['ci_high']:+.2f}]"
+        console.print(f"  {name}: " + "  ".join(f"{s} {ci_text(v, digits=2)}"
                                                for s, v in d.items() if v["delta"] is not None))
     console.print("  agreement: " + "  ".join(f"{s} α={a['krippendorff_alpha']}" for s, a in r["agreement"].items()))
     for p in r["problems"]:
@@ -961,8 +950,7 @@ def _print_analysis(r: dict, out: Path, failed: int | None = None) -> None:
                   f"without outcome {r['without_outcome']}, success {r['success_rate']}")
     d = r["delta_canary_minus_prod"]
     if d["delta"] is not None:
-        console.print(f"pairs {r['pairs']} ({r['pairing']}): canary − prod {d['delta']:+.3f} [{d['ci_low']:+.3f}, "
-                      f"{d['ci_high']:+.3f}], McNemar p={r['mcnemar']['p_value']}; SPRT {s['outcome']} after "
+        console.print(f"pairs {r['pairs']} ({r['pairing']}): canary − prod {ci_text(d)}, McNemar p={r['mcnemar']['p_value']}; SPRT {s['outcome']} after "
                       f"{s['discordant_seen']} discordant in {s['pairs_read']} pairs (canary won {s['canary_wins']}), llr {s['llr']:+.3f} in "
                       f"({s['lower']:+.3f}, {s['upper']:+.3f})")
     for reason in r["reasons"]:
@@ -1008,7 +996,7 @@ def demo_label(tasks: Path = typer.Option(paths.HUMAN_EXPORT / "tasks.json"),
     """SIMULATED raters for the demo: label exported tasks against the generator's gold answers, in Label Studio's export format."""
     import json
 
-    from clap.feedback import simulated_raters
+    from clap.demo import raters as simulated_raters
 
     if not tasks.exists():
         _fail(FileNotFoundError(f"{tasks}: no exported tasks (run `clap human export`)"))
@@ -1021,11 +1009,11 @@ def demo_label(tasks: Path = typer.Option(paths.HUMAN_EXPORT / "tasks.json"),
 @app.command("repair-queue")
 def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
     """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
-    from clap.data import repair
+    from clap.stages import repair_queue as stage
 
-    counts = repair.run(Path("."), out)
+    counts = stage.run(Path("."), out)
     console.print(f"repair queue → {out}: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "empty"))
-    from_production = sum(counts.get(s, 0) for s in repair.PRODUCTION_SOURCES)
+    from_production = sum(counts.get(s, 0) for s in stage.PRODUCTION_SOURCES)
     console.print(f"from production (human-flagged answers, failed canary requests): {from_production}")
 
 
@@ -1044,12 +1032,12 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
          ) -> None:
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
     then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
-    `clap.release.rounds`."""
+    `clap.demo.rounds`."""
     from clap.config import check, compose
+    from clap.demo import rounds
+    from clap.demo.rounds import demo_overrides
     from clap.evaluate import summary
-    from clap.release import rounds
     from clap.release import timeline as tl
-    from clap.release.rounds import demo_overrides
 
     overrides = demo_overrides(check(compose([]), "conf/ (composed)")["demo"]["overrides"], override or [])
     schedule = check(compose(overrides), f"conf/ with {' '.join(overrides)}")["demo"]["rounds"]
@@ -1091,7 +1079,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
 
 
 def print_drill(d: dict) -> None:
-    """The rollback drill's line of `clap demo` (`clap.release.rounds.drill`'s result)."""
+    """The rollback drill's line of `clap demo` (`clap.demo.rounds.drill`'s result)."""
     if "skipped" in d:
         console.print(f"rollback drill skipped: {escape(d['skipped'])}", soft_wrap=True)
     elif "restored" in d:

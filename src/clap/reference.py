@@ -51,7 +51,7 @@ def _type(column) -> str:
 
 
 def _table(name: str, model, file_note: str) -> list[str]:
-    from clap.schemas import ID_COLUMN
+    from clap.domain.contracts import ID_COLUMN
 
     schema = model.to_schema()
     lines = [f"## `{name}`", "", (model.__doc__ or "").strip(), "", file_note, "",
@@ -69,10 +69,10 @@ def _table(name: str, model, file_note: str) -> list[str]:
 
 
 def raw_contract() -> str:
-    from clap.data.normalize import UNITS
-    from clap.schemas import RAW_SCHEMAS
+    from clap.domain.contracts import RAW_SCHEMAS
+    from clap.domain.quantities import UNITS
 
-    out = [HEADER.format(source="clap/schemas.py and clap/data/normalize.py"), "# The raw contract", "",
+    out = [HEADER.format(source="clap/domain/contracts.py and clap/domain/quantities.py"), "# The raw contract", "",
            "What `clap assetize` reads from `data/raw/`: three tables, `chunks`, `facts` and `decisions`, one file each "
            "as `.jsonl`, `.csv` or `.parquet` (`clap ingest` writes them from your documents and tables; you may also "
            "write them yourself). Columns beyond these are kept in the raw files and ignored. A row that breaks a rule "
@@ -101,12 +101,8 @@ def _cell(text: object) -> str:
 
 
 # ---------------------------------------------------------------- CLI
-def cli() -> str:
-    import typer
-
-    from clap.cli import app
-
-    root = typer.main.get_command(app)
+def cli(root) -> str:
+    """`root`: the click command of `clap` (the CLI hands itself in: the CLI imports this module, never the reverse)."""
     out = [HEADER.format(source="clap/cli.py"), "# Command line", "",
            "Every `clap` command, its arguments and options. A mistake the user can fix is one line naming the file, "
            "row, key or rule, exit status 2.", ""]
@@ -260,9 +256,9 @@ def config() -> str:
 def contracts() -> str:
     from pydantic import BaseModel
 
-    from clap import schemas
+    from clap.domain import contracts as schemas
 
-    out = [HEADER.format(source="clap/schemas.py"), "# Assets, samples and documents", "",
+    out = [HEADER.format(source="clap/domain/contracts.py"), "# Assets, samples and documents", "",
            "What the stages write, checked by the same models when they write it. Tables are Pandera models "
            "(`strict`: no other column); documents are pydantic models that refuse unknown keys.", ""]
     tables = [(n, m) for n, m in vars(schemas).items() if isinstance(m, type) and issubclass(m, schemas.pa.DataFrameModel)
@@ -357,5 +353,6 @@ def paths_page() -> str:
     return "\n".join(out) + "\n"
 
 
-def render(name: str) -> str:
-    return globals()[PAGES[name]]()
+def render(name: str, cli_command) -> str:
+    """Page `name` of PAGES; `cli_command`: the click command `clap` runs, for the CLI page."""
+    return cli(cli_command) if PAGES[name] == "cli" else globals()[PAGES[name]]()

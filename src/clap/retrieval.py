@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clap.data import normalize as nz
+from clap.domain import quantities as nz
 
 _TOKEN = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[\u4e00-\u9fff]+")
 STOP = {"the", "was", "for", "what", "of", "a", "an", "in", "is", "s", "and", "to", "fy", "co"}
@@ -97,3 +97,16 @@ def rrf(rankings: list[list[str]], k: int, rrf_k: int = 60) -> list[str]:
         for r, cid in enumerate(ranking):
             score[cid] = score.get(cid, 0.0) + 1.0 / (rrf_k + r + 1)
     return sorted(score, key=lambda c: -score[c])[:k]
+
+
+def retrieve(cfg: dict, bm25: BM25Index, chunks, queries: list[str]) -> list[list[str]]:
+    """The top `retrieval.k` chunk ids per query: BM25, dense, or both fused by reciprocal rank (`retrieval.mode`);
+    `chunks` (a DataFrame with chunk_id and text) feeds the dense index."""
+    r = cfg["retrieval"]
+    if r["mode"] == "bm25":
+        return bm25.search(queries, r["k"])
+    dense = DenseIndex(chunks["chunk_id"].tolist(), chunks["text"].tolist())
+    if r["mode"] == "dense":
+        return dense.search(queries, r["k"])
+    deep = 4 * r["k"]
+    return [rrf([a, b], r["k"], r["rrf_k"]) for a, b in zip(bm25.search(queries, deep), dense.search(queries, deep))]

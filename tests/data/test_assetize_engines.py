@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 from tests.conftest import ROOT
 
-from clap.data import demo_data, near_dup
+from clap.data import near_dup
 from clap.data.near_dup import near_duplicates
 from clap.data.spill import unit_of
+from clap.demo import corpus as demo_data
 from clap.stages import assetize
 
 
@@ -116,8 +117,8 @@ def ray_cluster():
 def test_a_two_worker_ray_cluster_gives_the_local_outputs(params, corpus, tiny_dir, ray_cluster, tmp_path, monkeypatch):
     import ray
 
-    from clap.data.ray_generate import RayEngine
     from clap.evaluate.generate import Engine
+    from clap.evaluate.generate_ray import RayEngine
 
     raw, fixed = corpus
     ray.init(address=ray_cluster)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clap.data import normalize as nz
+from clap.domain import quantities as nz
 
 
 @pytest.mark.parametrize("value, unit, expected", [

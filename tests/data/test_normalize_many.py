@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clap.data import normalize as nz
 from clap.data import normalize_many as nm
+from clap.domain import quantities as nz
 
 TEXTS = [
     "Net profit for FY2022 was -239.42 RMB 10k.", "2025年，公司不良率为3.39%。", "６，０７６．９７万元", "(35.0) and （12.5）",

@@ -2,7 +2,8 @@
 
 import json
 
-from clap.data import demo_data, repair
+from clap.data import repair
+from clap.demo import corpus as demo_data
 from clap.stages import assetize
 
 
@@ -43,7 +44,7 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
     """Queue → the demo's simulated annotator (ground truth) → the next assetize: repaired rows are usable."""
     import pandas as pd
 
-    from clap.data import demo_annotator
+    from clap.demo import annotator as demo_annotator
     from clap.io import read_jsonl
     from clap.stages import materialize
 

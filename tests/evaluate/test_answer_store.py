@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.answer_store import AnswerStore, model_id, same_adapter
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.generate import Engine
@@ -168,7 +168,7 @@ def test_the_engine_knows_when_the_candidate_is_prods_own_adapter(tiny_dir, sft_
     ({"adapter_config.json": "c", "adapter_model.safetensors": "w"}, None, False),  # nothing in prod
 ])
 def test_which_adapters_are_the_same_on_every_engine(candidate, prod, same):
-    from clap.data.ray_generate import RayEngine
+    from clap.evaluate.generate_ray import RayEngine
 
     pins = {"candidate": candidate} | ({"prod": prod} if prod else {})
     assert same_adapter(pins, "candidate", "prod") is same

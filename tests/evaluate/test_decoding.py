@@ -3,8 +3,8 @@ import json
 import jsonschema
 import pytest
 
-from clap import prompts
-from clap.data import normalize as nz
+from clap.domain import prompts
+from clap.domain import quantities as nz
 from clap.evaluate.decoding import answer_schema, contract_valid, sentences
 from clap.evaluate.generate import Engine
 from clap.evaluate.metrics import parse_answer
@@ -136,8 +136,8 @@ def test_jump_forward_appends_forced_text_in_one_pass(tiny_dir, monkeypatch):
     ("Case: no fields", []),
 ])
 def test_decision_schema_offers_the_case_s_cause_fields(prompt, fields):
+    from clap.domain.prompts import DECISION_KEYS, RISK_FOCUS, decision_cause_fields
     from clap.evaluate.decoding import decision_schema
-    from clap.prompts import DECISION_KEYS, RISK_FOCUS, decision_cause_fields
 
     assert decision_cause_fields(prompt) == fields
     schema = decision_schema(decision_cause_fields(prompt))

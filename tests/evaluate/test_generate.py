@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.generate import (
     Engine,
     Sampling,

@@ -8,9 +8,9 @@ import types
 
 import pytest
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
-from clap.release.serving import AdapterRefused
+from clap.integrity import AdapterRefused
 
 
 @pytest.mark.parametrize("requested, installed, cuda, expected", [

@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.generate import Engine, decode_under_grammar
 from clap.evaluate.kv_cache import GrowingCache, GrowingLayer

@@ -1,6 +1,6 @@
 import torch
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.generate import Engine
 from clap.evaluate.merged_lora import MergedAdapters
 

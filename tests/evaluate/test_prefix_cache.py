@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.generate import Engine
 from clap.evaluate.prefix_cache import PrefixCache

@@ -111,7 +111,7 @@ def test_server_answers_routes_and_logs(served):
 
 def test_server_refuses_a_tampered_canary_before_it_listens(sft_start, tiny_dir, tmp_path):
     from clap.evaluate.generate import Engine
-    from clap.release.serving import AdapterRefused
+    from clap.integrity import AdapterRefused
 
     adapter, manifest = sft_start
     copy = shutil.copytree(adapter, tmp_path / "adapter")

@@ -38,8 +38,8 @@ def test_the_merged_export_loads_in_a_clean_process_and_answers_as_the_adapter(r
 
     clean = subprocess.run([sys.executable, "-c", ANSWER_IN_A_CLEAN_PROCESS, str(out)], capture_output=True, text=True)
     assert clean.returncode == 0, clean.stderr[-2000:]
+    from clap.integrity import load_adapter, pinned_expectation
     from clap.model import identity
-    from clap.release.serving import load_adapter, pinned_expectation
 
     base = root / "models" / "base"
     adapter = root / "models" / "sft" / "adapter"
@@ -107,8 +107,8 @@ def test_dvc_artifacts_get_retrieves_the_adapter_a_version_shipped(repo, tiny_di
     from tests.release.test_serving_bundle_release import _fake_run, sh
 
     from clap import paths
+    from clap.domain.contracts import EvidenceBundle
     from clap.release import bundle
-    from clap.schemas import EvidenceBundle
 
     root, params = repo
     artifacts = yaml.safe_load((ROOT / "dvc.yaml").read_text())["artifacts"]

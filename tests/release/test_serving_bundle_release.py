@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from clap.config import dump
+from clap.integrity import AdapterRefused, adapter_manifest, load_adapter, pinned_expectation
 from clap.model import identity, load_model
 from clap.release import bundle
 from clap.release import registry as release
-from clap.release.serving import AdapterRefused, adapter_manifest, load_adapter, pinned_expectation
 
 
 def sh(root, *cmd):
@@ -408,7 +408,7 @@ def test_withdrawing_prod_unassigns_every_version_gto_counts_in_it(repo, tiny_di
 
 
 def test_the_demo_drill_goes_through_the_base_model_when_one_version_was_in_prod(repo, tiny_dir, monkeypatch):
-    from clap.release import rounds
+    from clap.demo import rounds
     from clap.release.timeline import stage_events
 
     root, params = repo

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from tests.helpers.http_server import get, post, running
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.decoding import answer_schema
 from clap.serve.app import create_app
 
@@ -108,7 +108,7 @@ def test_a_malformed_request_is_a_4xx_with_a_clear_message_never_a_traceback(eng
 
 def test_an_adapter_whose_bytes_differ_from_its_pins_is_refused_at_load(tiny_dir, sft_start, tmp_path):
     from clap.evaluate.generate import Engine
-    from clap.release.serving import AdapterRefused
+    from clap.integrity import AdapterRefused
 
     adapter, manifest = sft_start
     tampered = tmp_path / "adapter"

@@ -4,9 +4,9 @@ import pytest
 from tests.conftest import ROOT
 
 from clap.config import compose
-from clap.data import demo_data
+from clap.data.admission import NotAdmitted, decide, require
+from clap.demo import corpus as demo_data
 from clap.stages import admit, assetize, materialize
-from clap.stages.admit import NotAdmitted, decide, require
 
 CFG = compose(conf=ROOT / "conf")["admit"]
 

@@ -3,8 +3,8 @@ import json
 import pandas as pd
 import pytest
 
-from clap.data import demo_data
-from clap.data.normalize import normalize_period
+from clap.demo import corpus as demo_data
+from clap.domain.quantities import normalize_period
 from clap.io import InputFileError
 from clap.stages import assetize
 
@@ -111,7 +111,7 @@ def test_period_normalisation():
 
 
 def test_inlined_row_hashes_are_io_content_hash(params, corpus, tmp_path):
-    from clap.data import normalize as nz
+    from clap.domain import quantities as nz
     from clap.io import content_hash
 
     assetize.run(params, corpus, tmp_path / "assets")

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.generate import Engine, Generation
 from clap.io import read_json, read_jsonl, write_jsonl
 from clap.stages import evaluate_decisions as stage

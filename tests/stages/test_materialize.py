@@ -3,7 +3,7 @@ import re
 
 import pandas as pd
 
-from clap import prompts
+from clap.domain import prompts
 from clap.io import read_json, read_jsonl
 
 

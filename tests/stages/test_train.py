@@ -12,9 +12,9 @@ import yaml
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
+from clap.data.admission import NotAdmitted
 from clap.model import identity
 from clap.stages import train_dpo, train_grpo, train_sft
-from clap.stages.admit import NotAdmitted
 
 
 def tiny_cfg(params, **sft):
@@ -103,7 +103,7 @@ def test_chain_step_starts_from_sft_and_moves_only_lora(trainer, kind, params, s
 
 
 def test_chain_step_refuses_a_tampered_start(params, small_loop, tiny_dir, sft_start, tmp_path):
-    from clap.release.serving import AdapterRefused
+    from clap.integrity import AdapterRefused
 
     sft_adapter, manifest = sft_start
     forged = {**manifest, "files": {**manifest["files"], "adapter_model.safetensors": "0" * 64}}
@@ -219,8 +219,8 @@ def test_a_chain_step_tripped_before_its_first_checkpoint_keeps_the_sft_policy(p
 def test_grpo_rollouts_sample_under_the_decision_schema(params, small_loop, tiny_dir, sft_start, tmp_path):
     """With constrained rollouts even a random policy writes decisions: a JSON object whose action is one of
     the playbook's, whose cause is one of its case's cause fields."""
-    from clap.prompts import RISK_FOCUS, decision_cause_fields
-    from clap.stages.evaluate_decisions import playbook
+    from clap.data.playbook import playbook
+    from clap.domain.prompts import RISK_FOCUS, decision_cause_fields
 
     cfg = tiny_cfg(params)
     cfg["train"]["grpo"].update(max_completion_length=160, max_steps=1)

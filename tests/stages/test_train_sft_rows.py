@@ -1,4 +1,4 @@
-from clap import prompts
+from clap.domain import prompts
 from clap.model import load_tokenizer
 from clap.stages.train_sft import split_by_length
 

@@ -29,7 +29,7 @@ def _trainer(tiny_dir, tmp_path):
     from trl import SFTConfig
 
     from clap.model import load_model, load_tokenizer
-    from clap.stages.train_common import lora_config
+    from clap.train.common import lora_config
 
     torch.manual_seed(0)
     args = SFTConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=1, per_device_train_batch_size=2)

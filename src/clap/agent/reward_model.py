@@ -42,7 +42,7 @@ def load_base(base_dir: Path):
 
 def load(base_dir: Path, adapter_dir: Path, expected: dict, base_identity: dict):
     """The trained reward model, its adapter (and head) verified against the manifest git pins."""
-    from clap.release.serving import attach
+    from clap.integrity import attach
 
     return attach(load_base(base_dir), "default", Path(adapter_dir), expected, base_identity).eval()
 

@@ -14,7 +14,7 @@ import json
 import math
 
 from clap.agent.tools import ABSTAIN
-from clap.data import normalize as nz
+from clap.domain import quantities as nz
 from clap.retrieval import tokenize
 
 

@@ -12,7 +12,7 @@ import math
 
 from clap.agent import rewards
 from clap.agent.chat import Action
-from clap.data import normalize as nz
+from clap.domain import quantities as nz
 
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
 

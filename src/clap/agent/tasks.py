@@ -20,13 +20,15 @@ import hashlib
 import json
 import random
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 
 from clap.agent import chat, rewards
 from clap.agent.tools import ABSTAIN, ReportTools
-from clap.data import normalize as nz
-from clap.prompts import json_number
+from clap.domain import quantities as nz
+from clap.domain.prompts import json_number
+from clap.io import read_jsonl
 
 KINDS = ("lookup", "change", "convert", "compare", "unanswerable", "tool_error")
 ABSENT_PERIOD = "2018"  # no report covers it (the demo's reports run 2021–2025; checked per task below)
@@ -214,3 +216,8 @@ def build(facts: pd.DataFrame, tools: ReportTools, cfg: dict) -> tuple[list[dict
     report = {"tasks": len(kept), "dropped_by_check": dict(dropped),
               "by_split_kind": {f"{s}/{k}": n for (s, k), n in sorted(Counter((t["split"], t["kind"]) for t in kept).items())}}
     return sorted(kept, key=lambda t: (t["batch"], t["split"], t["kind"], t["task_id"])), report
+
+
+def load(folder: Path, split: str) -> list[dict]:
+    """The tasks of one split in `folder/tasks.jsonl` (the `agent_tasks` stage's output), in file order."""
+    return [t for t in read_jsonl(Path(folder) / "tasks.jsonl") if t["split"] == split]

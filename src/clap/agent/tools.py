@@ -15,9 +15,9 @@ from functools import cache, cached_property
 
 import pandas as pd
 
-from clap.data.normalize import UNITS
+from clap.domain.prompts import json_number
+from clap.domain.quantities import UNITS
 from clap.evaluate.decoding import sentences
-from clap.prompts import json_number
 from clap.retrieval import BM25Index
 
 ABSTAIN = "not found"  # the answer when the reports do not hold what was asked

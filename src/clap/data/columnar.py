@@ -16,8 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clap.data import normalize as nz
 from clap.data import normalize_many as nm
+from clap.domain import quantities as nz
 
 
 def split_sentences(text: str) -> list[str]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clap.data.spill import TABLES
-from clap.schemas import ID_COLUMN
+from clap.domain.contracts import ID_COLUMN
 
 
 def connect(work: Path, memory_mb: int, threads: int) -> duckdb.DuckDBPyConnection:

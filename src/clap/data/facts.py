@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from clap.data import normalize as nz
 from clap.data import normalize_many as nm
 from clap.data.columnar import Chunks, find_quotes, per_distinct, pylist, quotes, round6, row_hashes, value_noise
-from clap.data.normalize import normalize_period
+from clap.domain import quantities as nz
+from clap.domain.contracts import FactAsset
+from clap.domain.quantities import normalize_period
 from clap.io import quarantine_record
-from clap.schemas import FactAsset
 
 STAGE = "assetize"
 RAW_OF = {"metric_raw": "metric", "period_raw": "period", "unit_raw": "unit"}  # fact asset column -> raw column

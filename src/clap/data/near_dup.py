@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from datasketch import MinHash
 from datasketch.lsh import _optimal_param
 
-from clap.data import normalize as nz
 from clap.data.engine import map_units
+from clap.domain import quantities as nz
 
 BLOCK = 4096
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clap.data import normalize as nz
+from clap.domain import quantities as nz
 
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
 # everything Python's str.split() splits on that NFKC leaves in place (or maps to a space)

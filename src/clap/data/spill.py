@@ -23,8 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clap.domain.contracts import ID_COLUMN, RAW_TYPES
 from clap.io import jsonable
-from clap.schemas import ID_COLUMN, RAW_TYPES
 
 TABLES = ("chunks", "facts", "decisions")
 BUCKET_KEY = {"chunks": "doc_id", "facts": "doc_id", "decisions": "record_id"}

@@ -19,8 +19,8 @@ import math
 import re
 from functools import lru_cache
 
-from clap.data.normalize import UNITS, written_quantities
-from clap.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
+from clap.domain.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
+from clap.domain.quantities import UNITS, written_quantities
 
 # A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
 # company name stay whole). A sentence of a source is what an evidence quote may be.

@@ -92,7 +92,7 @@ class Engine:
         rewrites each conversation before the tokenizer's own template renders it (the agent track on a base with
         its own template, `clap.agent.chat.engine_rendering`)."""
         from clap.evaluate.answer_store import AnswerStore, model_id
-        from clap.release.serving import attach
+        from clap.integrity import attach
 
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"

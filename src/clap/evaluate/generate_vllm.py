@@ -24,7 +24,7 @@ from pathlib import Path
 from clap import model as base_model
 from clap.evaluate.answer_store import same_adapter
 from clap.evaluate.generate import Generation, _progress, truncate_at_json_end
-from clap.release.serving import AdapterRefused, verify_adapter
+from clap.integrity import AdapterRefused, verify_adapter
 
 
 class VLLMEngine:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from clap.data import normalize as nz
+from clap.domain import quantities as nz
 
 TEXT_FIELDS = ("entity", "metric", "period", "unit")
 

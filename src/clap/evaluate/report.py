@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from clap import paths
+from clap.evaluate.intervals import ci_bounds, ci_text
 from clap.evaluate.summary import ARM_NAMES as ARMS
 from clap.evaluate.summary import DECISION_COLS, contrast_lines
 from clap.io import atomic_write_text
@@ -57,7 +58,7 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
             continue
         d, bl, cd = m["deltas"]["overall_score"], m["baseline"], m["candidate"]
         out.append(f"| {b} | {m['n']} | {bl['overall_score']:.3f} | {cd['overall_score']:.3f} | {d['delta']:+.3f} | "
-                   f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | {bl['value_accuracy']:.2f} → {cd['value_accuracy']:.2f} | "
+                   f"{ci_bounds(d)} | {bl['value_accuracy']:.2f} → {cd['value_accuracy']:.2f} | "
                    f"{bl['evidence_accuracy']:.2f} → {cd['evidence_accuracy']:.2f} | "
                    f"{bl['hallucination_rate']:.2f} → {cd['hallucination_rate']:.2f} | "
                    f"{bl['p95_latency_ms']:.0f} → {cd['p95_latency_ms']:.0f} |")
@@ -78,15 +79,12 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
         out += ["", f"## Decision task ({decisions['n']} held-out cases)", "",
                 "| model | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         out += [f"| {m} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + " |" for m, v in decisions["models"].items()]
-        out += [""] + [f"- {k}: decision score {d['decision_score']['delta']:+.3f} "
-                       f"[{d['decision_score']['ci_low']:+.3f}, {d['decision_score']['ci_high']:+.3f}], rank accuracy "
-                       f"{d['rank_accuracy']['delta']:+.3f} [{d['rank_accuracy']['ci_low']:+.3f}, "
-                       f"{d['rank_accuracy']['ci_high']:+.3f}]" for k, d in decisions["deltas"].items()]
+        out += [""] + [f"- {k}: decision score {ci_text(d['decision_score'])}, rank accuracy "
+                       f"{ci_text(d['rank_accuracy'])}" for k, d in decisions["deltas"].items()]
         ext = decisions.get("extraction")
         if ext:
             out += ["", f"Extraction, the later steps against SFT ({ext['n']} holdout samples, every batch):", ""]
-            out += [f"- {k}: overall score {d['overall_score']['delta']:+.3f} [{d['overall_score']['ci_low']:+.3f}, "
-                    f"{d['overall_score']['ci_high']:+.3f}], hallucination rate "
+            out += [f"- {k}: overall score {ci_text(d['overall_score'])}, hallucination rate "
                     f"{ext['models'][k.split('-')[0]]['hallucination_rate']:.2f}" for k, d in ext["deltas"].items()]
     out += _human_lines(_load(root / paths.HUMAN_METRICS)) + _canary_lines(_load(root / paths.CANARY_METRICS))
     out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
@@ -101,8 +99,7 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
 
 
 def _ci(v: dict, key: str = "mean", signed: bool = False) -> str:
-    f = "+.2f" if signed else ".2f"
-    return "—" if v.get(key) is None else f"{v[key]:{f}} [{v['ci_low']:{f}}, {v['ci_high']:{f}}]"
+    return "—" if v.get(key) is None else ci_text(v, key, digits=2, signed=signed)
 
 
 def _human_lines(human: dict | None) -> list[str]:

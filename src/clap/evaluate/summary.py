@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clap import paths
+from clap.evaluate.intervals import ci_text
 from clap.io import read_json_if_exists as _load
 
 
@@ -55,7 +56,7 @@ def contrast_lines(replay: dict) -> dict[str, str]:
     """`B-A: core fields +0.12 [+0.05, +0.19], …` per contrast in metrics/replay.json (pure)."""
     out = {}
     for name, per_metric in replay.get("contrasts", {}).items():
-        out[name] = ", ".join(f"{m.replace('_', ' ')} {d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]"
+        out[name] = ", ".join(f"{m.replace('_', ' ')} {ci_text(d, digits=2)}"
                               for m, d in per_metric.items() if d["delta"] is not None)
     return out
 
@@ -80,9 +81,9 @@ def decision_table(result: dict) -> Table:
         e = ext["deltas"].get(f"{name}-sft", {}).get("overall_score")
         score = ext["models"].get(name, {}).get("overall_score")
         t.add_row(name, *[f"{m[c]:.2f}" for c in DECISION_COLS],
-                  f"{d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] vs {start[name]}" if d else "",
+                  f"{ci_text(d, digits=2)} vs {start[name]}" if d else "",
                   "" if score is None else f"{score:.2f}" + (
-                      f" ({e['delta']:+.2f} [{e['ci_low']:+.2f}, {e['ci_high']:+.2f}])" if e else ""))
+                      f" ({ci_text(e, digits=2)})" if e else ""))
     return t
 
 
@@ -105,7 +106,7 @@ def agent_table(result: dict) -> Table:
         passk = " ".join(f"{k}:{v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
         deltas = [result[f"deltas_vs_{ref}"].get(name, {}).get("success") for ref in refs]
         t.add_row(name, *[f"{m[c]:.2f}" for c in AGENT_COLS], passk,
-                  *[f"{d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if d else "" for d in deltas])
+                  *[f"{ci_text(d, digits=2)}" if d else "" for d in deltas])
     return t
 
 
@@ -122,7 +123,7 @@ def batch_table(root: Path, batches: list[str]) -> Table | None:
         d = m["deltas"]["overall_score"]
         base, cand = m["baseline"], m["candidate"]
         t.add_row(b, str(m["n"]), f"{base['overall_score']:.3f} → {cand['overall_score']:.3f}",
-                  f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
+                  f"{ci_text(d, digits=3)}",
                   f"{base['value_accuracy']:.2f} → {cand['value_accuracy']:.2f}",
                   f"{base['evidence_accuracy']:.2f} → {cand['evidence_accuracy']:.2f}",
                   f"{base['parse_ok']:.2f} → {cand['parse_ok']:.2f}",

@@ -180,9 +180,9 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
     URL of a vLLM server started with `vllm_command` over those folders; else the CPU engine here."""
     from clap import model
     from clap.evaluate.generate import Engine
+    from clap.integrity import pinned_expectation, verify_adapter
     from clap.release.prod import restore_version_adapter
     from clap.release.registry import current
-    from clap.release.serving import pinned_expectation, verify_adapter
 
     root = Path(root)
     canary, prod = current(root, "canary"), current(root, "prod")

@@ -210,7 +210,7 @@ def _key_for(tasks: list, keys: Path, file: Path) -> tuple[dict, Path]:
     return json.loads(path.read_text(encoding="utf-8")), path
 
 
-def _ci(values: list[float], cfg: dict) -> dict:
+def _mean_ci(values: list[float], cfg: dict) -> dict:
     """Mean with a percentile bootstrap CI (the paired bootstrap against zero)."""
     r = paired_bootstrap([0.0] * len(values), values, n=cfg["evaluate"]["bootstrap"], ci=cfg["evaluate"]["ci"], seed=5)
     return {"mean": r["delta"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
@@ -252,7 +252,7 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
               "problems": problems, "models": {}, "deltas": {}, "agreement": {}, "calibration": {}}
     for m in models:
         sub = per_task[per_task["model"] == m]
-        result["models"][m] = {s: _ci(sub[s].dropna().tolist(), cfg) for s in [*SCALES, CORRECTNESS]}
+        result["models"][m] = {s: _mean_ci(sub[s].dropna().tolist(), cfg) for s in [*SCALES, CORRECTNESS]}
     ref = "prod" if "prod" in models else "base"
     pivot = {s: per_task.pivot_table(index="item_id", columns="model", values=s) for s in [*SCALES, CORRECTNESS]}
     if "candidate" in models and ref in models:

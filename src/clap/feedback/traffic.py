@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from clap import paths, prompts
+from clap import paths
+from clap.domain import prompts
 from clap.errors import UserError
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.metrics import parse_answer
+from clap.evaluate.replay import score_case
 from clap.io import read_jsonl
-from clap.retrieval import BM25Index
-from clap.stages.index import retrieve
-from clap.stages.replay import score_case
+from clap.retrieval import BM25Index, retrieve
 
 
 class TrafficError(UserError, RuntimeError):

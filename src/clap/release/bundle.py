@@ -28,14 +28,9 @@ import subprocess
 from pathlib import Path, PurePosixPath
 
 from clap import paths
-from clap.errors import UserError
+from clap.domain.contracts import BundleFile, EvidenceBundle
+from clap.integrity import BundleMismatch, adapter_expectation, lock_outs
 from clap.io import OUTPUT_MARKER, atomic_dir, read_json, sha256_file, write_json
-from clap.schemas import BundleFile, EvidenceBundle
-
-
-class BundleMismatch(UserError, RuntimeError):
-    """A file no longer matches the bundle; the message names it."""
-
 
 BUNDLE_PATH = str(paths.BUNDLE)
 GATE_PATH = str(paths.GATE)
@@ -82,7 +77,6 @@ def git_commit(root: Path) -> str:
 
 
 def _dvc_dir_hashes(root: Path) -> dict[str, str]:
-    from clap.release.serving import lock_outs
 
     lock = root / "dvc.lock"
     if not lock.exists():
@@ -508,13 +502,3 @@ def _check_base_model(b: EvidenceBundle, root: Path, where: str) -> None:
             raise BundleMismatch(f"{base_path / changed[0]}: base model file differs from the bundle (field base_model)")
     if ident["name"] != b.base_model.get("name"):
         raise BundleMismatch(f"{base_path}: base model is {ident['name']!r}, the bundle names {b.base_model.get('name')!r}")
-
-
-def adapter_expectation(b: EvidenceBundle, role: str = "adapter") -> dict:
-    """The adapter manifest the bundle pins, for the serving check (`role="agent_adapter"`: the agent's)."""
-    files = {Path(f.path).name: f.sha256 for f in b.files if f.role == role
-             and Path(f.path).name != "manifest.json"}
-    if not files:
-        raise BundleMismatch(f"the bundle pins no {role.replace('_', ' ')}")
-    return {"files": files, "base_model": {"name": b.base_model["name"],
-                                           "weights_sha256": b.base_model["weights_sha256"]}}

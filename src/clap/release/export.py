@@ -60,7 +60,7 @@ def export_merged(root: Path, cfg: dict, version: str | None, out: Path) -> dict
     import torch
 
     from clap import model as base_model
-    from clap.release.serving import attach
+    from clap.integrity import attach
 
     root, out = Path(root), Path(out)
     _refuse_foreign(out)
@@ -221,8 +221,8 @@ def model_card(root: Path, tag: str, base: dict):
     gate's decision, and per holdout batch the candidate's overall score in `model-index`."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+    from clap.domain.contracts import EvidenceBundle
     from clap.model import GEMMA_NOTICE, licence
-    from clap.schemas import EvidenceBundle
 
     bundle = EvidenceBundle.model_validate_json(_show(root, tag, paths.BUNDLE))
     results = []

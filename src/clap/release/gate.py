@@ -28,8 +28,9 @@ from __future__ import annotations
 import statistics
 
 from clap import paths
+from clap.domain.contracts import GateDecision, Reason
+from clap.evaluate.intervals import ci_text
 from clap.release import evidence
-from clap.schemas import GateDecision, Reason
 
 SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
 CHAIN = ("sft", "dpo", "grpo")  # the steps in order; DPO and GRPO both continue SFT
@@ -57,15 +58,15 @@ def _delta_rule(fire, rule: str, d: dict, floor: float, must_exceed: float | Non
     hold when the point is below `floor`; canary when it is not above `must_exceed` (`<rule>_point`)."""
     if acts_on == "interval":
         if d["ci_high"] < floor:
-            fire(rule, _with_ci(d), floor, "hold")
+            fire(rule, ci_text(d, digits=4), floor, "hold")
         elif d["delta"] < floor:
-            fire(f"{rule}_not_significant", _with_ci(d), floor, "canary")
+            fire(f"{rule}_not_significant", ci_text(d, digits=4), floor, "canary")
         elif must_exceed is not None and d["ci_low"] <= must_exceed:
-            fire(f"{rule}_ci_low", _with_ci(d), must_exceed, "canary")
+            fire(f"{rule}_ci_low", ci_text(d, digits=4), must_exceed, "canary")
     elif d["delta"] < floor:
-        fire(rule, _with_ci(d), floor, "hold")
+        fire(rule, ci_text(d, digits=4), floor, "hold")
     elif must_exceed is not None and d["delta"] <= must_exceed:
-        fire(f"{rule}_point", _with_ci(d), must_exceed, "canary")
+        fire(f"{rule}_point", ci_text(d, digits=4), must_exceed, "canary")
 
 
 def _vs_reference(decisions: dict, step: str) -> tuple[str, dict | None]:
@@ -88,10 +89,6 @@ def _worst(reasons: list[Reason]) -> str:
 
 def _counted(reasons: list[Reason]) -> int:
     return len([r for r in reasons if r.outcome in SEVERITY])
-
-
-def _with_ci(d: dict) -> str:
-    return f"{d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]"
 
 
 def _human_rules(fire, policy: dict, human: dict | None, candidate_manifest: str | None) -> None:
@@ -225,10 +222,10 @@ def _batch_rules(fire, policy: dict, evaluation: dict) -> tuple[dict[str, str], 
             regressed += 1
             outcome = "canary"
         elif on_interval and o["delta"] < 0:
-            fire("batch_regression_not_significant", _with_ci(o), 0.0, "canary", b)
+            fire("batch_regression_not_significant", ci_text(o, digits=4), 0.0, "canary", b)
             outcome = "canary"
         if critical:
-            fire("critical_batch_regression", _with_ci(o) if on_interval else o["delta"],
+            fire("critical_batch_regression", ci_text(o, digits=4) if on_interval else o["delta"],
                  policy["max_batch_regression"], "hold", b)
             outcome = "hold"
         for rule, observed, limit in (
@@ -299,7 +296,7 @@ def _replay_rules(fire, policy: dict, replay: dict | None) -> bool:
     gain = arms["B"]["core_fields_exact"] - arms[champion]["core_fields_exact"]
     ci = replay.get("contrasts", {}).get(f"B-{champion}", {}).get("core_fields_exact")
     if policy["require_replay_gain"] and gain < 0:
-        fire(f"replay_core_fields_B_minus_{champion}", round(gain, 4) if ci is None else _with_ci(ci), 0.0, "hold")
+        fire(f"replay_core_fields_B_minus_{champion}", round(gain, 4) if ci is None else ci_text(ci, digits=4), 0.0, "hold")
     return arms["D"]["value_exact"] < 0.5 * max(arms["B"]["value_exact"], 1e-9)
 
 
@@ -355,7 +352,7 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
         if d is None:
             fire(f"decision_eval_missing:{step}-sft", None, "present", "hold")
         elif d["ci_low"] <= 0:
-            fire(f"decision_score_{step}_minus_sft", _with_ci(d), "CI above 0", "hold")
+            fire(f"decision_score_{step}_minus_sft", ci_text(d, digits=4), "CI above 0", "hold")
     decision = _worst(reasons)
     summary = {"decision_code": SEVERITY.index(decision), "decision_score_delta": _decision_delta(decisions, step),
                "reasons": _counted(reasons)}
@@ -439,7 +436,7 @@ def _agent_rules(fire, policy: dict, agent: dict | None, candidate: str) -> tupl
         if vs is None:
             fire(f"agent_eval_missing:{candidate}-{AGENT_CHAIN[0]}", None, "present", "hold")
         elif vs["ci_low"] <= 0:
-            fire(f"agent_success_{candidate}_minus_{AGENT_CHAIN[0]}", _with_ci(vs), "CI above 0", "hold")
+            fire(f"agent_success_{candidate}_minus_{AGENT_CHAIN[0]}", ci_text(vs, digits=4), "CI above 0", "hold")
     return model, d
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import yaml
 
 from clap import paths
+from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
+from clap.integrity import dvc_cache_path, dvc_dir_listing, lock_outs
 from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
 from clap.release.bundle import adapter_expectation, agent_source
-from clap.release.serving import dvc_cache_path, dvc_dir_listing, lock_outs
-from clap.schemas import EvidenceBundle
 
 
 class ProdUnavailable(UserError, RuntimeError):
@@ -86,7 +86,7 @@ def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "a
     release tag's bundle pins — what `serving.attach` checks before the canary server loads it.
     `role="agent_adapter"`: the tool-calling agent's adapter that release serves — the one its gate shipped, or the
     one in prod it kept when its gate held the agent; refused when it serves none."""
-    from clap.release.serving import pinned_expectation
+    from clap.integrity import pinned_expectation
 
     bundle = _bundle_at(root, version)
     if role == "agent_adapter":

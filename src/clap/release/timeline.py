@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from clap import paths
+from clap.evaluate.intervals import ci_text
 from clap.release import registry as release
 
 
@@ -112,7 +113,7 @@ def human_verdict(human: dict | None) -> str | None:
     d = (human.get("deltas", {}).get(f"candidate-{ref}") or {}).get("usefulness") or {}
     alpha = (human.get("agreement", {}).get("usefulness") or {}).get("krippendorff_alpha")
     use = "usefulness not compared" if d.get("delta") is None else \
-        f"usefulness {d['delta']:+.2f} [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}] vs {ref}"
+        f"usefulness {ci_text(d, digits=2)} vs {ref}"
     return f"{use}, α {alpha:.2f}" if alpha is not None else use
 
 

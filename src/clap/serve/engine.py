@@ -19,9 +19,9 @@ class NothingToServe(UserError, RuntimeError):
 def adapter_to_serve(root: Path, version: str | None = None, adapter: Path | None = None) -> tuple[str, Path, dict]:
     """(served name, adapter folder, the manifest git pins for it): `adapter` (pinned by dvc.lock) as `candidate`,
     else `version` or the one in prod as `clap-adapter@<version>`, restored into models/serving/<version>/adapter."""
+    from clap.integrity import pinned_expectation
     from clap.release.prod import restore_version_adapter
     from clap.release.registry import current
-    from clap.release.serving import pinned_expectation
 
     root = Path(root)
     if adapter is not None:
@@ -50,7 +50,7 @@ def vllm_command(cfg: dict, name: str, folder: Path, expected: dict, host: str, 
     """`vllm serve` over the base with the verified adapter as its one LoRA module, named as `clap serve` names it."""
     from clap import model
     from clap.feedback.canary import vllm_command as canary_vllm_command
-    from clap.release.serving import verify_adapter
+    from clap.integrity import verify_adapter
 
     base = model.resolve(cfg["model"])
     verify_adapter(folder, expected, model.identity(base))

@@ -19,8 +19,8 @@ import torch
 
 from clap.agent import chat
 from clap.agent.episode import engine_policy, next_calls
+from clap.agent.tasks import load
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
-from clap.stages.agent_tasks import load
 
 
 def run(cfg: dict, tasks_dir: Path, engine, tools, out: Path) -> dict:

@@ -16,8 +16,8 @@ import pandas as pd
 
 from clap.agent import tasks as agent_tasks
 from clap.agent.tools import ReportTools
+from clap.domain.contracts import AGENT_LIST_FIELDS, AgentTask
 from clap.io import atomic_dir, write_json, write_jsonl
-from clap.schemas import AGENT_LIST_FIELDS, AgentTask
 
 
 def as_frame(rows: list[dict]) -> pd.DataFrame:
@@ -42,10 +42,3 @@ def run(cfg: dict, assets: Path, batches: list[str], out: Path) -> dict:
         write_jsonl(tmp / "tasks.jsonl", rows)
         write_json(tmp / "report.json", report)
     return report
-
-
-def load(folder: Path, split: str) -> list[dict]:
-    """The tasks of one split, in file order."""
-    from clap.io import read_jsonl
-
-    return [t for t in read_jsonl(Path(folder) / "tasks.jsonl") if t["split"] == split]

@@ -41,13 +41,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clap.data import duck, spill
-from clap.data import normalize as nz
 from clap.data.columnar import Chunks, pylist
 from clap.data.engine import map_units
 from clap.data.facts import NOISE_KEYS, verify_facts
 from clap.data.stream import TableReader
-from clap.io import InputFileError, atomic_dir, content_hash, find_input, quarantine_record, write_json
-from clap.schemas import (
+from clap.domain import quantities as nz
+from clap.domain.contracts import (
     ID_COLUMN,
     RAW_SCHEMAS,
     RAW_TYPES,
@@ -56,6 +55,7 @@ from clap.schemas import (
     FactAsset,
     split_valid,
 )
+from clap.io import InputFileError, atomic_dir, content_hash, find_input, quarantine_record, write_json
 
 STAGE = "assetize"
 log = logging.getLogger("clap.assetize")

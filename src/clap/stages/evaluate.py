@@ -19,46 +19,18 @@ per-sample latencies of reused answers were measured at other times and are repo
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
-from clap import prompts
-from clap.evaluate.decoding import answer_schema, contract_valid
+from clap.domain import prompts
+from clap.evaluate.decoding import contract_valid
+from clap.evaluate.extraction import answer, extraction_schemas
 from clap.evaluate.generate import Engine
 from clap.evaluate.latency import paired_latency
-from clap.evaluate.metrics import HIGHER_IS_BETTER, parse_answer, score_sample
+from clap.evaluate.metrics import HIGHER_IS_BETTER, parse_answer
 from clap.evaluate.stats import p50, p95, paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 
 METRICS = [k for k in HIGHER_IS_BETTER if k != "p95_latency_ms"]
-
-
-def extraction_schemas(cfg: dict, samples: list[dict]) -> list[dict] | None:
-    """The answer schema per sample under `generate.constrained` (None: free decoding)."""
-    return [answer_schema([{"text": s["source"]}], with_location=False) for s in samples] \
-        if cfg["generate"]["constrained"] else None
-
-
-def answer(cfg: dict, samples: list[dict], engine, use_adapter, name: str, batch: str,
-           schemas: list[dict] | None) -> list[dict]:
-    """One model's scored answers to the extraction samples (`use_adapter`: the engine's switch; `name`:
-    the model name the records carry; `schemas`: `extraction_schemas(cfg, samples)`, built once per
-    sample set) — what `evaluate` records per sample, reused by the chain's evaluation so every step is
-    scored on extraction the same way."""
-    e = cfg["evaluate"]
-    convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
-    gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=e["max_new_tokens"],
-                           batch_size=e["batch_size"], schemas=schemas)
-    rows = []
-    for s, g in zip(samples, gens):
-        pred = parse_answer(g.text)
-        scores = score_sample(pred, json.loads(s["target"]), s["source"], e["weights"], e["pass_rule"])
-        rows.append({"sample_id": s["sample_id"], "batch": batch, "model": name,
-                     "input_hash": hashlib.sha256((s["system"] + s["prompt"]).encode()).hexdigest(),
-                     "output": g.text, "parsed": pred, "new_tokens": g.new_tokens,
-                     "latency_ms": round(g.latency_ms, 2), "reused": g.reused, **scores})
-    return rows
 
 
 def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, metrics_file: Path) -> dict:

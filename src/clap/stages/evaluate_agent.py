@@ -24,10 +24,10 @@ import torch
 
 from clap.agent import chat, scoring
 from clap.agent.episode import engine_policy, next_calls, rollout
+from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
 from clap.evaluate.stats import paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
-from clap.stages.agent_tasks import load
 
 SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "n_calls", "n_steps")
 

@@ -28,14 +28,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clap import prompts
+from clap.data.playbook import playbook
+from clap.domain import prompts
 from clap.errors import UserError
 from clap.evaluate.decoding import decision_schema
+from clap.evaluate.extraction import answer as answer_extraction
+from clap.evaluate.extraction import extraction_schemas
 from clap.evaluate.metrics import parse_answer
 from clap.evaluate.stats import paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.release.gate import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
-from clap.stages import evaluate
 from clap.train.rewards import decision_hits, decision_parts, decision_reward
 
 METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
@@ -66,9 +68,9 @@ def extraction(cfg: dict, files: dict[str, tuple[Path, Path]], engine, steps: li
             raise ExtractionRecordsMissing(f"{records_file}: the SFT adapter's answer to {missing[0]} is missing "
                                            f"({len(missing)} of {len(samples)}); `dvc repro evaluate@{b}`")
         per_model["sft"] += [sft[s["sample_id"]] for s in samples]
-        schemas = evaluate.extraction_schemas(cfg, samples)
+        schemas = extraction_schemas(cfg, samples)
         for step in steps:
-            per_model.setdefault(step, []).extend(evaluate.answer(cfg, samples, engine, step, step, b, schemas))
+            per_model.setdefault(step, []).extend(answer_extraction(cfg, samples, engine, step, step, b, schemas))
     rows = per_model["sft"]
     batches = sorted({r["batch"] for r in rows})
     out = {"n": len(rows), "models": {m: _mean(r, EXTRACTION_METRICS) for m, r in per_model.items()},
@@ -91,15 +93,6 @@ def score_case(text: str, case: dict, logprobs: dict[str, float], rewards: dict)
             "cause_accuracy": float(hits["cause"]), "risk_focus_accuracy": float(hits["risk_focus"]),
             "format_ok": float(parts["format"] == 1.0), "rank_accuracy": float(c > n > r),
             "margin_chosen_near_miss": round(c - n, 4), "margin_chosen_rejected": round(c - r, 4)}
-
-
-def playbook(case_files: dict[str, Path]) -> list[str]:
-    """The actions the training cases recommend (every batch's `grpo_groups.jsonl` beside its holdout):
-    the application's playbook, the set a recommendation chooses from. Only the set leaves training,
-    never a held-out case's answer; an action no training case used cannot be chosen."""
-    return sorted({json.loads(g["reference_json"])["action"] for f in case_files.values()
-                   if (Path(f).parent / "grpo_groups.jsonl").exists()
-                   for g in read_jsonl(Path(f).parent / "grpo_groups.jsonl")})
 
 
 def comparisons(models: list[str]) -> list[tuple[str, str]]:

@@ -22,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
+from clap.domain.contracts import GateDecision
 from clap.io import InputFileError, read_json, read_json_if_exists, sha256_file, write_json
 from clap.release.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
-from clap.schemas import GateDecision
 
 
 def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecision:

@@ -13,18 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json
-from clap.retrieval import BM25Index, DenseIndex, rrf
-
-
-def retrieve(cfg: dict, bm25: BM25Index, chunks: pd.DataFrame, queries: list[str]) -> list[list[str]]:
-    r = cfg["retrieval"]
-    if r["mode"] == "bm25":
-        return bm25.search(queries, r["k"])
-    dense = DenseIndex(chunks["chunk_id"].tolist(), chunks["text"].tolist())
-    if r["mode"] == "dense":
-        return dense.search(queries, r["k"])
-    deep = 4 * r["k"]
-    return [rrf([a, b], r["k"], r["rrf_k"]) for a, b in zip(bm25.search(queries, deep), dense.search(queries, deep))]
+from clap.retrieval import BM25Index, retrieve
 
 
 def run(cfg: dict, assets: Path, materialized: Path, out: Path) -> dict:

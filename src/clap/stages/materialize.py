@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from clap import prompts
-from clap.data import normalize as nz
 from clap.data.near_dup import near_duplicates
+from clap.domain import prompts
+from clap.domain import quantities as nz
+from clap.domain.contracts import DecisionCase, GrpoGroup, PreferencePair, ReplayCase, SftSample
 from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.retrieval import BM25Index
-from clap.schemas import DecisionCase, GrpoGroup, PreferencePair, ReplayCase, SftSample
 from clap.train.rewards import decision_reward
 
 

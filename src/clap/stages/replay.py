@@ -18,41 +18,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from clap import prompts
+from clap.domain import prompts
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.generate import Engine
-from clap.evaluate.metrics import field_equal, parse_answer, value_correct
+from clap.evaluate.metrics import parse_answer
+from clap.evaluate.replay import ANSWER_METRICS, ARMS, CONTRASTS, METRICS, PROD_ARM, score_case
 from clap.evaluate.stats import p95, paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
-from clap.retrieval import BM25Index
-from clap.stages.index import retrieve
-
-ARMS = {"A": (False, True), "B": (True, True), "C": (False, False), "D": (True, False)}  # adapter, rag
-PROD_ARM = {"P": ("prod", True)}  # the adapter in prod + RAG: the champion the candidate must beat in the application
-CONTRASTS = {"B-A": ("A", "B"), "D-C": ("C", "D"), "B-P": ("P", "B")}  # (reference, new) arm
-METRICS = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
-           "evidence_doc_page_exact", "retrieved_target_chunk", "retrieved_target_doc_page"]
-ANSWER_METRICS = METRICS[:6]  # scored from the answer; the last two score the retriever, the same for every arm
-
-
-def score_case(pred: dict | None, gold: dict, retrieved: list[dict]) -> dict[str, float]:
-    """Per-case replay metrics; pure."""
-    got = {c["chunk_id"] for c in retrieved}
-    pages = {(c["doc_id"], int(c["page"])) for c in retrieved}
-    out = {"retrieved_target_chunk": float(gold["chunk_id"] in got),
-           "retrieved_target_doc_page": float((gold["doc_id"], int(gold["page"])) in pages)}
-    if pred is None:
-        return {m: 0.0 for m in ANSWER_METRICS} | out
-    value_ok = value_correct(pred, gold)
-    core = value_ok and all(field_equal(f, pred.get(f), gold[f]) for f in ("entity", "metric", "period", "unit"))
-    try:
-        page_ok = int(pred.get("page")) == int(gold["page"])
-    except (TypeError, ValueError):
-        page_ok = False
-    return {"answer_json_parse": 1.0, "value_exact": float(value_ok),
-            "period_exact": float(field_equal("period", pred.get("period"), gold["period"])),
-            "core_fields_exact": float(core), "evidence_chunk_exact": float(pred.get("chunk_id") == gold["chunk_id"]),
-            "evidence_doc_page_exact": float(pred.get("doc_id") == gold["doc_id"] and page_ok)} | out
+from clap.retrieval import BM25Index, retrieve
 
 
 def requests(cases: list[dict], contexts: list[list[dict]], constrained: bool) -> tuple[list, list | None]:

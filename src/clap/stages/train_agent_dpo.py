@@ -18,7 +18,7 @@ from clap import model as base_model
 from clap.agent import chat
 from clap.agent.tools import ReportTools
 from clap.io import atomic_dir, read_jsonl, write_json
-from clap.stages.train_common import finish, resume_point, run_training, start_from, write_untrained
+from clap.train.common import finish, resume_point, run_training, start_from, write_untrained
 from clap.train.guards import GuardCallback
 
 
@@ -66,7 +66,7 @@ def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identi
     cannot beat the adapter it is)."""
     import shutil
 
-    from clap.release.serving import adapter_manifest, verify_adapter
+    from clap.integrity import adapter_manifest, verify_adapter
 
     verify_adapter(Path(start_adapter), start_expected, base_identity)
     metrics = {"trainer": "agent_dpo", "status": "ok", "steps": 0, "train_loss": None, "pairs": 0,

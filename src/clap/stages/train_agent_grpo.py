@@ -34,11 +34,11 @@ from pathlib import Path
 from clap import model as base_model
 from clap.agent import chat, reward_model, rewards
 from clap.agent.episode import rollout as run_episodes
+from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
+from clap.data.admission import NotAdmitted
 from clap.evaluate.decoding import GrammarCache
-from clap.stages.admit import NotAdmitted
-from clap.stages.agent_tasks import load
-from clap.stages.train_common import finish, resume_point, run_training, start_from
+from clap.train.common import finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
 
 REWARD_PARTS = ("outcome", "format", "process", "efficiency")

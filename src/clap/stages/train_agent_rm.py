@@ -25,7 +25,7 @@ from clap import model as base_model
 from clap.agent import chat, reward_model, scoring
 from clap.agent.tasks import split_of
 from clap.io import atomic_dir, read_jsonl
-from clap.stages.train_common import finish, lora_config, resume_point, run_training, write_untrained
+from clap.train.common import finish, lora_config, resume_point, run_training, write_untrained
 from clap.train.guards import GuardCallback
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap.agent import chat
+from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
-from clap.stages.admit import NotAdmitted
-from clap.stages.agent_tasks import load
-from clap.stages.train_common import finish, lora_config, resume_point, run_training
+from clap.data.admission import NotAdmitted
+from clap.train.common import finish, lora_config, resume_point, run_training
 from clap.train.guards import GuardCallback
 
 

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
-from clap.prompts import SYSTEM_DECIDE, messages
-from clap.stages.train_common import admitted_rows, finish, resume_point, run_training, start_from
+from clap.domain.prompts import SYSTEM_DECIDE, messages
+from clap.train.common import admitted_rows, finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
 
 

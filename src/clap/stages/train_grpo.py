@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap.data.playbook import playbook
+from clap.domain.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.evaluate.decoding import GrammarCache, decision_schema
-from clap.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
-from clap.stages.evaluate_decisions import playbook
-from clap.stages.train_common import admitted_rows, finish, resume_point, run_training, start_from
+from clap.train.common import admitted_rows, finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
 from clap.train.rewards import decision_parts
 

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
-from clap import prompts
-from clap.stages.admit import NotAdmitted
-from clap.stages.train_common import admitted_rows, finish, lora_config, resume_point, run_training
+from clap.data.admission import NotAdmitted
+from clap.domain import prompts
+from clap.train.common import admitted_rows, finish, lora_config, resume_point, run_training
 from clap.train.guards import GuardCallback
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from clap.domain.contracts import GuardReport, GuardTrip
 from clap.io import write_json
-from clap.schemas import GuardReport, GuardTrip
 
 # which logged keys each trainer must provide; a missing one trips `signal_missing:<key>`
 SIGNALS = {

@@ -6,8 +6,8 @@ decision rewards score a recommendation against the original decision record.
 
 from __future__ import annotations
 
-from clap import prompts
-from clap.data import normalize as nz
+from clap.domain import prompts
+from clap.domain import quantities as nz
 from clap.evaluate.metrics import evidence_correct, field_equal, parse_answer, value_correct
 
 DECISION_FIELDS = prompts.DECISION_KEYS

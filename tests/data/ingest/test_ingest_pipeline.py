@@ -14,7 +14,7 @@ from tests.helpers.documents import ixbrl_document, write_docx, write_encrypted_
 
 from clap.config import Ingest
 from clap.data.ingest.pipeline import IngestError, ingest
-from clap.schemas import RAW_SCHEMAS, split_valid
+from clap.domain.contracts import RAW_SCHEMAS, split_valid
 
 
 def section(**over) -> Ingest:

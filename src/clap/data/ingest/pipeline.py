@@ -47,7 +47,7 @@ class IngestError(UserError, ValueError):
 
 def contract_fields(kind: str) -> tuple[set[str], set[str]]:
     """(every field, the required ones) of a raw contract table, read from its Pandera model."""
-    from clap.schemas import RAW_SCHEMAS
+    from clap.domain.contracts import RAW_SCHEMAS
 
     columns = RAW_SCHEMAS[kind].to_schema().columns
     return set(columns), {n for n, c in columns.items() if c.required and not c.nullable}
@@ -312,7 +312,7 @@ def _contract_row(fields: dict, source, path: Path, row_number: int, settings: d
 
 
 def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writers, batches_seen: Counter) -> dict:
-    from clap.data.normalize import parse_quantity, terms_in_text, value_in_text
+    from clap.domain.quantities import parse_quantity, terms_in_text, value_in_text
 
     located = {"facts": 0, "found": 0}
     for kind in TABLES:

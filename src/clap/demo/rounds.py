@@ -7,7 +7,7 @@ Round k edits `data.batches` and `demo.poisoned_batch` in conf/config.yaml — t
 in a pull request when new batches arrive — composes params.yaml, runs `dvc repro`, and commits the round's
 evidence whatever the gate said; a promote or canary is tagged by `clap release`, so the next round is judged
 against it (the `prod_adapter` stage depends on `release/prod.json`). Before a round with `repair_share`, the
-SIMULATED annotator (`clap.data.demo_annotator`, the demo generator's ground truth, not a person) corrects that
+SIMULATED annotator (`clap.demo.annotator`, the demo generator's ground truth, not a person) corrects that
 share of the previous round's repair queue into `repair/fixed/`, which the round's assetize reads; what the
 repair did is measured into `metrics/repair_effect.json`. A round the gate sends to canary is concluded before the
 next: the canary serves SIMULATED traffic, the sequential analysis decides, and the canary is promoted to prod or
@@ -133,7 +133,7 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
     is concluded before the next one by `run_canary(k)` (serve, simulated traffic, sequential analysis, then the
     promote or rollback tags), and that conclusion is a commit of its own."""
     from clap.config import check, compose, dump
-    from clap.data import demo_annotator, demo_data
+    from clap.demo import annotator, corpus
     from clap.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
     from clap.release import registry as release
 
@@ -152,8 +152,8 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
             if not paths.REPAIR_QUEUE.exists():
                 raise RoundError(f"round {k}: repair_share {share} but {paths.REPAIR_QUEUE} is missing: a round before it "
                                  "must run the pipeline first")
-            truth = demo_data.generate(seed=params["demo"]["seed"], scale=params["demo"]["scale"])["truth"]
-            fixed = demo_annotator.annotate(read_jsonl(paths.REPAIR_QUEUE), truth, share, seed=params["demo"]["seed"])
+            truth = corpus.generate(seed=params["demo"]["seed"], scale=params["demo"]["scale"])["truth"]
+            fixed = annotator.annotate(read_jsonl(paths.REPAIR_QUEUE), truth, share, seed=params["demo"]["seed"])
             write_jsonl(paths.SIMULATED_FIXES, fixed)
             say(f"round {k}: SIMULATED annotator (demo ground truth) corrected {len(fixed)} fact rows of the "
                 f"repair queue → {paths.SIMULATED_FIXES}")

@@ -16,8 +16,8 @@ from pandera.errors import SchemaErrors
 from pandera.typing import Series
 from pydantic import BaseModel, ConfigDict, Field
 
+from clap.domain.prompts import RISK_FOCUS
 from clap.io import jsonable, quarantine_record
-from clap.prompts import RISK_FOCUS
 
 LANGS = ["en", "zh"]
 

@@ -1,10 +1,10 @@
-"""The demo's rounds (`clap.release.rounds`): the conf edit a round makes, and what a round's repair did."""
+"""The demo's rounds (`clap.demo.rounds`): the conf edit a round makes, and what a round's repair did."""
 
 import pytest
 from tests.conftest import ROOT
 
 from clap.config import ConfigError, check, compose
-from clap.release.rounds import RoundError, demo_overrides, repair_effect, set_round
+from clap.demo.rounds import RoundError, demo_overrides, repair_effect, set_round
 
 CONF_TEXT = (ROOT / "conf/config.yaml").read_text(encoding="utf-8")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from clap.data.admission import NotAdmitted, require
+from clap.integrity import adapter_manifest
 from clap.io import OutputRefused, atomic_dir, read_jsonl, write_json
-from clap.release.serving import adapter_manifest
-from clap.stages.admit import NotAdmitted, require
 
 
 def admitted_rows(materialized: Path, admission: Path, batches: list[str], trainer: str, filename: str
@@ -58,7 +58,7 @@ def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity:
     it into a frozen "ref" adapter, so the reference of DPO's loss and GRPO's KL is this starting policy,
     not the base model. Returns (model, sha256 of the starting weights) for the run key."""
     from clap import model as base_model
-    from clap.release.serving import attach
+    from clap.integrity import attach
 
     model = attach(base_model.load_model(base_dir), "default", Path(adapter_dir), expected, base_identity, trainable=True)
     return model, expected["files"]["adapter_model.safetensors"]
@@ -162,7 +162,7 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
 def write_untrained(folder: Path, trainer: str, metrics: dict, status: str = "ok") -> None:
     """The record of a trainer that ran no step (disabled, nothing to learn from): its metrics, a guard report
     that watched nothing, an empty log — the files the pipeline and the gate read of every trainer."""
-    from clap.schemas import GuardReport
+    from clap.domain.contracts import GuardReport
 
     write_json(folder / "train_metrics.json", metrics)
     write_json(folder / "guard_report.json", GuardReport(trainer=trainer, status=status, trip=None, peaks={},
@@ -219,4 +219,4 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
             "(`clap registry`, `gto show`, `clap verify`).\n\n"
             f"## Training metrics\n\n```json\n{json.dumps(metrics, indent=2)}\n```\n\n"
             f"## Guard report\n\n```json\n{json.dumps(guard, indent=2)}\n```\n\n"
-            "Load it only through `clap.release.serving.load_adapter`, which checks its hashes against the ones git pins.\n")
+            "Load it only through `clap.integrity.load_adapter`, which checks its hashes against the ones git pins.\n")

@@ -1,4 +1,7 @@
-"""Serving check: an adapter is loaded only when its files match hashes pinned in git, and its base
+"""Adapter and artifact integrity, on the ground floor (evaluation, training, release and serving all load
+adapters through it; it imports none of them).
+
+The serving check: an adapter is loaded only when its files match hashes pinned in git, and its base
 model is the one it was trained on. Anything but safetensors weights in the adapter folder — a
 pickle posing as an adapter — is refused before a byte of it is loaded.
 
@@ -21,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from clap import paths
+from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
 from clap.io import sha256_file
 
@@ -30,6 +35,20 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 class AdapterRefused(UserError, RuntimeError):
     """The adapter (or its base) does not match its evidence; the message names the file."""
+
+
+class BundleMismatch(UserError, RuntimeError):
+    """A file no longer matches the bundle; the message names it."""
+
+
+def adapter_expectation(b: EvidenceBundle, role: str = "adapter") -> dict:
+    """The adapter manifest the bundle pins, for the serving check (`role="agent_adapter"`: the agent's)."""
+    files = {Path(f.path).name: f.sha256 for f in b.files if f.role == role
+             and Path(f.path).name != "manifest.json"}
+    if not files:
+        raise BundleMismatch(f"the bundle pins no {role.replace('_', ' ')}")
+    return {"files": files, "base_model": {"name": b.base_model["name"],
+                                           "weights_sha256": b.base_model["weights_sha256"]}}
 
 
 def adapter_manifest(adapter_dir: Path, base_identity: dict) -> dict:
@@ -74,12 +93,9 @@ def pinned_expectation(root: Path, adapter_dir: Path, release_ref: str | None = 
 
 
 def _from_release(root: Path, ref: str, role: str = "adapter") -> dict:
-    from clap.release.bundle import BUNDLE_PATH, adapter_expectation
-    from clap.schemas import EvidenceBundle
-
-    r = subprocess.run(["git", "show", f"{ref}:{BUNDLE_PATH}"], cwd=root, capture_output=True, text=True)
+    r = subprocess.run(["git", "show", f"{ref}:{paths.BUNDLE.as_posix()}"], cwd=root, capture_output=True, text=True)
     if r.returncode != 0:
-        raise AdapterRefused(f"{ref}: no committed {BUNDLE_PATH} to pin the adapter ({r.stderr.strip()[:160]})")
+        raise AdapterRefused(f"{ref}: no committed {paths.BUNDLE.as_posix()} to pin the adapter ({r.stderr.strip()[:160]})")
     return adapter_expectation(EvidenceBundle.model_validate_json(r.stdout), role)
 
 

@@ -1,0 +1,122 @@
+"""The house's shape (clap.LAYERS): no import climbs to a higher floor, no circle, no stage imported by a library."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import clap
+
+SRC = Path(clap.__file__).parent
+
+
+def _module(path: Path, src: Path) -> str:
+    parts = ("clap", *path.relative_to(src).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The clap module `name` refers to (`clap.x.y` may be an attribute of `clap.x`)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """module → the clap modules it imports (anywhere in the file, function bodies too)."""
+    files = {_module(p, src): p for p in src.rglob("*.py")}
+    modules = set(files)
+    graph = {m: set() for m in modules}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            else:
+                continue
+            for t in targets:
+                if t.startswith("clap"):
+                    hit = _resolve(t, modules)
+                    if hit and hit != mod and hit != "clap":
+                        graph[mod].add(hit)
+    return graph
+
+
+def floor(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    for i, names in enumerate(clap.LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: its package {top!r} is on no floor of clap.LAYERS")
+
+
+def test_every_package_has_a_floor():
+    for mod in import_graph():
+        if mod != "clap":
+            floor(mod)
+
+
+def climbs(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} (floor {floor(m)}) imports {t} (floor {floor(t)})"
+                  for m, ts in graph.items() if m != "clap" for t in ts if floor(t) > floor(m))
+
+
+def circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle (its modules, the first repeated at the end), or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t]
+            if t not in state and (found := visit(t)):
+                return found
+        state[m] = 2
+        path.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_no_import_climbs_to_a_higher_floor():
+    assert not (found := climbs(import_graph())), "\n".join(found)
+
+
+def test_no_circle():
+    assert (found := circle(import_graph())) is None, " → ".join(found)
+
+
+def test_a_stage_is_imported_by_the_cli_alone():
+    wrong = sorted(f"{m} imports {t}" for m, ts in import_graph().items() for t in ts
+                   if t.startswith("clap.stages.") and m != "clap.cli")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_checks_see_a_climb_and_a_circle(tmp_path):
+    """The checks can fail: a package tree where the domain imports release and release imports it back."""
+    root = tmp_path / "clap"
+    for package in ("domain", "release"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "domain" / "a.py").write_text("def f():\n    from clap.release import b\n")
+    (root / "release" / "b.py").write_text("from clap.domain.a import f\nfrom . import c\n")
+    (root / "release" / "c.py").write_text("")
+    graph = import_graph(root)
+    assert graph["clap.domain.a"] == {"clap.release", "clap.release.b"}  # importing b runs the package first
+    assert graph["clap.release.b"] == {"clap.domain.a", "clap.release", "clap.release.c"}
+    assert climbs(graph) == ["clap.domain.a (floor 0) imports clap.release (floor 6)",
+                             "clap.domain.a (floor 0) imports clap.release.b (floor 6)"]
+    assert circle(graph) == ["clap.domain.a", "clap.release.b", "clap.domain.a"]
