@@ -38,11 +38,11 @@ def test_hydra_overrides_compose():
     ("agent-rm", {"agent_dpo": False, "agent_grpo": False}, None),
 ])
 def test_the_switch_that_keeps_a_trainer_off_is_named(params, kind, switches, expected):
-    from clap.cli import _switched_off
+    from clap.train.common import switched_off
 
     cfg = copy.deepcopy(params)
     cfg["agent"]["enabled"] = switches.get("agent", True)
     for step in ("dpo", "grpo"):
         cfg["train"][step]["enabled"] = switches.get(step, True)
         cfg["agent"][step]["enabled"] = switches.get(f"agent_{step}", True)
-    assert _switched_off(cfg, kind) == expected
+    assert switched_off(cfg, kind.replace("-", "_")) == expected

@@ -244,12 +244,18 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     agent-dpo continues it on its own mistakes (`clap agent-pairs`); agent-rm fits a reward model on those
     pairs and checks it against the rule rewards; agent-grpo continues agent SFT with GRPO on whole
     episodes in the environment (the reward model one of its rewards when its check passed)."""
-    if kind not in ("sft", "dpo", "grpo", "agent-sft", "agent-dpo", "agent-grpo", "agent-rm"):
-        _fail(ValueError(f"unknown trainer {kind!r}: use sft, dpo, grpo, agent-sft, agent-dpo, agent-grpo or agent-rm"))
+    from clap.domain.names import CHAIN, TRAINERS, command_name, trainer_name
+
+    if kind not in map(command_name, TRAINERS):
+        _fail(ValueError(f"unknown trainer {kind!r}: use {', '.join(map(command_name, TRAINERS[:-1]))} or "
+                         f"{command_name(TRAINERS[-1])}"))
     cfg = _params()
-    if switch := _switched_off(cfg, kind):
-        return _disabled(kind, switch, out or paths.MODELS / kind.replace("-", "_"))
-    _training_inputs(kind, (batches or cfg["data"]["batches"]) if kind in ("sft", "dpo", "grpo") else [],
+    from clap.train.common import switched_off, write_disabled
+
+    if switch := switched_off(cfg, trainer_name(kind)):
+        write_disabled(trainer_name(kind), switch, out or paths.MODELS / trainer_name(kind))
+        return console.print(f"{kind}: disabled ({switch} is false)")
+    _training_inputs(kind, (batches or cfg["data"]["batches"]) if kind in CHAIN else [],
                      materialized, admission, start)
     # torch, transformers, PEFT and TRL take ≈ 13 s to import here: a switched-off trainer does not pay it
     from clap import model
@@ -293,44 +299,16 @@ def _record_trained(kind: str, m: dict, tracking, out: Path) -> None:
 
     manifest = read_json_if_exists(Path(out) / "adapter" / "manifest.json") or {}
     m |= tracking.close(m, manifest.get("base_model"), (manifest.get("files") or {}).get("adapter_model.safetensors"))
-    write_json(paths.METRICS / f"train_{kind.replace('-', '_')}.json", m)
+    write_json(paths.train_metrics(kind.replace("-", "_")), m)
     _say_trained(kind, m)
-
-
-def _switched_off(cfg: dict, kind: str) -> str | None:
-    """The `enabled` switch that keeps this trainer from running (`agent.enabled` for every agent trainer, then
-    train.dpo, train.grpo, agent.dpo, agent.grpo for a chain step), or None when it runs."""
-    if kind.startswith("agent-") and not cfg["agent"]["enabled"]:
-        return "agent.enabled"
-    if kind in ("dpo", "grpo") and not cfg["train"][kind]["enabled"]:
-        return f"train.{kind}.enabled"
-    if kind in ("agent-dpo", "agent-grpo") and not cfg["agent"][kind.removeprefix("agent-")]["enabled"]:
-        return f"agent.{kind.removeprefix('agent-')}.enabled"
-    return None
-
-
-def _disabled(kind: str, switch: str, out: Path) -> None:
-    """A switched-off trainer trains nothing: its folder says so (status `disabled` in its guard report and
-    metrics, an empty log) so that the pipeline's outputs exist, and evaluation and the gate leave it out."""
-    from clap.io import atomic_dir, write_json
-    from clap.train.common import write_untrained
-
-    name = kind.replace("-", "_")
-    metrics = {"trainer": name, "status": "disabled", "steps": 0, "train_loss": None,
-               "note": f"{switch} is false: not trained, not evaluated, not judged"}
-    from clap.train.tracking import write_empty
-
-    with atomic_dir(out) as tmp:
-        write_untrained(tmp, name, metrics, status="disabled")
-    write_empty(paths.dvclive(name))
-    write_json(paths.METRICS / f"train_{name}.json", metrics)
-    console.print(f"{kind}: disabled ({switch} is false)")
 
 
 def _training_inputs(kind: str, batches: list[str], materialized: Path, admission: Path, start: Path | None) -> None:
     """What `kind` reads, checked before the base model is converted or loaded: one line names the first missing
     input and the stage that makes it."""
-    if kind in ("sft", "dpo", "grpo"):
+    from clap.domain.names import CHAIN
+
+    if kind in CHAIN:
         needed = [(Path(admission) / f"{b}.json", f"dvc repro admit@{b}") for b in batches]
         needed += [(Path(materialized) / b, f"dvc repro materialize@{b}") for b in batches]
         if kind != "sft":
@@ -594,10 +572,10 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
                        metrics: Path = typer.Option(paths.DECISION_METRICS)) -> None:
     """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
     from clap import model
+    from clap.domain.names import CHAIN
     from clap.evaluate.generate import Engine
     from clap.evaluate.summary import decision_table
     from clap.integrity import pinned_expectation
-    from clap.release.gate import CHAIN
     from clap.stages import evaluate_decisions as stage
 
     cfg = _params()

@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from clap.domain.names import REPLAY_ANSWER_METRICS
 from clap.errors import UserError
 
 
@@ -259,8 +260,7 @@ class Human(_Section):
 
 class Canary(_Section):
     share: OpenFraction
-    outcome: Literal["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
-                     "evidence_doc_page_exact"]
+    outcome: Literal[REPLAY_ANSWER_METRICS]  # a replay metric scored from the answer
     p_worse: OpenFraction
     p_better: OpenFraction
     alpha: Annotated[float, Field(gt=0.0, lt=0.5)]

@@ -48,6 +48,20 @@ ANSWER_STORE = Path("data/answer_store")  # greedy answers by content address (c
 OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE)
 
 
+GUARD_REPORT_FILE = "guard_report.json"  # in every trainer's output folder: ok, stopped (with the trip) or disabled
+TRAIN_METRICS_FILE = "train_metrics.json"  # in every trainer's output folder: steps, loss, data, timings
+
+
+def guard_report(kind: str) -> Path:
+    """A trainer's guard report (`models/sft/guard_report.json`), read by the gate, the bundle and the report."""
+    return MODELS / kind / GUARD_REPORT_FILE
+
+
+def train_metrics(kind: str) -> Path:
+    """A trainer's stage metrics (`metrics/train_sft.json`): what `dvc metrics show` lists, written once per run."""
+    return METRICS / f"train_{kind}.json"
+
+
 def adapter(kind: str) -> Path:
     """The adapter folder of a trainer's output (`models/sft/adapter`)."""
     return MODELS / kind / "adapter"

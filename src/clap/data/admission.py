@@ -11,6 +11,7 @@ from pathlib import Path
 
 from clap.domain import quantities as nz
 from clap.domain.contracts import AdmissionRecord, Check
+from clap.domain.names import CHAIN
 from clap.errors import UserError
 from clap.io import read_json
 
@@ -61,7 +62,7 @@ def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict,
             break
     else:
         decision, hit = "admit", []
-    trainable = {"admit": ["sft", "dpo", "grpo"], "sft_only": ["sft"], "repair": [], "block": []}[decision]
+    trainable = {"admit": list(CHAIN), "sft_only": [CHAIN[0]], "repair": [], "block": []}[decision]
     reasons = [f"{c.name}={c.value} violates {c.op} {c.threshold} → {c.consequence}" for c in failed]
     return AdmissionRecord(batch=quality["batch"], decision=decision, reasons=reasons, checks=checks,
                            trainable=trainable)

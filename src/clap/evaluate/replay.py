@@ -1,19 +1,10 @@
-"""The replay's arms and metrics, defined once (docs/design.md §4): what `clap replay` runs and scores, what the
-canary's traffic scores a request by, and what the gate and the report read.
-
-A: base + RAG, B: adapter + RAG, C: base alone, D: adapter alone; P: the adapter in prod + RAG.
-"""
+"""How a replay case is scored (docs/design.md §4): what `clap replay` records per arm and the canary's traffic
+scores a request by. The arms and metric names are `clap.domain.names`'."""
 
 from __future__ import annotations
 
+from clap.domain.names import REPLAY_ANSWER_METRICS
 from clap.evaluate.metrics import field_equal, value_correct
-
-ARMS = {"A": (False, True), "B": (True, True), "C": (False, False), "D": (True, False)}  # adapter, rag
-PROD_ARM = {"P": ("prod", True)}  # the adapter in prod + RAG: the champion the candidate must beat in the application
-CONTRASTS = {"B-A": ("A", "B"), "D-C": ("C", "D"), "B-P": ("P", "B")}  # (reference, new) arm
-METRICS = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
-           "evidence_doc_page_exact", "retrieved_target_chunk", "retrieved_target_doc_page"]
-ANSWER_METRICS = METRICS[:6]  # scored from the answer; the last two score the retriever, the same for every arm
 
 
 def score_case(pred: dict | None, gold: dict, retrieved: list[dict]) -> dict[str, float]:
@@ -23,7 +14,7 @@ def score_case(pred: dict | None, gold: dict, retrieved: list[dict]) -> dict[str
     out = {"retrieved_target_chunk": float(gold["chunk_id"] in got),
            "retrieved_target_doc_page": float((gold["doc_id"], int(gold["page"])) in pages)}
     if pred is None:
-        return {m: 0.0 for m in ANSWER_METRICS} | out
+        return {m: 0.0 for m in REPLAY_ANSWER_METRICS} | out
     value_ok = value_correct(pred, gold)
     core = value_ok and all(field_equal(f, pred.get(f), gold[f]) for f in ("entity", "metric", "period", "unit"))
     try:

@@ -18,9 +18,10 @@ import subprocess
 from pathlib import Path
 
 from clap import paths
+from clap.domain.names import ARM_LABELS as ARMS
+from clap.domain.names import CHAIN
 from clap.evaluate.intervals import ci_bounds, ci_text
-from clap.evaluate.summary import ARM_NAMES as ARMS
-from clap.evaluate.summary import DECISION_COLS, contrast_lines
+from clap.evaluate.summary import DECISION_COLS, REPLAY_COLS, contrast_lines
 from clap.io import atomic_write_text
 from clap.io import read_json_if_exists as _load
 
@@ -64,8 +65,7 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
                    f"{bl['p95_latency_ms']:.0f} → {cd['p95_latency_ms']:.0f} |")
     replay = _load(root / paths.REPLAY_METRICS)
     if replay:
-        cols = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
-                "evidence_doc_page_exact", "retrieved_target_chunk", "p95_latency_ms"]
+        cols = REPLAY_COLS
         out += ["", f"## Application-chain replay (ABCD, {replay['n_cases']} cases)", "",
                 "| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for arm, m in replay["arms"].items():
@@ -88,8 +88,8 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
                     f"{ext['models'][k.split('-')[0]]['hallucination_rate']:.2f}" for k, d in ext["deltas"].items()]
     out += _human_lines(_load(root / paths.HUMAN_METRICS)) + _canary_lines(_load(root / paths.CANARY_METRICS))
     out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
-    for kind in ("sft", "dpo", "grpo"):
-        g = _load(root / "models" / kind / "guard_report.json")
+    for kind in CHAIN:
+        g = _load(root / paths.guard_report(kind))
         if g:
             t = g["trip"] or {}
             peaks = ", ".join(f"{k}={v:.4g}" for k, v in g["peaks"].items() if v is not None)

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clap import paths
+from clap.domain.names import AGENT_CHAIN, ARM_LABELS, CHAIN, REPLAY_ANSWER_METRICS
 from clap.evaluate.intervals import ci_text
 from clap.io import read_json_if_exists as _load
 
@@ -37,9 +38,7 @@ def print_summary(console: Console, root: Path) -> None:
         console.print(t)
 
 
-ARM_NAMES = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone", "P": "prod + RAG"}
-REPLAY_COLS = ["answer_json_parse", "value_exact", "period_exact", "core_fields_exact", "evidence_chunk_exact",
-               "evidence_doc_page_exact", "retrieved_target_chunk", "p95_latency_ms"]
+REPLAY_COLS = [*REPLAY_ANSWER_METRICS, "retrieved_target_chunk", "p95_latency_ms"]
 
 
 def abcd_table(arms: dict) -> Table:
@@ -48,7 +47,7 @@ def abcd_table(arms: dict) -> Table:
     for c in REPLAY_COLS:
         t.add_column(c.replace("_", " "))
     for arm, m in arms.items():
-        t.add_row(f"{arm}: {ARM_NAMES[arm]}", *[f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}" for c in REPLAY_COLS])
+        t.add_row(f"{arm}: {ARM_LABELS[arm]}", *[f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}" for c in REPLAY_COLS])
     return t
 
 
@@ -134,8 +133,8 @@ def batch_table(root: Path, batches: list[str]) -> Table | None:
 
 def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None:
     """Everything after training: guards, per-batch deltas, ABCD, and the gate's decision with reasons."""
-    for kind in ("sft", "dpo", "grpo", "agent_sft", "agent_dpo", "agent_grpo"):
-        g = _load(root / "models" / kind / "guard_report.json")
+    for kind in (*CHAIN, *AGENT_CHAIN):
+        g = _load(root / paths.guard_report(kind))
         if g:
             trip = g["trip"]
             console.print(f"guard {kind}: {g['status']}" + (f" — {trip['rule']} at step {trip['step']} "

@@ -43,8 +43,8 @@ _AGENT = (paths.MODELS / "{a}" / "adapter").as_posix()  # the agent adapter the 
 ROLES = [  # (glob under the repository, role): what a release pins, from the paths the pipeline writes (clap.paths)
     *[(f"{_ADAPTER}/{n}", "adapter") for n in ("adapter_config.json", "adapter_model.safetensors", "manifest.json",
                                               "README.md")],
-    (f"{paths.MODELS.as_posix()}/*/guard_report.json", "guard_report"),
-    (f"{paths.MODELS.as_posix()}/*/train_metrics.json", "train_metrics"),
+    (f"{paths.MODELS.as_posix()}/*/{paths.GUARD_REPORT_FILE}", "guard_report"),
+    (f"{paths.MODELS.as_posix()}/*/{paths.TRAIN_METRICS_FILE}", "train_metrics"),
     (f"{paths.MATERIALIZED.as_posix()}/*/**/*", "dataset"),  # every file of each batch's folder (its DVC hash too)
     (f"{paths.ADMISSION.as_posix()}/*.json", "admission"),
     (f"{paths.EVAL.as_posix()}/*/records.jsonl", "eval_records"),

@@ -29,11 +29,11 @@ import statistics
 
 from clap import paths
 from clap.domain.contracts import GateDecision, Reason
+from clap.domain.names import AGENT_CHAIN, CHAIN
 from clap.evaluate.intervals import ci_text
 from clap.release import evidence
 
 SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
-CHAIN = ("sft", "dpo", "grpo")  # the steps in order; DPO and GRPO both continue SFT
 
 
 def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> None:
@@ -374,12 +374,9 @@ def _chain_extraction_rules(fire, policy: dict, extraction: dict | None, step: s
         fire(f"extraction_hallucination_rate:{step}", rate, policy["max_hallucination_rate"], "hold")
 
 
-AGENT_CHAIN = ("agent_sft", "agent_dpo", "agent_grpo")
-
-
 def agent_chain(cfg: dict) -> list[str]:
     """The agent adapters this configuration trains and judges: agent SFT, then each enabled step continuing it."""
-    return ["agent_sft"] + [s for s in AGENT_CHAIN[1:] if cfg["agent"][s.removeprefix("agent_")]["enabled"]]
+    return [AGENT_CHAIN[0]] + [s for s in AGENT_CHAIN[1:] if cfg["agent"][s.removeprefix("agent_")]["enabled"]]
 
 
 def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:

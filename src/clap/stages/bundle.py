@@ -30,7 +30,7 @@ def run(root: Path, params: dict, out: Path, each: Path) -> dict:
     bundle.write_shipped(root, written[shipped], root / paths.adapter(shipped), root / paths.SHIPPED)
     runs = {}
     for c in written:  # the MLflow run that trained each candidate (train.report_to: mlflow) learns its verdict
-        run_id = log_release(root / paths.METRICS / f"train_{c}.json", verdicts.get(c, decision["decision"]),
+        run_id = log_release(root / paths.train_metrics(c), verdicts.get(c, decision["decision"]),
                              sha256_file(each / f"{c}.json"))
         if run_id:
             runs[c] = run_id

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from clap.data.playbook import playbook
 from clap.domain import prompts
+from clap.domain.names import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
 from clap.errors import UserError
 from clap.evaluate.decoding import decision_schema
 from clap.evaluate.extraction import answer as answer_extraction
@@ -37,7 +38,6 @@ from clap.evaluate.extraction import extraction_schemas
 from clap.evaluate.metrics import parse_answer
 from clap.evaluate.stats import paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
-from clap.release.gate import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
 from clap.train.rewards import decision_hits, decision_parts, decision_reward
 
 METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",

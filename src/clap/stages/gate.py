@@ -32,7 +32,7 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
     batches = cfg["data"]["batches"]
     admission = {b: read_json(root / paths.admission(b)) for b in batches}
     trainers = [candidate] + [t for t in ("dpo", "grpo") if cfg["train"][t]["enabled"] and t != candidate]
-    guards = {t: read_json_if_exists(root / paths.MODELS / t / "guard_report.json") for t in trainers}
+    guards = {t: read_json_if_exists(root / paths.guard_report(t)) for t in trainers}
     evaluation = {b: _evidence(root / paths.eval_metrics(b), f"evaluate@{b}") for b in batches}
     replay = _evidence(root / paths.REPLAY_METRICS, "replay", optional=True)
     decisions = _evidence(root / paths.DECISION_METRICS, "evaluate_decisions", optional=True)
@@ -47,7 +47,7 @@ def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecisio
     if cfg["agent"]["enabled"]:
         agent_metrics = _evidence(root / paths.AGENT_METRICS, "evaluate_agent", optional=True)
         agent = choose_agent({s: decide_agent(cfg["gate"], agent_metrics,
-                                              read_json_if_exists(root / paths.MODELS / s / "guard_report.json"), s)
+                                              read_json_if_exists(root / paths.guard_report(s)), s)
                               for s in agent_chain(cfg)})
         decision = decision.model_copy(update={"agent": agent, "summary": {
             **decision.summary, "agent_decision_code": agent["summary"]["decision_code"],

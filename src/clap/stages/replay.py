@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from clap.domain import prompts
+from clap.domain.names import PROD_ARM, REPLAY_ANSWER_METRICS, REPLAY_ARMS, REPLAY_CONTRASTS, REPLAY_METRICS
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.generate import Engine
 from clap.evaluate.metrics import parse_answer
-from clap.evaluate.replay import ANSWER_METRICS, ARMS, CONTRASTS, METRICS, PROD_ARM, score_case
+from clap.evaluate.replay import score_case
 from clap.evaluate.stats import p95, paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
 from clap.retrieval import BM25Index, retrieve
@@ -46,7 +47,7 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
     bm25 = BM25Index.load(Path(index_dir) / "bm25")
     hits = retrieve(cfg, bm25, chunks, [c["question"] for c in cases])
     records, table = [], {}
-    arms = ARMS | (PROD_ARM if "prod" in getattr(engine, "adapters", []) else {})
+    arms = REPLAY_ARMS | (PROD_ARM if "prod" in getattr(engine, "adapters", []) else {})
     for arm, (adapter, rag) in arms.items():
         contexts = [[by_id[h] for h in hit] if rag else [] for hit in hits]
         convs, schemas = requests(cases, contexts, cfg["generate"]["constrained"])
@@ -58,14 +59,14 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
             rows.append({"case_id": c["case_id"], "batch": c["batch"], "arm": arm, "output": g.text,
                          "retrieved": [x["chunk_id"] for x in ctx], "latency_ms": round(g.latency_ms, 2), "reused": g.reused, **scores})
         n = len(rows) or 1
-        table[arm] = {m: round(sum(x[m] for x in rows) / n, 4) for m in METRICS}
+        table[arm] = {m: round(sum(x[m] for x in rows) / n, 4) for m in REPLAY_METRICS}
         table[arm]["p95_latency_ms"] = p95([x["latency_ms"] for x in rows])
         records += rows
     by_arm = {arm: [x for x in records if x["arm"] == arm] for arm in arms}
     e = cfg["evaluate"]
     contrasts = {name: {m: paired_bootstrap([x[m] for x in by_arm[ref]], [x[m] for x in by_arm[new]],
-                                            n=e["bootstrap"], ci=e["ci"], seed=17) for m in ANSWER_METRICS}
-                 for name, (ref, new) in CONTRASTS.items() if ref in arms}
+                                            n=e["bootstrap"], ci=e["ci"], seed=17) for m in REPLAY_ANSWER_METRICS}
+                 for name, (ref, new) in REPLAY_CONTRASTS.items() if ref in arms}
     failed = [{"case_id": b["case_id"], "batch": b["batch"], "reason": "adapter_with_rag_missed_core_fields",
                "output": b["output"], "target": c["target"]}
               for c, b in zip(cases, [x for x in records if x["arm"] == "B"]) if b["core_fields_exact"] == 0.0]

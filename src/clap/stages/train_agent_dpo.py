@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap import paths
 from clap.agent import chat
 from clap.agent.tools import ReportTools
 from clap.io import atomic_dir, read_jsonl, write_json
@@ -50,7 +51,7 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                      logging_steps=1, save_steps=max(1, d["max_steps"] // 2), save_total_limit=2, report_to=[],
                      seed=t["seed"], bf16=bf16, use_cpu=not cuda,
                      max_length=cfg["agent"]["sft"]["max_length"], dataloader_num_workers=0)
-    guard = GuardCallback("agent_dpo", t["guards"], Path(out) / "guard_report.json")
+    guard = GuardCallback("agent_dpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows, tok), processing_class=tok,
                          callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,

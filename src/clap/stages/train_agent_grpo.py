@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clap import model as base_model
+from clap import paths
 from clap.agent import chat, reward_model, rewards
 from clap.agent.episode import rollout as run_episodes
 from clap.agent.tasks import load
@@ -79,7 +80,7 @@ def reward_model_use(weight: float, rm_dir: Path | None) -> tuple[bool, str]:
     (its held-out agreement check, `clap train agent-rm`)."""
     if weight == 0:
         return False, "agent.grpo.reward_model_weight is 0"
-    metrics_file = None if rm_dir is None else Path(rm_dir) / "train_metrics.json"
+    metrics_file = None if rm_dir is None else Path(rm_dir) / paths.TRAIN_METRICS_FILE
     if metrics_file is None or not metrics_file.exists():
         return False, "no reward model (models/agent_rm)"
     m = json.loads(metrics_file.read_text())
@@ -205,7 +206,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
                       per_device_train_batch_size=g["num_generations"], logging_steps=g["logging_steps"],
                       save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
                       bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
-    guard = GuardCallback("agent_grpo", t["guards"], Path(out) / "guard_report.json")
+    guard = GuardCallback("agent_grpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
     constrained = cfg["generate"]["constrained"]
     grammars = GrammarCache(tok, model.config.vocab_size) if constrained else None
     schema = chat.action_schema(tools.schemas) if constrained else None

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap import paths
 from clap.agent import chat, reward_model, scoring
 from clap.agent.tasks import split_of
 from clap.io import atomic_dir, read_jsonl
@@ -75,7 +76,7 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                         seed=t["seed"], bf16=bf16, use_cpu=not cuda,
                         max_length=lora["max_length"], dataloader_num_workers=0)
     peft = lora_config(lora, model, task_type="SEQ_CLS", modules_to_save=["score"])
-    guard = GuardCallback("agent_rm", t["guards"], Path(out) / "guard_report.json")
+    guard = GuardCallback("agent_rm", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
     trainer = RewardTrainer(model=model, args=args, train_dataset=build_dataset(train, tok), processing_class=tok,
                             peft_config=peft, callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t["seed"], "pairs": train, "base": base_identity})

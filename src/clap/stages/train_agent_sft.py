@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap import paths
 from clap.agent import chat
 from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
@@ -64,7 +65,7 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
         train_sampling_strategy="group_by_length", report_to=[], seed=t["seed"],
         bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
-    guard = GuardCallback("agent_sft", t["guards"], Path(out) / "guard_report.json")
+    guard = GuardCallback("agent_sft", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                                      peft_config=lora_config(s, model), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap import paths
 from clap.domain.prompts import SYSTEM_DECIDE, messages
 from clap.train.common import admitted_rows, finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
@@ -46,7 +47,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                      logging_steps=d["logging_steps"], save_steps=max(1, d["max_steps"] // 2), save_total_limit=2,
                      report_to=[], seed=t["seed"], bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
                      max_length=512, dataloader_num_workers=0)
-    guard = GuardCallback("dpo", t["guards"], Path(out) / "guard_report.json")
+    guard = GuardCallback("dpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
                          callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,

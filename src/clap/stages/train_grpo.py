@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap import paths
 from clap.data.playbook import playbook
 from clap.domain.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.evaluate.decoding import GrammarCache, decision_schema
@@ -105,7 +106,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                       per_device_train_batch_size=g["per_device_batch_size"], logging_steps=g["logging_steps"],
                       save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
                       bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
-    guard = GuardCallback("grpo", t["guards"], Path(out) / "guard_report.json")
+    guard = GuardCallback("grpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
     constrained = g["constrained_rollouts"] and cfg["generate"]["constrained"]
     actions = playbook({b: Path(materialized) / b / "decision_eval.jsonl" for b in batches}) \
         if constrained and cfg["evaluate_decisions"]["action_playbook"] else None

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
+from clap import paths
 from clap.data.admission import NotAdmitted
 from clap.domain import prompts
 from clap.train.common import admitted_rows, finish, lora_config, resume_point, run_training
@@ -73,7 +74,7 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     if qlora:
         model = prepare_model_for_kbit_training(model)
     args = sft_config(s, t["seed"], checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
-    guard = GuardCallback("sft", t["guards"], Path(out) / "guard_report.json")
+    guard = GuardCallback("sft", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                                      peft_config=lora_config(s, model), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run

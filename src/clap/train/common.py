@@ -18,7 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from clap import paths
 from clap.data.admission import NotAdmitted, require
+from clap.domain.names import AGENT_CHAIN, CHAIN, REWARD_MODEL
 from clap.integrity import adapter_manifest
 from clap.io import OutputRefused, atomic_dir, read_jsonl, write_json
 
@@ -153,8 +155,8 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
         run_key = stamp.read_text().strip() if stamp.exists() else None
         (adapter / "README.md").write_text(_model_card(kind, base_identity, metrics, report.model_dump(), run_key))
         write_json(adapter / "manifest.json", adapter_manifest(adapter, base_identity))
-        write_json(tmp / "train_metrics.json", metrics)
-        write_json(tmp / "guard_report.json", report.model_dump())
+        write_json(tmp / paths.TRAIN_METRICS_FILE, metrics)
+        write_json(tmp / paths.GUARD_REPORT_FILE, report.model_dump())
         (tmp / "train_log.csv").write_text(_log_csv(history))
     return metrics
 
@@ -164,8 +166,8 @@ def write_untrained(folder: Path, trainer: str, metrics: dict, status: str = "ok
     that watched nothing, an empty log — the files the pipeline and the gate read of every trainer."""
     from clap.domain.contracts import GuardReport
 
-    write_json(folder / "train_metrics.json", metrics)
-    write_json(folder / "guard_report.json", GuardReport(trainer=trainer, status=status, trip=None, peaks={},
+    write_json(folder / paths.TRAIN_METRICS_FILE, metrics)
+    write_json(folder / paths.GUARD_REPORT_FILE, GuardReport(trainer=trainer, status=status, trip=None, peaks={},
                                                         last_good_checkpoint=None, steps=0).model_dump())
     (folder / "train_log.csv").write_text("step\n")
 
@@ -220,3 +222,30 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
             f"## Training metrics\n\n```json\n{json.dumps(metrics, indent=2)}\n```\n\n"
             f"## Guard report\n\n```json\n{json.dumps(guard, indent=2)}\n```\n\n"
             "Load it only through `clap.integrity.load_adapter`, which checks its hashes against the ones git pins.\n")
+
+
+def switched_off(cfg: dict, trainer: str) -> str | None:
+    """The `enabled` switch that keeps `trainer` from running (`agent.enabled` for every agent trainer, then
+    train.dpo, train.grpo, agent.dpo, agent.grpo for a chain step), or None when it runs."""
+    if trainer in (*AGENT_CHAIN, REWARD_MODEL) and not cfg["agent"]["enabled"]:
+        return "agent.enabled"
+    if trainer in CHAIN[1:] and not cfg["train"][trainer]["enabled"]:
+        return f"train.{trainer}.enabled"
+    if trainer in AGENT_CHAIN[1:] and not cfg["agent"][trainer.removeprefix("agent_")]["enabled"]:
+        return f"agent.{trainer.removeprefix('agent_')}.enabled"
+    return None
+
+
+def write_disabled(trainer: str, switch: str, out: Path) -> dict:
+    """A switched-off trainer trains nothing: its folder says so (status `disabled` in its guard report and
+    metrics, an empty DVCLive log) so that the pipeline's outputs exist, and evaluation and the gate leave it out.
+    The one writer of that record; returns the metrics written."""
+    from clap.train.tracking import write_empty
+
+    metrics = {"trainer": trainer, "status": "disabled", "steps": 0, "train_loss": None,
+               "note": f"{switch} is false: not trained, not evaluated, not judged"}
+    with atomic_dir(out) as tmp:
+        write_untrained(tmp, trainer, metrics, status="disabled")
+    write_empty(paths.dvclive(trainer))
+    write_json(paths.train_metrics(trainer), metrics)
+    return metrics

@@ -1,0 +1,32 @@
+"""The loop's names, defined once: the training chains and their trainers, the replay's arms and metrics. Every
+stage, report, gate rule and config schema that names one of them imports it from here."""
+
+from __future__ import annotations
+
+# The extraction/decision chain, in order: SFT, then DPO and GRPO, both continuing SFT.
+CHAIN = ("sft", "dpo", "grpo")
+# The tool-calling agent's chain, in order, and the reward model its RL step may use.
+AGENT_CHAIN = ("agent_sft", "agent_dpo", "agent_grpo")
+REWARD_MODEL = "agent_rm"
+TRAINERS = (*CHAIN, *AGENT_CHAIN, REWARD_MODEL)  # each writes models/<name>/ and metrics/train_<name>.json
+
+
+def command_name(trainer: str) -> str:
+    """The trainer as `clap train` names it (`agent_sft` → `agent-sft`)."""
+    return trainer.replace("_", "-")
+
+
+def trainer_name(command: str) -> str:
+    """The inverse of `command_name`."""
+    return command.replace("-", "_")
+
+
+# The application-chain replay (docs/design.md §4): arm → (adapter on, retrieval on), and what each arm is.
+REPLAY_ARMS = {"A": (False, True), "B": (True, True), "C": (False, False), "D": (True, False)}
+PROD_ARM = {"P": ("prod", True)}  # the adapter in prod + RAG: the champion the candidate must beat in the application
+ARM_LABELS = {"A": "base + RAG", "B": "adapter + RAG", "C": "base alone", "D": "adapter alone", "P": "prod + RAG"}
+REPLAY_CONTRASTS = {"B-A": ("A", "B"), "D-C": ("C", "D"), "B-P": ("P", "B")}  # (reference, new) arm
+# Scored from the answer (the first six), then the retriever's two (the same for every arm).
+REPLAY_ANSWER_METRICS = ("answer_json_parse", "value_exact", "period_exact", "core_fields_exact",
+                         "evidence_chunk_exact", "evidence_doc_page_exact")
+REPLAY_METRICS = (*REPLAY_ANSWER_METRICS, "retrieved_target_chunk", "retrieved_target_doc_page")
