@@ -35,7 +35,12 @@ class BM25Index:
 
         self.chunk_ids = list(chunk_ids)
         self.retriever = bm25s.BM25()
-        self.retriever.index([tokenize(t) for t in texts], show_progress=False)
+        docs = [tokenize(t) for t in texts]
+        # the vocabulary numbered in sorted order (bm25s numbers a set's order, which changes from run to run), so
+        # the saved index is the same bytes for the same chunks and DVC sees an unchanged output
+        vocab = {token: i for i, token in enumerate(sorted({t for doc in docs for t in doc}))}
+        self.retriever.index(bm25s.tokenization.Tokenized(ids=[[vocab[t] for t in doc] for doc in docs], vocab=vocab),
+                             show_progress=False)
 
     def search(self, queries: list[str], k: int) -> list[list[str]]:
         k = min(k, len(self.chunk_ids))

@@ -30,6 +30,7 @@ import pandas as pd
 
 from clap import paths
 from clap.data.repair import replace_in_inbox
+from clap.domain.names import AGENT_CHAIN
 from clap.errors import UserError
 from clap.evaluate.stats import paired_bootstrap
 from clap.feedback import agreement as agr
@@ -225,18 +226,7 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
     except ValueError as exc:
         raise HumanEvalError(str(exc)) from None
     key, key_path = _key_for(tasks, keys, Path(file))
-    problems = list(parsed.problems)
-    for t in tasks:
-        uid, answer = t["data"].get("uid"), t["data"].get("answer")
-        if uid in key["tasks"] and _sha(str(answer)) != key["tasks"][uid]["answer_sha256"]:
-            raise HumanEvalError(f"{file}: task {t.get('id')} shows an answer that differs from the one exported "
-                                 f"(uid {uid}, key {key_path}); refusing the import")
-    unknown = sorted({lab.task_id for lab in parsed.labels if lab.task_uid not in key["tasks"]}, key=str)
-    problems += [f"task {t}: never exported in {key['export_id']}; its labels left out" for t in unknown]
-    labels = [lab for lab in parsed.labels if lab.task_uid in key["tasks"]]
-    if not labels:
-        raise HumanEvalError(f"{file}: no usable annotation (cancelled {len(parsed.cancelled)}, "
-                             f"problems {len(problems)})")
+    labels, problems = _checked_labels(tasks, parsed, key, key_path, Path(file))
     rows = [{"uid": lab.task_uid, "annotator": lab.annotator, **key["tasks"][lab.task_uid],
              **{s: lab.ratings.get(s) for s in SCALES},
              CORRECTNESS: None if lab.correct is None else float(lab.correct)} for lab in labels]
@@ -254,43 +244,86 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
         sub = per_task[per_task["model"] == m]
         result["models"][m] = {s: _mean_ci(sub[s].dropna().tolist(), cfg) for s in [*SCALES, CORRECTNESS]}
     ref = "prod" if "prod" in models else "base"
-    pivot = {s: per_task.pivot_table(index="item_id", columns="model", values=s) for s in [*SCALES, CORRECTNESS]}
     if "candidate" in models and ref in models:
         result["reference"] = ref
+    result["deltas"] = _human_deltas(per_task, models, ref, cfg)
+    result["agreement"] = _agreement(df)
+    result["calibration"] = _calibration(per_task, key, h["calibration_threshold"])
+    inbox_rows = _flagged(per_task, key, h)
+    replace_in_inbox(inbox, inbox_rows, f"human:{key['export_id']}")
+    result["flagged_to_inbox"] = len(inbox_rows)
+    write_json(out, _finite(result))
+    return result
+
+
+def _checked_labels(tasks: list[dict], parsed, key: dict, key_path: Path, file: Path) -> tuple[list, list[str]]:
+    """The labels of tasks the key exported, after refusing an export whose shown answer differs from the one
+    exported; the problems found (labels left out, and why)."""
+    problems = list(parsed.problems)
+    for t in tasks:
+        uid, answer = t["data"].get("uid"), t["data"].get("answer")
+        if uid in key["tasks"] and _sha(str(answer)) != key["tasks"][uid]["answer_sha256"]:
+            raise HumanEvalError(f"{file}: task {t.get('id')} shows an answer that differs from the one exported "
+                                 f"(uid {uid}, key {key_path}); refusing the import")
+    unknown = sorted({lab.task_id for lab in parsed.labels if lab.task_uid not in key["tasks"]}, key=str)
+    problems += [f"task {t}: never exported in {key['export_id']}; its labels left out" for t in unknown]
+    labels = [lab for lab in parsed.labels if lab.task_uid in key["tasks"]]
+    if not labels:
+        raise HumanEvalError(f"{file}: no usable annotation (cancelled {len(parsed.cancelled)}, "
+                             f"problems {len(problems)})")
+    return labels, problems
+
+
+def _human_deltas(per_task: pd.DataFrame, models: list[str], ref: str, cfg: dict) -> dict:
+    """Each compared pair's paired-bootstrap delta per scale, over the items both were rated on."""
+    pivot = {s: per_task.pivot_table(index="item_id", columns="model", values=s) for s in [*SCALES, CORRECTNESS]}
+    deltas = {}
     for model, against in ((m, a or ref) for m, a in COMPARED):
         if {model, against} <= set(models):
-            result["deltas"][f"{model}-{against}"] = {
+            deltas[f"{model}-{against}"] = {
                 s: paired_bootstrap(p[against].tolist(), p[model].tolist(), n=cfg["evaluate"]["bootstrap"],
                                     ci=cfg["evaluate"]["ci"], seed=7)
                 for s, p in ((s, p.dropna(subset=[against, model])) for s, p in pivot.items()
                              if {against, model} <= set(p.columns))}
+    return deltas
+
+
+def _agreement(df: pd.DataFrame) -> dict:
+    """Inter-annotator agreement per scale (Krippendorff's alpha; interval scales and nominal correctness)."""
     annotators = sorted(df["annotator"].unique())
+    out = {}
     for s, level in [*((s, "interval") for s in SCALES), (CORRECTNESS, "nominal")]:
         wide = df.pivot_table(index="uid", columns="annotator", values=s, aggfunc="first").reindex(columns=annotators)
         units = [[None if pd.isna(v) else v for v in row] for row in wide.to_numpy().tolist()]
-        result["agreement"][s] = agr.agreement(units, level) if len(annotators) > 1 \
+        out[s] = agr.agreement(units, level) if len(annotators) > 1 \
             else {"units": len(units), "raters_per_unit": [1], "krippendorff_alpha": None}
+    return out
+
+
+def _calibration(per_task: pd.DataFrame, key: dict, threshold: float) -> dict:
+    """How well each automatic metric predicts the people's correctness and usefulness, per kind of task."""
     tasks_df = per_task.join(pd.DataFrame.from_dict(
         {u: key["tasks"][u]["automatic"] for u in per_task.index}, orient="index"))
+    out: dict = {}
     for kind, metrics in AUTOMATIC.items():
         sub = tasks_df[tasks_df["kind"] == kind]
         for metric in (m for m in metrics if m in sub and not sub.empty):
             for label, target in ((CORRECTNESS, sub[CORRECTNESS]), ("usefulness", (sub["usefulness"] - 1) / 4)):
                 ok = target.notna() & sub[metric].notna()
                 if ok.any():
-                    result["calibration"].setdefault(kind, {})[f"{metric}~{label}"] = agr.calibration(
-                        sub.loc[ok, metric].tolist(), target[ok].tolist(), h["calibration_threshold"])
-    # flagged: rated low, or no majority of its raters called it correct
+                    out.setdefault(kind, {})[f"{metric}~{label}"] = agr.calibration(
+                        sub.loc[ok, metric].tolist(), target[ok].tolist(), threshold)
+    return out
+
+
+def _flagged(per_task: pd.DataFrame, key: dict, h: dict) -> list[dict]:
+    """The inbox rows of answers people flagged: rated low, or no majority of its raters called it correct."""
     flagged = per_task[(per_task["usefulness"] <= h["flag_usefulness_at_most"]) | (per_task[CORRECTNESS] <= 0.5)]
-    flagged = flagged[flagged["model"].isin(["candidate", "prod", "agent_prod", "agent_sft", "agent_dpo", "agent_grpo"])]
-    inbox_rows = [{"source": "human_flagged", "export_id": key["export_id"], "uid": u,
-                   "reason": "rated incorrect" if r[CORRECTNESS] <= 0.5 else f"usefulness {r['usefulness']:.1f}",
-                   "record_id": key["tasks"][u]["record_id"], "item_id": r["item_id"], "model": r["model"]}
-                  for u, r in flagged.iterrows()]
-    replace_in_inbox(inbox, inbox_rows, f"human:{key['export_id']}")
-    result["flagged_to_inbox"] = len(inbox_rows)
-    write_json(out, _finite(result))
-    return result
+    flagged = flagged[flagged["model"].isin(["candidate", "prod", "agent_prod", *AGENT_CHAIN])]
+    return [{"source": "human_flagged", "export_id": key["export_id"], "uid": u,
+             "reason": "rated incorrect" if r[CORRECTNESS] <= 0.5 else f"usefulness {r['usefulness']:.1f}",
+             "record_id": key["tasks"][u]["record_id"], "item_id": r["item_id"], "model": r["model"]}
+            for u, r in flagged.iterrows()]
 
 
 def _finite(obj):

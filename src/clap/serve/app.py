@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,67 +30,25 @@ from clap.serve.batcher import Batcher, Job
 ROUTED = "clap"  # the model name a routing server (the canary) answers by request id
 
 
-def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
-               max_batch: int = 16, wait_ms: float = 5.0, route: Callable[[str], str] | None = None,
-               on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None):
-    """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
-    adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
+def refuse(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> JSONResponse:
+    """An OpenAI-shaped error response with one message naming the field."""
+    return JSONResponse(api.error(message, kind, param), status_code=status)
 
-    The canary's hooks (`clap.serve.canary`): `route(request_id)` names the model of a request that names none (or
-    `clap`); `on_answer(record)` sees every answer ({request_id, model, prompt, text, new_tokens, latency_ms}); with
-    `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400)."""
-    batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app):
-        task = asyncio.create_task(batcher.run())
-        yield
-        task.cancel()
-        batcher.executor.shutdown(wait=False, cancel_futures=True)
+@dataclass
+class Completions:
+    """What answers `/v1/chat/completions` and `/v1/completions`: a request parsed and checked, queued on the
+    batcher, answered whole or streamed; the canary's hooks (`route`, `on_answer`) as `create_app` documents."""
 
-    app = FastAPI(title="clap serve", lifespan=lifespan)
-    app.state.batcher = batcher
+    batcher: Batcher
+    models: dict[str, bool | str]
+    default_max_tokens: int
+    max_tokens_cap: int
+    route: Callable[[str], str] | None = None
+    on_answer: Callable[[dict], None] | None = None
 
-    def refuse(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
-        return JSONResponse(api.error(message, kind, param), status_code=status)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_request, exc):
-        first = exc.errors()[0]
-        return refuse(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_request, exc):  # one line, never a traceback in the response
-        return refuse(500, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", kind="server_error")
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "models": list(models)}
-
-    @app.get("/v1/models")
-    async def list_models():
-        names = [*([ROUTED] if route is not None else []), *models]
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "clap"}
-                                           for name in names]}
-
-    if feedback is not None:
-        @app.post("/v1/feedback")
-        async def post_feedback(request: Request):
-            try:
-                body = await request.json()
-                if not isinstance(body, dict):
-                    raise ValueError("the request body must be a JSON object")
-                return feedback(body.get("request_id"), body.get("outcome"), body.get("reason"),
-                                body.get("record_id"), body.get("scores"))
-            except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
-                return refuse(400, str(exc))
-
-    @app.get("/v1/stats")
-    async def stats():
-        sizes = batcher.batches
-        return {"batches": len(sizes), "requests": sum(sizes), "max_batch_seen": max(sizes, default=0)}
-
-    async def parse(request: Request, shape):
+    async def parse(self, request: Request, shape) -> tuple[tuple | None, JSONResponse | None]:
+        """(request, request id, job) or the 4xx refusing it."""
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -103,57 +62,55 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
             where = ".".join(str(p) for p in first["loc"])
             return None, refuse(400, f"{where}: {first['msg']}", where)
         request_id = req.request_id or api.completion_id("chatcmpl" if isinstance(req, api.ChatRequest) else "cmpl")
-        if route is not None and req.model in (None, ROUTED):
-            req.model = route(request_id)
+        if self.route is not None and req.model in (None, ROUTED):
+            req.model = self.route(request_id)
         if req.model is None:
             return None, refuse(400, "model: Field required", "model")
-        if req.model not in models:
+        if req.model not in self.models:
             return None, refuse(404, f"model {req.model!r} is not served here; GET /v1/models lists "
-                                     f"{', '.join(models)}", "model")
+                                     f"{', '.join(self.models)}", "model")
         try:
-            limit = req.token_limit(default_max_tokens, max_tokens_cap)
+            limit = req.token_limit(self.default_max_tokens, self.max_tokens_cap)
             schema = req.schema() if isinstance(req, api.ChatRequest) else None
         except ValueError as exc:
             return None, refuse(400, str(exc), "max_tokens" if "max_tokens" in str(exc) else "response_format")
         prompt = [m.model_dump() for m in req.messages] if isinstance(req, api.ChatRequest) else req.prompt
-        return (req, request_id, Job(prompt, models[req.model], limit, req.temperature, schema, req.seed,
+        return (req, request_id, Job(prompt, self.models[req.model], limit, req.temperature, schema, req.seed,
                                      asyncio.Queue() if req.stream else None)), None
 
-    def answered(req, rid: str, job: Job, text: str, new_tokens: int, started: float) -> None:
-        if on_answer is not None:
-            on_answer({"request_id": rid, "model": req.model, "prompt": job.prompt, "text": text,
-                       "new_tokens": new_tokens, "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
+    def answered(self, req, rid: str, job: Job, text: str, new_tokens: int, started: float) -> None:
+        if self.on_answer is not None:
+            self.on_answer({"request_id": rid, "model": req.model, "prompt": job.prompt, "text": text,
+                            "new_tokens": new_tokens, "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
 
-    async def answer(request: Request, shape, chat: bool):
+    async def answer(self, request: Request, shape, chat: bool):
         started = time.perf_counter()
-        parsed, refusal = await parse(request, shape)
+        parsed, refusal = await self.parse(request, shape)
         if refusal is not None:
             return refusal
         req, rid, job = parsed
         if req.stream:
-            return StreamingResponse(stream(req, job, rid, chat, started), media_type="text/event-stream")
+            return StreamingResponse(self.stream(req, job, rid, chat, started), media_type="text/event-stream")
         try:
-            got = await batcher.submit(job)
+            got = await self.batcher.submit(job)
         except ValueError as exc:
             return refuse(400, str(exc), "response_format")
-        answered(req, rid, job, got.text, got.new_tokens, started)
+        self.answered(req, rid, job, got.text, got.new_tokens, started)
         text, stopped = api.cut_at_stop(got.text, req.stop)
         reason = api.finish_reason(got.new_tokens, job.max_tokens, stopped)
         build = api.chat_response if chat else api.text_response
         return build(rid, req.model, text, reason, got.prompt_tokens, got.new_tokens)
 
-    async def stream(req, job: Job, rid: str, chat: bool, started: float) -> AsyncIterator[str]:
-        def event(body: dict) -> str:
-            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+    async def stream(self, req, job: Job, rid: str, chat: bool, started: float) -> AsyncIterator[str]:
+        """Server-sent events: the text as the engine's loop decodes it, held back where a stop sequence may begin."""
+        def piece(text: str, reason: str | None = None) -> str:
+            body = api.chat_chunk(rid, req.model, {"content": text} if text else {}, reason) if chat \
+                else api.text_chunk(rid, req.model, text, reason)
+            return _event(body)
 
-        def piece(text: str, reason: str | None = None) -> dict:
-            if chat:
-                return api.chat_chunk(rid, req.model, {"content": text} if text else {}, reason)
-            return api.text_chunk(rid, req.model, text, reason)
-
-        done = asyncio.ensure_future(batcher.submit(job))
+        done = asyncio.ensure_future(self.batcher.submit(job))
         if chat:
-            yield event(api.chat_chunk(rid, req.model, {"role": "assistant", "content": ""}))
+            yield _event(api.chat_chunk(rid, req.model, {"role": "assistant", "content": ""}))
         sent, stopped = "", False
         while (so_far := await job.stream.get()) is not None:
             if stopped:
@@ -161,27 +118,98 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
             text, stopped = api.cut_at_stop(so_far, req.stop)
             ready = text if stopped else text[:len(text) - api.held_back(text, req.stop)]
             if len(ready) > len(sent) and ready.startswith(sent):
-                yield event(piece(ready[len(sent):]))
+                yield piece(ready[len(sent):])
                 sent = ready
         try:
             got = await done
         except Exception as exc:  # noqa: BLE001 - the stream ends with the error, as OpenAI's does
-            yield event(api.error(f"{type(exc).__name__}: {exc}", "server_error"))
+            yield _event(api.error(f"{type(exc).__name__}: {exc}", "server_error"))
             yield "data: [DONE]\n\n"
             return
-        answered(req, rid, job, got.text, got.new_tokens, started)
+        self.answered(req, rid, job, got.text, got.new_tokens, started)
         final, stopped = api.cut_at_stop(got.text, req.stop)
         if len(final) > len(sent) and final.startswith(sent):
-            yield event(piece(final[len(sent):]))
-        yield event(piece("", api.finish_reason(got.new_tokens, job.max_tokens, stopped)))
+            yield piece(final[len(sent):])
+        yield piece("", api.finish_reason(got.new_tokens, job.max_tokens, stopped))
         yield "data: [DONE]\n\n"
+
+
+def _event(body: dict) -> str:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
+               max_batch: int = 16, wait_ms: float = 5.0, route: Callable[[str], str] | None = None,
+               on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None):
+    """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
+    adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
+
+    The canary's hooks (`clap.serve.canary`): `route(request_id)` names the model of a request that names none (or
+    `clap`); `on_answer(record)` sees every answer ({request_id, model, prompt, text, new_tokens, latency_ms}); with
+    `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400)."""
+    batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
+    completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        task = asyncio.create_task(batcher.run())
+        yield
+        task.cancel()
+        batcher.executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="clap serve", lifespan=lifespan)
+    app.state.batcher = batcher
+
+    _refuse_errors(app)
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": list(models)}
+
+    @app.get("/v1/models")
+    async def list_models():
+        names = [*([ROUTED] if route is not None else []), *models]
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "clap"}
+                                           for name in names]}
+
+    @app.get("/v1/stats")
+    async def stats():
+        sizes = batcher.batches
+        return {"batches": len(sizes), "requests": sum(sizes), "max_batch_seen": max(sizes, default=0)}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await answer(request, api.ChatRequest, chat=True)
+        return await completions.answer(request, api.ChatRequest, chat=True)
 
     @app.post("/v1/completions")
-    async def completions(request: Request):
-        return await answer(request, api.CompletionRequest, chat=False)
+    async def text_completions(request: Request):
+        return await completions.answer(request, api.CompletionRequest, chat=False)
 
+    if feedback is not None:
+        _feedback_route(app, feedback)
     return app
+
+
+def _refuse_errors(app: FastAPI) -> None:
+    """A request FastAPI cannot validate is a 400 naming the field; anything unexpected a 500 with one line."""
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request, exc):
+        first = exc.errors()[0]
+        return refuse(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request, exc):  # one line, never a traceback in the response
+        return refuse(500, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", kind="server_error")
+
+
+def _feedback_route(app: FastAPI, feedback: Callable[..., dict]) -> None:
+    """`POST /v1/feedback`: the canary's outcome for a request it served (a ValueError from `feedback` is a 400)."""
+    @app.post("/v1/feedback")
+    async def post_feedback(request: Request):
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("the request body must be a JSON object")
+            return feedback(body.get("request_id"), body.get("outcome"), body.get("reason"),
+                            body.get("record_id"), body.get("scores"))
+        except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+            return refuse(400, str(exc))

@@ -118,20 +118,7 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
     actions = playbook(case_files) if e["action_playbook"] else None
     schemas = [decision_schema(prompts.decision_cause_fields(c["prompt"]), actions) for c in cases] \
         if cfg["generate"]["constrained"] else None
-    graded = [{g["role"]: g["text"] for g in json.loads(c["candidates_json"])} for c in cases]
-    per_model: dict[str, list[dict]] = {}
-    for name in models:
-        use = False if name == "base" else name
-        gens = engine.generate(convs, use_adapter=use, max_new_tokens=e["max_new_tokens"],
-                               batch_size=e["batch_size"], schemas=schemas)
-        lps = {role: engine.completion_logprobs(convs, [g[role] for g in graded], use)
-               for role in ("chosen", "near_miss", "rejected")}
-        per_model[name] = [
-            {"case_id": c["case_id"], "record_id": c["record_id"], "batch": c["batch"], "model": name,
-             "output": g.text, "parsed": parse_answer(g.text), "latency_ms": round(g.latency_ms, 2), "reused": g.reused,
-             "logprob": {role: round(lps[role][i], 4) for role in lps},
-             **score_case(g.text, c, {role: lps[role][i] for role in lps}, rewards)}
-            for i, (c, g) in enumerate(zip(cases, gens))]
+    per_model = {name: answers(engine, name, cases, convs, schemas, e, rewards) for name in models}
     batches = list(case_files)
     result = {"n": len(cases), "models": {m: _aggregate(rows) for m, rows in per_model.items()},
               "per_batch": {b: {"n": sum(c["batch"] == b for c in cases),
@@ -148,12 +135,7 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
                                                          [per_model[new][i] for i in sel], BATCH_DELTA_METRICS,
                                                          cfg["evaluate"])
         if ref == ("sft" if new != "sft" else ("prod" if "prod" in models else "base")):
-            regressed += [{"case_id": c["case_id"], "batch": c["batch"], "record_id": c["record_id"], "model": new,
-                           "reference_model": ref, "reason": f"{new}_failed_where_{ref}_passed",
-                           "reference_output": a["output"], "output": z["output"],
-                           "reference_json": c["reference_json"], "prompt": c["prompt"]}
-                          for c, a, z in zip(cases, per_model[ref], per_model[new])
-                          if a["decision_pass"] == 1.0 and z["decision_pass"] == 0.0]
+            regressed += _regressed(cases, per_model[ref], per_model[new], new, ref)
     result["regressed_cases"] = {m: sum(r["model"] == m for r in regressed) for m in models if m in CHAIN}
     result["constrained"] = schemas is not None
     result["action_playbook"] = actions
@@ -167,6 +149,32 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
         write_jsonl(tmp / "extraction_records.jsonl", extraction_records)
     write_json(metrics_file, result)
     return result
+
+
+def answers(engine, name: str, cases: list[dict], convs: list, schemas: list | None, e: dict, rewards: dict
+            ) -> list[dict]:
+    """Model `name`'s scored answer to every case ("base": the adapters switched off), with the summed
+    log-probability it gives each graded answer (chosen, near miss, rejected)."""
+    use = False if name == "base" else name
+    graded = [{g["role"]: g["text"] for g in json.loads(c["candidates_json"])} for c in cases]
+    gens = engine.generate(convs, use_adapter=use, max_new_tokens=e["max_new_tokens"],
+                           batch_size=e["batch_size"], schemas=schemas)
+    lps = {role: engine.completion_logprobs(convs, [g[role] for g in graded], use)
+           for role in ("chosen", "near_miss", "rejected")}
+    return [{"case_id": c["case_id"], "record_id": c["record_id"], "batch": c["batch"], "model": name,
+             "output": g.text, "parsed": parse_answer(g.text), "latency_ms": round(g.latency_ms, 2), "reused": g.reused,
+             "logprob": {role: round(lps[role][i], 4) for role in lps},
+             **score_case(g.text, c, {role: lps[role][i] for role in lps}, rewards)}
+            for i, (c, g) in enumerate(zip(cases, gens))]
+
+
+def _regressed(cases: list[dict], ref_rows: list[dict], new_rows: list[dict], new: str, ref: str) -> list[dict]:
+    """The cases `new` failed where its reference `ref` passed."""
+    return [{"case_id": c["case_id"], "batch": c["batch"], "record_id": c["record_id"], "model": new,
+             "reference_model": ref, "reason": f"{new}_failed_where_{ref}_passed",
+             "reference_output": a["output"], "output": z["output"],
+             "reference_json": c["reference_json"], "prompt": c["prompt"]}
+            for c, a, z in zip(cases, ref_rows, new_rows) if a["decision_pass"] == 1.0 and z["decision_pass"] == 0.0]
 
 
 def _deltas(ref_rows: list[dict], new_rows: list[dict], metrics, e: dict) -> dict:

@@ -54,32 +54,61 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     """Materialize one batch. Returns the data-quality report."""
     check_output_dir(out, (assets,))
     m = cfg["materialize"]
-    if not (Path(assets) / "facts.parquet").exists():
-        raise InputFileError(f"{assets}/facts.parquet: no such file (run `clap assetize` first)")
-    present = sorted(pd.read_parquet(Path(assets) / "facts.parquet", columns=["batch"])["batch"].unique())
-    # assets are one Parquet file per batch: the filter reads this batch's rows only
-    facts = pd.read_parquet(Path(assets) / "facts.parquet", filters=[("batch", "==", batch)]).reset_index(drop=True)
-    chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
-    decisions = pd.read_parquet(Path(assets) / "decisions.parquet")
-    if facts.empty:
-        raise InputFileError(f"{assets}/facts.parquet: batch {batch!r} has no facts (batches present: "
-                             f"{', '.join(present) or 'none'}); check data.batches")
+    facts, chunks, decisions = _load(Path(assets), batch)
     chunk_by_id = {r["chunk_id"]: r for r in chunks.to_dict("records")}
     facts["input_norm"] = [nz.fold(f"{q} {chunk_by_id.get(c, {}).get('text', '')}").lower()
                            for q, c in zip(facts["question"], facts["chunk_id"])]
     seed, frac = m["seed"], m["eval_fraction"]
-    # before: a naive split by record over everything in the batch (what the paper started from)
-    naive_eval = facts["record_id"].map(lambda r: _in_eval(r, frac, seed))
     work = Path(out).parent  # beside the output: the near-duplicate units' files, on storage every Ray node sees
     work.mkdir(parents=True, exist_ok=True)
+    split = _split(facts, m, work)
+    train = capped(split["train"], m["max_train_per_batch"], seed, "train")
+    holdout = capped(split["holdout"], m["max_eval_per_batch"], seed, "holdout")
+    contexts = _retrieved(train, chunks[~chunks["doc_id"].map(lambda d: _in_eval(d, frac, seed))],
+                          cfg["retrieval"]["k"])
+    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, seed, m["app_share"])
+    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, seed, app_share=0.0)
+    replay = _replay_rows(capped(split["replay_pool"], m["max_replay_per_batch"], seed, "replay"))
+    pairs, groups, decision_eval = _decision_rows(decisions, batch, m, cfg["rewards"])
+    sft_train += _decision_sft_rows(groups, batch)
+    repair = split["repair"]
+    quality = {"batch": batch, "train_size": len(sft_train), "holdout_size": len(sft_eval),
+               "replay_cases": len(replay), "dpo_pairs": len(pairs), "grpo_groups": len(groups),
+               "decision_sft_rows": len(groups), "decision_eval_cases": len(decision_eval),
+               "repair_queue": len(repair), "exact_duplicates_removed": split["exact_duplicates"],
+               "overlap_removed_from_train": split["overlap_removed"], "before": split["before"],
+               "after": split["after"]}
+    rows = {"sft_train": sft_train, "sft_eval": sft_eval, "dpo_pairs": pairs, "grpo_groups": groups,
+            "replay_cases": replay, "decision_eval": decision_eval}
+    _write(out, assets, rows, repair, quality)
+    return quality
+
+
+def _load(assets: Path, batch: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The batch's facts (one Parquet file per batch: the filter reads this batch's rows only), every chunk and
+    every decision; a batch with no facts is one line naming the batches present."""
+    if not (assets / "facts.parquet").exists():
+        raise InputFileError(f"{assets}/facts.parquet: no such file (run `clap assetize` first)")
+    present = sorted(pd.read_parquet(assets / "facts.parquet", columns=["batch"])["batch"].unique())
+    facts = pd.read_parquet(assets / "facts.parquet", filters=[("batch", "==", batch)]).reset_index(drop=True)
+    if facts.empty:
+        raise InputFileError(f"{assets}/facts.parquet: batch {batch!r} has no facts (batches present: "
+                             f"{', '.join(present) or 'none'}); check data.batches")
+    return facts, pd.read_parquet(assets / "chunks.parquet"), pd.read_parquet(assets / "decisions.parquet")
+
+
+def _split(facts: pd.DataFrame, m: dict, work: Path) -> dict:
+    """Train and holdout split by document, after dropping unverifiable rows (to repair) and exact duplicates, with
+    every train row that overlaps the holdout (same record, same normalised input, near duplicate) removed; the
+    overlap a naive split by record would have had (`before`) and what is left (`after`, zero by construction)."""
+    seed, frac = m["seed"], m["eval_fraction"]
+    naive_eval = facts["record_id"].map(lambda r: _in_eval(r, frac, seed))  # what the paper started from
     before = overlap_counts(facts[~naive_eval], facts[naive_eval], m, work)
     before.pop("_near_mask")
     before.update(noisy_metric_labels=int((facts["metric"] != facts["metric_raw"].map(nz.fold)).sum()),
                   missing_evidence=int(facts["evidence"].isna().sum()),
                   unverifiable=int((~facts["verifiable"]).sum()), rows=len(facts))
-    repair = facts[~facts["verifiable"]]
     usable = facts[facts["verifiable"]].drop_duplicates(subset=["content_hash"], keep="first")
-    exact_dups = len(facts[facts["verifiable"]]) - len(usable)
     is_eval = usable["doc_id"].map(lambda d: _in_eval(d, frac, seed))
     holdout, train = usable[is_eval], usable[~is_eval]
     ov = overlap_counts(train, holdout, m, work)
@@ -91,37 +120,38 @@ def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
     after.update(noisy_metric_labels=0, missing_evidence=int(train["evidence"].isna().sum()
                                                               + holdout["evidence"].isna().sum()),
                  unverifiable=0, rows=len(train) + len(holdout))
-    train = capped(train, m["max_train_per_batch"], seed, "train")
-    holdout = capped(holdout, m["max_eval_per_batch"], seed, "holdout")
-    contexts = _retrieved(train, chunks[~chunks["doc_id"].map(lambda d: _in_eval(d, frac, seed))],
-                          cfg["retrieval"]["k"])
-    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, seed, m["app_share"])
-    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, seed, app_share=0.0)
-    replay = _replay_rows(capped(usable[is_eval], m["max_replay_per_batch"], seed, "replay"))
+    return {"train": train, "holdout": holdout, "replay_pool": usable[is_eval], "repair": facts[~facts["verifiable"]],
+            "exact_duplicates": len(facts[facts["verifiable"]]) - len(usable), "overlap_removed": int(dropped.sum()),
+            "before": before, "after": after}
+
+
+def _decision_rows(decisions: pd.DataFrame, batch: str, m: dict, rewards: dict) -> tuple[list, list, list]:
+    """The batch's decision cases split by case: preference pairs and GRPO groups from the training cases, the
+    held-out cases for `evaluate_decisions`."""
     batch_dec = decisions[decisions["batch"] == batch]
-    dec_eval = batch_dec["record_id"].map(lambda r: _in_eval(r, m["decision_eval_fraction"], seed)).astype(bool)
-    pairs, groups = _preferences(batch_dec[~dec_eval], decisions, cfg["rewards"])
+    dec_eval = batch_dec["record_id"].map(lambda r: _in_eval(r, m["decision_eval_fraction"], m["seed"])).astype(bool)
+    pairs, groups = _preferences(batch_dec[~dec_eval], decisions, rewards)
     decision_eval = [{"case_id": f"dc-{g['record_id']}", "batch": batch, **{k: v for k, v in g.items() if k != "group_id"}}
-                     for g in _preferences(batch_dec[dec_eval], decisions, cfg["rewards"])[1]]
-    sft_train += _decision_sft_rows(groups, batch)
-    quality = {"batch": batch, "train_size": len(sft_train), "holdout_size": len(sft_eval),
-               "replay_cases": len(replay), "dpo_pairs": len(pairs), "grpo_groups": len(groups),
-               "decision_sft_rows": len(groups), "decision_eval_cases": len(decision_eval),
-               "repair_queue": len(repair), "exact_duplicates_removed": exact_dups,
-               "overlap_removed_from_train": int(dropped.sum()), "before": before, "after": after}
+                     for g in _preferences(batch_dec[dec_eval], decisions, rewards)[1]]
+    return pairs, groups, decision_eval
+
+
+_CONTRACTS = {"sft_train": SftSample, "sft_eval": SftSample, "dpo_pairs": PreferencePair, "grpo_groups": GrpoGroup,
+              "replay_cases": ReplayCase, "decision_eval": DecisionCase}
+
+
+def _write(out: Path, assets: Path, rows: dict[str, list], repair: pd.DataFrame, quality: dict) -> None:
+    """Every file of the batch, each checked against its contract, written together or not at all."""
     with atomic_dir(out, (assets,)) as tmp:
-        for name, rows, model in (("sft_train", sft_train, SftSample), ("sft_eval", sft_eval, SftSample),
-                                  ("dpo_pairs", pairs, PreferencePair), ("grpo_groups", groups, GrpoGroup),
-                                  ("replay_cases", replay, ReplayCase), ("decision_eval", decision_eval, DecisionCase)):
-            df = pd.DataFrame.from_records(rows, columns=list(model.to_schema().columns))
+        for name, model in _CONTRACTS.items():
+            df = pd.DataFrame.from_records(rows[name], columns=list(model.to_schema().columns))
             if len(df):
                 model.validate(df, lazy=True)
-            write_jsonl(tmp / f"{name}.jsonl", rows)
+            write_jsonl(tmp / f"{name}.jsonl", rows[name])
         write_jsonl(tmp / "repair.jsonl", [{"stage": "materialize", "reason": r["unverifiable_reason"],
                                             "record": {k: v for k, v in r.items() if k != "input_norm"}}
                                            for r in repair.to_dict("records")])
         write_json(tmp / "data_quality.json", quality)
-    return quality
 
 
 def capped(df: pd.DataFrame, n: int | None, seed: int, salt: str) -> pd.DataFrame:
