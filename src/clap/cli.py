@@ -355,28 +355,13 @@ def _say_trained(kind: str, m: dict) -> None:
     console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, {speed}")
 
 
-def _agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):
-    """One base model serving the named agent adapters (each through the serving check), with the
-    tool-calling template and the tools' schemas; `prod`: [("prod", folder, pinned manifest)] of the agent
-    adapter in prod (`_prod(…, "agent_adapter")`), or nothing."""
-    from clap import model
-    from clap.agent.chat import engine_rendering
-    from clap.agent.tools import ReportTools
-    from clap.evaluate.generate import Engine
-    from clap.integrity import pinned_expectation
-
-    base = model.resolve(cfg["model"])
-    others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
-    rendering = engine_rendering(model.load_tokenizer(base), ReportTools.tool_schemas())
-    return Engine(base, others=others, answer_store=_answer_store(cfg), reuse_prefixes=cfg["generate"]["prefix_cache_tokens"],
-                  **rendering, **_decoding(cfg))
-
-
 @app.command("agent-pairs")
 def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
                 out: Path = typer.Option(paths.AGENT_PAIRS)) -> None:
     """On-policy hard negatives: the agent SFT adapter's own wrong next actions on the train
     trajectories, each paired with the gold action (the agent DPO step's data)."""
+    from clap.agent.engine import agent_engine
+
     cfg = _params()
     if not cfg["agent"]["enabled"]:
         return _agent_off("agent-pairs", out, ("pairs.jsonl",))
@@ -386,7 +371,7 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
           (paths.adapter("agent_sft"), "dvc repro train_agent_sft"))
     tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
-    engine = _agent_engine(cfg, ["agent_sft"])
+    engine = agent_engine(cfg, ["agent_sft"])
     report = stage.run(cfg, tasks, engine, tools, out)
     _say_reused(engine)
     console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
@@ -427,6 +412,8 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model and the
     agent adapter in prod on the held-out agent tasks: task success, tool-call accuracy (when / how), pass^k,
     hallucination, abstention, with paired-bootstrap CIs."""
+    from clap.agent.engine import agent_engine
+
     cfg = _params()
     if not cfg["agent"]["enabled"]:
         return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
@@ -439,55 +426,11 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
           *[(paths.adapter(a), f"dvc repro train_{a}") for a in adapters])
     prod_dir, prod_expected = _prod(prod, "agent_adapter")
     in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
-    engine = _agent_engine(cfg, adapters, in_prod)
+    engine = agent_engine(cfg, adapters, in_prod)
     result = stage.run(cfg, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
                        prod=bool(in_prod))
     _say_reused(engine)
     console.print(agent_table(result))
-
-
-def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
-    """The generation engine: the candidate verified against the hashes dvc.lock pins, the adapter in
-    prod (restored by `clap prod-adapter`) against the bundle committed at its release tag."""
-    import importlib.util
-
-    import torch
-
-    from clap import model
-    from clap.evaluate.generate import Engine
-    from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
-    from clap.integrity import pinned_expectation
-
-    base = model.resolve(cfg["model"])
-    expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
-    prod_dir, prod_expected = _prod(prod)
-    backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
-                             torch.cuda.is_available())
-    gpu_share = cfg["generate"]["gpu_memory_utilization"]
-    console.print(f"generation backend: {backend}")
-    if cfg["generate"]["ray_workers"]:  # the same engine on each of N Ray actors (clap.evaluate.generate_ray)
-        from clap.evaluate.generate_ray import RayEngine
-
-        args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
-                "prod_expected": prod_expected}
-        if backend == "vllm":
-            args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share}
-        else:
-            args |= _decoding(cfg)
-        return RayEngine(args, cfg["generate"]["ray_workers"], backend)
-    if backend == "vllm":
-        return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
-                          prod_dir=prod_dir, prod_expected=prod_expected)
-    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=_answer_store(cfg), **_decoding(cfg))
-
-
-def _answer_store(cfg: dict) -> Path | None:
-    return paths.ANSWER_STORE if cfg["generate"]["reuse_answers"] else None
-
-
-def _decoding(cfg: dict) -> dict:
-    """The HF engine's decoding settings every command passes alike (`generate.dtype`, `.jump_forward`, `.merge_adapters`)."""
-    return {k: cfg["generate"][k] for k in ("dtype", "jump_forward", "merge_adapters")}
 
 
 def _say_reused(engine) -> None:
@@ -500,20 +443,23 @@ def _say_reused(engine) -> None:
 
 
 def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None]:
-    """The restored prod adapter folder and the manifest its release tag's bundle pins (None, None: no prod,
-    or, for `role="agent_adapter"`, a release in prod that shipped no agent adapter)."""
-    from clap.integrity import pinned_expectation
-    from clap.io import read_json_if_exists
+    """The prod baseline (`clap.evaluate.engines.prod_baseline`), said on the console."""
+    from clap.evaluate.engines import prod_baseline
 
-    ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
-    folder = None if prod is None else prod / "adapter" if role == "adapter" else paths.prod_agent_adapter(prod)
-    if not (ptr and ptr.get("version")) or (role != "adapter" and not folder.is_dir()):
-        return None, None
-    # the agent adapter of a release that kept prod's is pinned by the release it came from (`agent_version`)
-    version = ptr.get("agent_version", ptr["version"]) if role == "agent_adapter" else ptr["version"]
-    tag = f"{paths.ARTIFACT}@{version}"
-    console.print(f"baseline: prod {ptr['version']} ({tag}, {role.replace('_', ' ')}) and the base model")
-    return folder, pinned_expectation(Path("."), folder, tag, role)
+    folder, expected, line = prod_baseline(prod, role)
+    if line:
+        console.print(line)
+    return folder, expected
+
+
+def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
+    """The extraction engine (`clap.evaluate.engines.extraction_engine`) with prod as its baseline."""
+    from clap.evaluate.engines import extraction_engine
+
+    prod_dir, prod_expected = _prod(prod)
+    engine, backend = extraction_engine(cfg, adapter, prod_dir, prod_expected)
+    console.print(f"generation backend: {backend}")
+    return engine
 
 
 @app.command("prod-adapter")
@@ -571,11 +517,9 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
                        out: Path = typer.Option(paths.EVAL_DECISIONS),
                        metrics: Path = typer.Option(paths.DECISION_METRICS)) -> None:
     """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
-    from clap import model
     from clap.domain.names import CHAIN
-    from clap.evaluate.generate import Engine
+    from clap.evaluate.engines import chain_engine
     from clap.evaluate.summary import decision_table
-    from clap.integrity import pinned_expectation
     from clap.stages import evaluate_decisions as stage
 
     cfg = _params()
@@ -584,11 +528,8 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
             for f in ("decision_eval.jsonl", "sft_eval.jsonl")],
           *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in cfg["data"]["batches"]],
           *[(paths.adapter(s), f"dvc repro train_{s}") for s in steps])
-    base = model.resolve(cfg["model"])
-    others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
     prod_dir, prod_expected = _prod(prod)
-    engine = Engine(base, prod_dir=prod_dir, prod_expected=prod_expected, others=others,
-                    answer_store=_answer_store(cfg), **_decoding(cfg))
+    engine = chain_engine(cfg, steps, prod_dir, prod_expected)
     models = ["base"] + (["prod"] if prod_dir else []) + steps
     result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
                        engine, models, out, metrics,

@@ -1,0 +1,24 @@
+"""The agent's engine: one base model serving the named agent adapters with the tool-calling template and the
+tools' schemas (`clap agent-pairs`, `clap evaluate-agent`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clap import model, paths
+from clap.agent.chat import engine_rendering
+from clap.agent.tools import ReportTools
+from clap.evaluate.engines import answer_store, decoding
+from clap.integrity import pinned_expectation
+
+
+def agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):
+    """The engine holding `adapters` (each `models/<name>/adapter`, checked against its pin) and `prod`:
+    [("prod", folder, pinned manifest)] of the agent adapter in prod, or nothing."""
+    from clap.evaluate.generate import Engine
+
+    base = model.resolve(cfg["model"])
+    others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
+    rendering = engine_rendering(model.load_tokenizer(base), ReportTools.tool_schemas())
+    return Engine(base, others=others, answer_store=answer_store(cfg), reuse_prefixes=cfg["generate"]["prefix_cache_tokens"],
+                  **rendering, **decoding(cfg))

@@ -1,0 +1,83 @@
+"""The engines the commands answer with, built in one place: which backend (the HF engine, vLLM, either on Ray
+actors), which adapters it holds, each checked against its pin before it loads, and the decoding settings every
+command passes alike.
+
+    clap evaluate b1 / clap replay           → extraction_engine (the candidate, prod, the base)
+    clap evaluate-decisions                  → chain_engine (every chain step, prod, the base)
+    clap agent-pairs / clap evaluate-agent   → clap.agent.engine.agent_engine (built on these)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from clap import model, paths
+from clap.integrity import pinned_expectation
+from clap.io import read_json_if_exists
+
+
+def answer_store(cfg: dict) -> Path | None:
+    """Where greedy answers are reused by content (`generate.reuse_answers`), or None."""
+    return paths.ANSWER_STORE if cfg["generate"]["reuse_answers"] else None
+
+
+def decoding(cfg: dict) -> dict:
+    """The HF engine's decoding settings every command passes alike (`generate.dtype`, `.jump_forward`, `.merge_adapters`)."""
+    return {k: cfg["generate"][k] for k in ("dtype", "jump_forward", "merge_adapters")}
+
+
+def prod_baseline(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None, str | None]:
+    """The restored prod adapter folder, the manifest its release tag's bundle pins and a line saying which
+    release it is — (None, None, None): no prod, or, for `role="agent_adapter"`, a release in prod that shipped no
+    agent adapter."""
+    ptr = read_json_if_exists(prod / "prod.json") if prod is not None else None
+    folder = None if prod is None else prod / "adapter" if role == "adapter" else paths.prod_agent_adapter(prod)
+    if not (ptr and ptr.get("version")) or (role != "adapter" and not folder.is_dir()):
+        return None, None, None
+    # the agent adapter of a release that kept prod's is pinned by the release it came from (`agent_version`)
+    version = ptr.get("agent_version", ptr["version"]) if role == "agent_adapter" else ptr["version"]
+    tag = f"{paths.ARTIFACT}@{version}"
+    line = f"baseline: prod {ptr['version']} ({tag}, {role.replace('_', ' ')}) and the base model"
+    return folder, pinned_expectation(Path("."), folder, tag, role), line
+
+
+def extraction_engine(cfg: dict, adapter: Path | None, prod_dir: Path | None, prod_expected: dict | None):
+    """(engine, backend): the candidate verified against the hashes dvc.lock pins, the adapter in prod against the
+    bundle at its release tag; vLLM when `generate.backend` and the machine allow it, on `generate.ray_workers`
+    Ray actors when asked."""
+    import torch
+
+    from clap.evaluate.generate import Engine
+    from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
+
+    base = model.resolve(cfg["model"])
+    expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
+    backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
+                             torch.cuda.is_available())
+    gpu_share = cfg["generate"]["gpu_memory_utilization"]
+    if cfg["generate"]["ray_workers"]:  # the same engine on each of N Ray actors (clap.evaluate.generate_ray)
+        from clap.evaluate.generate_ray import RayEngine
+
+        args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
+                "prod_expected": prod_expected}
+        if backend == "vllm":
+            args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share}
+        else:
+            args |= decoding(cfg)
+        return RayEngine(args, cfg["generate"]["ray_workers"], backend), backend
+    if backend == "vllm":
+        return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
+                          prod_dir=prod_dir, prod_expected=prod_expected), backend
+    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=answer_store(cfg),
+                  **decoding(cfg)), backend
+
+
+def chain_engine(cfg: dict, steps: list[str], prod_dir: Path | None, prod_expected: dict | None):
+    """One base model holding every chain step's adapter (`models/<step>/adapter`, each through the serving check)
+    and the adapter in prod."""
+    from clap.evaluate.generate import Engine
+
+    others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
+    return Engine(model.resolve(cfg["model"]), prod_dir=prod_dir, prod_expected=prod_expected, others=others,
+                  answer_store=answer_store(cfg), **decoding(cfg))
