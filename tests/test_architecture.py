@@ -100,7 +100,7 @@ def test_no_circle():
 
 def test_a_stage_is_imported_by_the_cli_alone():
     wrong = sorted(f"{m} imports {t}" for m, ts in import_graph().items() for t in ts
-                   if t.startswith("clap.stages.") and m != "clap.cli")
+                   if t.startswith("clap.stages.") and m.split(".")[:2] != ["clap", "cli"])
     assert not wrong, "\n".join(wrong)
 
 

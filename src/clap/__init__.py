@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 # The house, ground floor first: a module imports only from its own floor or the floors below it, and no two
 # modules import each other, directly or around a circle (tests/test_architecture.py checks every import).
-# A stage module (`clap.stages.*`) is imported by the CLI alone.
+# A stage module (`clap.stages.*`) is imported by the CLI (`clap.cli.*`) alone.
 LAYERS = (
     ("errors", "paths", "io", "config", "domain"),  # the domain core and the plumbing everything uses
     ("integrity", "model", "retrieval"),  # adapter and artifact hashes; the base model; the retrievers

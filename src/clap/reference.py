@@ -103,7 +103,7 @@ def _cell(text: object) -> str:
 # ---------------------------------------------------------------- CLI
 def cli(root) -> str:
     """`root`: the click command of `clap` (the CLI hands itself in: the CLI imports this module, never the reverse)."""
-    out = [HEADER.format(source="clap/cli.py"), "# Command line", "",
+    out = [HEADER.format(source="clap/cli/"), "# Command line", "",
            "Every `clap` command, its arguments and options. A mistake the user can fix is one line naming the file, "
            "row, key or rule, exit status 2.", ""]
 

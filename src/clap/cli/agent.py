@@ -1,0 +1,104 @@
+"""The agent track's commands: tasks, on-policy pairs, the agent evaluation, the shipped agent adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from clap import paths
+from clap.cli.common import _fail, _need, _params, _prod, _say_reused, app, console
+
+
+@app.command("agent-pairs")
+def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
+                out: Path = typer.Option(paths.AGENT_PAIRS)) -> None:
+    """On-policy hard negatives: the agent SFT adapter's own wrong next actions on the train
+    trajectories, each paired with the gold action (the agent DPO step's data)."""
+    from clap.agent.engine import agent_engine
+
+    cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("agent-pairs", out, ("pairs.jsonl",))
+    from clap.agent.tools import ReportTools
+    from clap.stages import agent_pairs as stage
+
+    _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
+          (paths.adapter("agent_sft"), "dvc repro train_agent_sft"))
+    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
+    engine = agent_engine(cfg, ["agent_sft"])
+    report = stage.run(cfg, tasks, engine, tools, out)
+    _say_reused(engine)
+    console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
+                  f"by reason {report['by_reason']}")
+
+
+def _agent_off(command: str, out: Path, empty_files: tuple[str, ...], metrics: Path | None = None) -> None:
+    """`agent.enabled: false`: an agent stage writes its outputs empty, each saying why (and its metrics file,
+    when it has one), so the pipeline runs on and the gate judges no agent adapter."""
+    from clap.io import write_json, write_switched_off
+
+    report = {"status": "disabled", "note": "agent.enabled is false: the agent track did not run"}
+    write_switched_off(out, empty_files, report)
+    if metrics is not None:
+        write_json(metrics, report)
+    console.print(f"{command}: disabled (agent.enabled is false)")
+
+
+@app.command("agent-tasks")
+def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Option(paths.AGENT_TASKS)) -> None:
+    """Agent tasks with gold trajectories from the verified facts, kept only if they pass the format,
+    execution and answer checks."""
+    cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("agent-tasks", out, ("tasks.jsonl",))
+    from clap.stages import agent_tasks as stage
+
+    _need((assets, "dvc repro assetize"))
+    report = stage.run(cfg, assets, cfg["data"]["batches"], out)
+    console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
+    console.print(", ".join(f"{k}={v}" for k, v in report["by_split_kind"].items()))
+
+
+@app.command("evaluate-agent")
+def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
+                   out: Path = typer.Option(paths.AGENT_EVAL), metrics: Path = typer.Option(paths.AGENT_METRICS),
+                   prod: Path = typer.Option(paths.PROD_ADAPTER, help="restored prod (clap prod-adapter)")) -> None:
+    """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model and the
+    agent adapter in prod on the held-out agent tasks: task success, tool-call accuracy (when / how), pass^k,
+    hallucination, abstention, with paired-bootstrap CIs."""
+    from clap.agent.engine import agent_engine
+
+    cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
+    from clap.evaluate.summary import agent_table
+    from clap.release.gate import agent_chain
+    from clap.stages import evaluate_agent as stage
+
+    adapters = agent_chain(cfg)
+    _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
+          *[(paths.adapter(a), f"dvc repro train_{a}") for a in adapters])
+    prod_dir, prod_expected = _prod(prod, "agent_adapter")
+    in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
+    engine = agent_engine(cfg, adapters, in_prod)
+    result = stage.run(cfg, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
+                       prod=bool(in_prod))
+    _say_reused(engine)
+    console.print(agent_table(result))
+
+
+@app.command("agent-adapter")
+def agent_adapter(version: str = typer.Argument(None, help="a registered version (default: the one in prod)"),
+                  out: Path = typer.Option(paths.MODELS / "serving" / "agent")) -> None:
+    """Restore the tool-calling agent adapter a release shipped (from the DVC cache, checked byte for byte
+    against the bundle at its tag), ready for `Engine` / vLLM to serve."""
+    from clap.release import prod
+    from clap.release.registry import current
+
+    version = version or (current(Path("."), "prod") or {}).get("version")
+    if not version:
+        _fail(ValueError("nothing is in prod: name a registered version (`clap registry` lists them)"))
+    folder, expected = prod.restore_version_adapter(Path("."), version, out / version / "adapter", role="agent_adapter")
+    console.print(f"agent adapter of {version} → {folder} (sha256 {expected['files']['adapter_model.safetensors'][:12]}, "
+                  "verified against its release bundle)")

@@ -1,0 +1,91 @@
+"""What every `clap` command shares: the environment it runs in, the console, the application and its groups,
+one-line errors, the parameters, the engines with prod as baseline."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Subprocesses (dvc, and the `clap …` commands of dvc.yaml's stages) must resolve to this environment
+# even when it is not activated, e.g. `.venv/bin/clap demo` from the Makefile.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+
+from clap.errors import UserError  # noqa: E402
+
+console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
+
+
+def _need(*needed: tuple[Path, str]) -> None:
+    """The command's inputs, checked before its work (`clap.io.require_inputs`): one line naming the first missing
+    path and the command that makes it."""
+    from clap.io import require_inputs
+
+    require_inputs(list(needed))
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+class _UserErrorsInOneLine(TyperGroup):
+    """Every sub-command: a mistake the user can fix (`UserError`) is one line and exit 2, no traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            _fail(exc)
+
+
+def _params() -> dict:
+    from clap.config import load
+
+    return load(Path("params.yaml"))
+
+
+def _say_reused(engine) -> None:
+    store = getattr(engine, "store", None)
+    if store is not None and store.hits + store.misses:
+        console.print(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} greedy requests")
+    if store is not None and store.scores_reused + store.scores_missed:
+        console.print(f"log-probabilities reused from {store.root}: {store.scores_reused} of "
+                      f"{store.scores_reused + store.scores_missed} scored completions")
+
+
+def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None]:
+    """The prod baseline (`clap.evaluate.engines.prod_baseline`), said on the console."""
+    from clap.evaluate.engines import prod_baseline
+
+    folder, expected, line = prod_baseline(prod, role)
+    if line:
+        console.print(line)
+    return folder, expected
+
+
+def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
+    """The extraction engine (`clap.evaluate.engines.extraction_engine`) with prod as its baseline."""
+    from clap.evaluate.engines import extraction_engine
+
+    prod_dir, prod_expected = _prod(prod)
+    engine, backend = extraction_engine(cfg, adapter, prod_dir, prod_expected)
+    console.print(f"generation backend: {backend}")
+    return engine
+
+
+app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_help=True,
+                  help="The `clap` command: one sub-command per stage, each a thin wrapper around `stages/<name>.run`.")
+human_app = typer.Typer(no_args_is_help=True, help="Human evaluation round trip through Label Studio.")
+canary_app = typer.Typer(no_args_is_help=True, help="The canary: serve, replay traffic, analyse, conclude.")
+app.add_typer(human_app, name="human")
+app.add_typer(canary_app, name="canary")

@@ -1,0 +1,109 @@
+"""Data commands: ingest, assetize, materialize, admit, the retrieval index, the repair queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from clap import paths
+from clap.cli.common import _need, _params, app, console
+
+
+@app.command()
+def ingest(docs: Path = typer.Option(None, help="folder of documents (default: ingest.docs in params.yaml)"),
+           out: Path = typer.Option(paths.RAW)) -> None:
+    """Your documents and mapped tables into the raw contract: chunks, facts (inline XBRL, tables), decisions."""
+    from clap.config import ConfigError, Ingest
+    from clap.stages import ingest as stage
+
+    params = _params()
+    if params.get("ingest") is None:
+        raise ConfigError("params.yaml: no ingest section; a project made by `clap init` has conf/ingest/default.yaml")
+    section = Ingest.model_validate(params["ingest"])
+    report = stage.run(section, Path(docs or section.docs), out, list(params["data"]["batches"]))
+    d = report["documents"]
+    console.print(f"documents {d['seen']}: ingested {d['ingested']} ({', '.join(f'{v} {k}' for k, v in d['by_format'].items())}"
+                  f"; {d['pages']} pages, {d['ixbrl']} inline XBRL), not readable {len(d['bad'])}")
+    for bad in d["bad"]:
+        console.print(f"  [bold yellow]{escape(bad['file'])}[/]: {bad['reason']} ({escape(bad['detail'])})")
+    for t in report["tables"]:
+        console.print(f"table {t['path']} → {t['kind']}: rows {t.get('rows', 0)}, mapped {t.get('mapped', 0)}, "
+                      f"quarantined {t.get('quarantined', 0)}")
+    w = report["written"]
+    console.print(f"→ {out}: {w['chunks']} chunks, {w['facts']} facts ({report['ixbrl_facts']} inline XBRL), "
+                  f"{w['decisions']} decisions; {report['quarantined']} quarantined "
+                  f"({', '.join(f'{k}={v}' for k, v in report['quarantine_rules'].items()) or 'none'})")
+    for batch in report["empty_batches"]:
+        console.print(f"[bold yellow]warning:[/] batch {batch} of data.batches has no rows")
+
+
+@app.command()
+def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths.ASSETS),
+             repaired: Path = typer.Option(None, help="folder (or file) of repaired fact rows from the repair queue"),
+             engine: str = typer.Option(None, help="local | ray (default: assetize.engine in params.yaml)")) -> None:
+    """Validate and normalise raw inputs into assets, streaming; quarantine what cannot be used."""
+    from clap.data.engine import ENGINES
+    from clap.stages import assetize as stage
+
+    if engine is not None and engine not in ENGINES:
+        raise typer.BadParameter(f"{engine!r}: choose from {', '.join(ENGINES)}", param_hint="--engine")
+    report = stage.run(_params(), raw, out, repaired, engine)
+    for name, e in report["inputs"].items():
+        console.print(f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}")
+    console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}; "
+                  f"{report['units']} unit(s) of work")
+    if "repaired_rows_in" in report:
+        console.print(f"repaired rows in {report['repaired_rows_in']}, now verifiable {report['repaired_rows_verifiable']}")
+    console.print("noise found/fixed: " + ", ".join(f"{k}={v}" for k, v in report["noise"].items() if v))
+    console.print("rows per batch: " + ", ".join(f"{k!r}={v}" for k, v in report["batches"]["rows"].items()))
+    for w in report["batches"]["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {escape(w)}")
+
+
+@app.command()
+def materialize(batch: str, assets: Path = typer.Option(paths.ASSETS),
+                out: Path = typer.Option(None)) -> None:
+    """Build one batch's SFT/holdout/DPO/GRPO/replay sets and its data-quality report."""
+    from clap.stages import materialize as stage
+
+    q = stage.run(_params(), assets, batch, out or paths.MATERIALIZED / batch)
+    console.print(f"{batch}: train {q['train_size']}, holdout {q['holdout_size']}, replay {q['replay_cases']}, "
+                  f"dpo {q['dpo_pairs']}, grpo {q['grpo_groups']}, repair {q['repair_queue']}; overlap before "
+                  f"{q['before']['exact_input_overlap']}/{q['before']['near_duplicate_overlap']} after "
+                  f"{q['after']['exact_input_overlap']}/{q['after']['near_duplicate_overlap']} (exact/near)")
+
+
+@app.command()
+def admit(batch: str, materialized: Path = typer.Option(paths.MATERIALIZED),
+          out: Path = typer.Option(None)) -> None:
+    """Admission gate for one batch: admit / sft_only / repair / block, with every check."""
+    from clap.stages import admit as stage
+
+    rec = stage.run(_params(), materialized / batch, out or paths.admission(batch))
+    console.print(f"{batch}: {rec.decision}" + (f" ({'; '.join(rec.reasons)})" if rec.reasons else ""))
+
+
+@app.command()
+def index(assets: Path = typer.Option(paths.ASSETS),
+          materialized: Path = typer.Option(paths.MATERIALIZED),
+          out: Path = typer.Option(paths.INDEX)) -> None:
+    """Build the retrieval index over all chunks; report recall@k of the gold chunk per batch."""
+    from clap.stages import index as stage
+
+    cfg = _params()
+    _need((assets, "dvc repro assetize"), *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg["data"]["batches"]])
+    for b, r in stage.run(cfg, assets, materialized, out).items():
+        console.print(f"{b}: " + ", ".join(f"{k}={v}" for k, v in r.items()))
+
+
+@app.command("repair-queue")
+def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
+    """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
+    from clap.stages import repair_queue as stage
+
+    counts = stage.run(Path("."), out)
+    console.print(f"repair queue → {out}: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "empty"))
+    from_production = sum(counts.get(s, 0) for s in stage.PRODUCTION_SOURCES)
+    console.print(f"from production (human-flagged answers, failed canary requests): {from_production}")

@@ -1,0 +1,85 @@
+"""Project commands: `clap init`, `clap params`, `clap exp`, `clap reference`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from clap.cli.common import _fail, app, console
+from clap.errors import UserError
+
+
+@app.command()
+def reference(out: Path = typer.Option(Path("docs/reference"), help="folder of the generated pages"),
+              check: bool = typer.Option(False, help="fail when a page differs from what the code generates")) -> None:
+    """Reference pages generated from the code (the raw contract from its Pandera models)."""
+    from clap.reference import PAGES, render
+
+    for name in PAGES:
+        text, path = render(name, typer.main.get_command(app)), out / name
+        if check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                raise UserError(f"{path}: stale; run `clap reference` and commit it")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        console.print(f"{path}: written from the code")
+
+
+@app.command()
+def init(directory: Path = typer.Argument(..., help="the new project's folder"),
+         demo: bool = typer.Option(False, help="the demo's pipeline (generated corpus, three rounds) instead of ingest"),
+         force: bool = typer.Option(False, help="add the project's files to a non-empty folder (never overwrites one)"),
+         ) -> None:
+    """A new CLAP project: git + DVC, conf/, dvc.yaml, params.yaml; its pipeline starts from your sources."""
+    from clap.project import DOCS
+    from clap.project import init as make
+
+    written = make(directory, demo=demo, force=force)
+    console.print(f"CLAP project → {directory} ({len(written)} files; git and DVC initialised)")
+    if demo:
+        console.print(f"next: cd {directory} && dvc repro    (or clap demo: the three rounds)")
+    else:
+        console.print(f"next: cd {directory}; put documents in {DOCS}/ (tables: conf/ingest/default.yaml); "
+                      "dvc repro; clap release")
+
+
+@app.command()
+def params(check: bool = typer.Option(False, help="fail when params.yaml differs from ./conf or breaks the schema"),
+           override: list[str] = typer.Option(None, "--set", "-S", help="Hydra override, e.g. train.sft.epochs=3")) -> None:
+    """Compose ./conf into params.yaml (what DVC's Hydra integration does for `dvc exp run`), checked by the schema."""
+    from clap.config import check as check_params
+    from clap.config import compose, dump, load
+
+    composed = check_params(compose(override or []), "conf/ (composed)")
+    text = dump(composed)
+    if check:
+        load(Path("params.yaml"))
+        if Path("params.yaml").read_text(encoding="utf-8") != text:
+            _fail(ValueError("params.yaml differs from the composition of conf/: run `clap params`"))
+        console.print("params.yaml: matches conf/ and the schema")
+        return
+    from clap.io import atomic_write_text
+
+    atomic_write_text(Path("params.yaml"), text)
+
+
+@app.command("exp", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exp(ctx: typer.Context,
+        override: list[str] = typer.Option(None, "--set-param", "-S", help="Hydra override, e.g. train.sft.epochs=3")) -> None:
+    """`dvc exp run … -S k=v` with the overrides composed and checked first: an invalid value is never queued.
+
+        clap exp run --queue -S train.sft.learning_rate=1e-4
+    """
+    import subprocess
+
+    from clap.config import check as check_params
+    from clap.config import compose
+
+    args = list(ctx.args)
+    if not args or args[0] != "run":
+        _fail(ValueError("usage: clap exp run [dvc exp run options] -S key=value ..."))
+    check_params(compose(override or []), f"overrides {' '.join(override or [])}")
+    cmd = ["dvc", "exp", *args] + [a for o in override or [] for a in ("-S", o)]
+    raise typer.Exit(subprocess.run(cmd).returncode)

@@ -1,0 +1,179 @@
+"""Release control: prod's adapter, the gate, the bundle, verify, release, rollback, registry, timeline, serve, export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from clap import paths
+from clap.cli.common import _fail, _params, app, console
+
+
+@app.command("prod-adapter")
+def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
+    """Restore the adapter the registry's prod stage points at (the baseline of evaluate and the gate)."""
+    from clap.stages import prod_adapter as stage
+
+    ptr = stage.run(Path("."), out)
+    console.print(f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}")
+
+
+@app.command()
+def gate(out: Path = typer.Option(paths.GATE)) -> None:
+    """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
+    from clap.stages import gate as stage
+
+    d = stage.run(_params(), Path("."), out)
+    console.print(f"gate decision: [bold]{d.decision}[/]")
+    for r in d.reasons:
+        console.print(escape(f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else "")))
+
+
+@app.command()
+def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candidate the gate ships"),
+           each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
+           ) -> None:
+    """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
+    from clap.stages import bundle as stage
+
+    result = stage.run(Path("."), _params(), out, each)
+    for c, res in result["written"].items():
+        console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
+                      f"verdict {result['verdicts'].get(c, res.decision['decision'])}")
+    for c in result["missing"]:
+        console.print(f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter")
+    console.print(f"bundle → {out}: the shipped candidate {result['shipped']}, decision "
+                  f"{result['decision']['decision']}; its adapter → {paths.SHIPPED}/adapter (the `clap-adapter` artifact)")
+    for c, run_id in result["mlflow_runs"].items():
+        console.print(f"mlflow run {run_id} ({c}): tagged with its verdict and the bundle's sha256")
+
+
+@app.command()
+def serve(version: str = typer.Option(None, help="a registered version (default: the one in prod)"),
+          adapter: Path = typer.Option(None, help="an unreleased adapter folder dvc.lock pins (served as `candidate`)"),
+          host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
+          max_batch: int = typer.Option(16, min=1, help="requests decoded together at most (1: one at a time)"),
+          batch_wait_ms: float = typer.Option(5.0, min=0.0, help="how long a request waits for others to join it"),
+          max_tokens: int = typer.Option(256, min=1, help="a request's max_tokens when it sets none"),
+          max_tokens_cap: int = typer.Option(2048, min=1, help="the largest max_tokens a request may ask for"),
+          engine: str = typer.Option("hf", help="hf (this machine's CPU/GPU) | vllm (CUDA: runs vLLM's OpenAI "
+                                                "server with the verified adapter as its LoRA module)")) -> None:
+    """Serve the adapter in prod (or --version, or --adapter) behind an OpenAI-compatible API: /v1/chat/completions,
+    /v1/completions, /v1/models. The adapter is restored and checked against its release bundle before it loads;
+    requests that arrive together decode in one batch."""
+    import os
+    import shlex
+
+    from clap.serve import engine as served
+
+    if engine not in ("hf", "vllm"):
+        _fail(ValueError(f"--engine {engine!r}: use hf or vllm"))
+    cfg = _params()
+    name, folder, expected = served.adapter_to_serve(Path("."), version, adapter)
+    if engine == "vllm":
+        command = served.vllm_command(cfg, name, folder, expected, host, port)
+        console.print(f"{name}: passed the serving check; exec {shlex.join(command)}")
+        os.execvp(command[0], command)
+    import uvicorn
+
+    from clap.serve.app import create_app
+
+    application = create_app(served.cpu_engine(cfg, folder, expected), {name: True, "base": False},
+                             default_max_tokens=max_tokens, max_tokens_cap=max_tokens_cap, max_batch=max_batch,
+                             wait_ms=batch_wait_ms)
+    console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 (batches of up to {max_batch})")
+    uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
+@app.command()
+def export(version: str = typer.Argument(None, help="the registered version (default: the one in prod)"),
+           merged: Path = typer.Option(None, help="write the base with the adapter merged here (safetensors)"),
+           gguf: Path = typer.Option(None, help="write the merged model as an F32 GGUF file, round-trip checked")) -> None:
+    """Export a released adapter, checked against its release bundle first: merged into the base (plain
+    transformers loads it) and/or as a GGUF for llama.cpp / Ollama, each with a model card and export.json."""
+    from clap.release import export as ex
+
+    if merged is None and gguf is None:
+        _fail(ValueError("name an export: --merged DIR and/or --gguf FILE"))
+    cfg = _params()
+    if gguf is not None:
+        scratch = merged or gguf.with_name(gguf.name.removesuffix(".gguf") + "-merged")
+        r = ex.export_gguf(Path("."), cfg, version, gguf, scratch)
+        check = r["round_trip"]
+        console.print(f"{r['tag']} → {gguf} (F32, sha256 {r['gguf_sha256'][:12]}…): round trip "
+                      f"{check['answers_equal']}/{check['prompts']} greedy answers equal, max |Δlogit| "
+                      f"{check['max_abs_logit_diff']:.1e}; merged folder {scratch}")
+    else:
+        r = ex.export_merged(Path("."), cfg, version, merged)
+        console.print(f"{r['tag']} → {merged}: merged safetensors, model card, export.json")
+
+
+@app.command()
+def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
+    """Recompute every hash in a bundle; exit 1 naming the first file that differs."""
+    from clap.release.bundle import BundleMismatch
+    from clap.release.bundle import verify as do_verify
+
+    try:
+        b = do_verify(path, Path("."))
+    except BundleMismatch as exc:
+        console.print(f"[bold red]verify failed:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(code=1) from None
+    console.print(f"{path}: {len(b.files)} files verified")
+
+
+@app.command()
+def release() -> None:
+    """Tag the committed candidate (GTO format) when the gate allows it and the bundle verifies."""
+    from clap.release import registry as rel
+
+    try:
+        r = rel.release(Path("."))
+    except rel.ReleaseRefused as exc:
+        console.print(f"[bold yellow]release refused:[/] {exc}")
+        raise typer.Exit(code=1) from None
+    console.print(f"released {r['version']} to {r['stage']} ({r['tag']} on {r['commit'][:10]})")
+    console.print(f"{paths.PROD_POINTER} now names the version in prod: commit it, and the next `dvc repro` "
+                  "judges candidates against it")
+
+
+@app.command()
+def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1; default: the previous prod; "
+                                               "`base`: withdraw prod, the base model serves")) -> None:
+    """Assign prod to an earlier version and restore its adapter and data byte-identically; `--to base` withdraws
+    prod (GTO unassign tags), so the base model serves."""
+    from clap.release import registry as rel
+
+    try:
+        r = rel.rollback(Path("."), to)
+    except rel.ReleaseRefused as exc:
+        console.print(f"[bold red]rollback refused:[/] {exc}")
+        raise typer.Exit(code=1) from None
+    if r["to"] == rel.BASE:
+        console.print(f"prod: {r['from']} → the base model ({', '.join(r['tags'])}); {paths.PROD_POINTER} names no "
+                      "version: commit it, and `dvc repro` judges candidates against the base model")
+    else:
+        console.print(f"prod: {r['from']} → {r['to']} ({r['tag']}); artifacts restored and verified")
+
+
+@app.command()
+def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER} from the tags (after `gto assign`)")) -> None:
+    """List adapter versions and their stage assignments (git tags in GTO's format)."""
+    from clap.release import registry as rel
+
+    if sync:
+        ptr = rel.write_prod_pointer(Path("."))
+        console.print(f"{paths.PROD_POINTER}: prod = {ptr['version']}")
+    for row in rel.registry(Path(".")):
+        console.print(f"{row['version']}  {row['commit']}  current={','.join(row['current']) or '-'}  "
+                      f"{' '.join(row['assignments'])}")
+
+
+@app.command()
+def timeline(since: str = typer.Option(None, help="only the rounds committed after this revision")) -> None:
+    """The loop round by round from the committed evidence: data, refusals, Δ vs prod, decision, tags."""
+    from clap.release import timeline as tl
+
+    console.print(tl.table(tl.rounds(Path("."), since)))
