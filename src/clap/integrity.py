@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -27,7 +26,7 @@ import yaml
 from clap import paths
 from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
-from clap.io import sha256_file
+from clap.io import git_show, sha256_file
 
 ALLOWED = {"adapter_config.json", "adapter_model.safetensors", "README.md", "manifest.json"}
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -93,10 +92,10 @@ def pinned_expectation(root: Path, adapter_dir: Path, release_ref: str | None = 
 
 
 def _from_release(root: Path, ref: str, role: str = "adapter") -> dict:
-    r = subprocess.run(["git", "show", f"{ref}:{paths.BUNDLE.as_posix()}"], cwd=root, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AdapterRefused(f"{ref}: no committed {paths.BUNDLE.as_posix()} to pin the adapter ({r.stderr.strip()[:160]})")
-    return adapter_expectation(EvidenceBundle.model_validate_json(r.stdout), role)
+    text, why = git_show(root, ref, paths.BUNDLE)
+    if text is None:
+        raise AdapterRefused(f"{ref}: no committed {paths.BUNDLE.as_posix()} to pin the adapter ({why})")
+    return adapter_expectation(EvidenceBundle.model_validate_json(text), role)
 
 
 def _from_dvc_lock(root: Path, adapter_dir: Path) -> dict:

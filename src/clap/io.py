@@ -30,6 +30,23 @@ class InputFileError(UserError, RuntimeError):
     """A whole input file is unusable; the message names the file and the reason."""
 
 
+def git_show(root: Path, rev: str, path: Path | str) -> tuple[str | None, str]:
+    """(`path`'s text as committed at `rev`, read from git's object store and not the working tree, or None;
+    git's complaint when there is none)."""
+    import subprocess
+
+    r = subprocess.run(["git", "show", f"{rev}:{Path(path).as_posix()}"], cwd=root, capture_output=True, text=True)
+    return (r.stdout, "") if r.returncode == 0 else (None, r.stderr.strip()[:160])
+
+
+def git_text(root: Path, rev: str, path: Path | str, refuse: type[Exception]) -> str:
+    """`path` as committed at `rev`, or `refuse` raised naming the revision, the path and git's complaint."""
+    text, why = git_show(root, rev, path)
+    if text is None:
+        raise refuse(f"{rev}: no committed {Path(path).as_posix()} ({why})")
+    return text
+
+
 def quarantine_record(stage: str, file: str, row: int | None, rule: str, column: str | None, original) -> dict:
     return {"stage": stage, "file": file, "row": row, "rule": rule, "column": column, "original": original}
 

@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from clap import paths
 from clap.domain.contracts import BundleFile, EvidenceBundle
 from clap.integrity import BundleMismatch, adapter_expectation, lock_outs
-from clap.io import OUTPUT_MARKER, atomic_dir, read_json, sha256_file, write_json
+from clap.io import OUTPUT_MARKER, atomic_dir, git_show, read_json, sha256_file, write_json
 
 BUNDLE_PATH = str(paths.BUNDLE)
 GATE_PATH = str(paths.GATE)
@@ -134,11 +134,10 @@ def agent_source(root: Path, version: str, bundle: EvidenceBundle | None = None
     while version not in seen:
         seen.add(version)
         if bundle is None:
-            shown = subprocess.run(["git", "show", f"{paths.ARTIFACT}@{version}:{BUNDLE_PATH}"], cwd=root,
-                                   capture_output=True, text=True)
-            if shown.returncode != 0:
+            shown, _ = git_show(root, f"{paths.ARTIFACT}@{version}", BUNDLE_PATH)
+            if shown is None:
                 return None
-            bundle = EvidenceBundle.model_validate_json(shown.stdout)
+            bundle = EvidenceBundle.model_validate_json(shown)
         if any(f.role == "agent_adapter" for f in bundle.files):
             return version, bundle
         version, bundle = (bundle.tracks.get("agent") or {}).get("carried_from"), None

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 from clap import paths
 from clap.errors import UserError
-from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
+from clap.io import atomic_dir, git_text, read_json_if_exists, sha256_file, write_json
 
 GGUF_ARCHS = {"LlamaForCausalLM": "LLAMA"}  # architectures whose GGUF layout this writer knows (SmolLM2, Llama)
 GGUF_LOGIT_TOLERANCE = 1e-3  # max |logit difference| between the GGUF read back and the merged model (F32 both)
@@ -224,11 +223,11 @@ def model_card(root: Path, tag: str, base: dict):
     from clap.domain.contracts import EvidenceBundle
     from clap.model import GEMMA_NOTICE, licence
 
-    bundle = EvidenceBundle.model_validate_json(_show(root, tag, paths.BUNDLE))
+    bundle = EvidenceBundle.model_validate_json(git_text(root, tag, paths.BUNDLE, ExportRefused))
     results = []
     for batch in bundle.config.get("data", {}).get("batches", []):
         try:
-            score = json.loads(_show(root, tag, paths.eval_metrics(batch)))["candidate"]["overall_score"]
+            score = json.loads(git_text(root, tag, paths.eval_metrics(batch), ExportRefused))["candidate"]["overall_score"]
         except (ExportRefused, KeyError, TypeError, ValueError):
             continue  # a batch without holdout results at that release: not claimed
         results.append(EvalResult(task_type="text-generation", dataset_type="clap-holdout", dataset_name=f"holdout {batch}",
@@ -272,14 +271,7 @@ def _source_gguf(manifest: dict, root: Path, scratch: Path) -> Path:
 def _bundle_sha256(root: Path, tag: str) -> str:
     import hashlib
 
-    return hashlib.sha256(_show(root, tag, paths.BUNDLE).encode()).hexdigest()
-
-
-def _show(root: Path, rev: str, path: Path) -> str:
-    r = subprocess.run(["git", "show", f"{rev}:{Path(path).as_posix()}"], cwd=root, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise ExportRefused(f"{rev}: no committed {path}")
-    return r.stdout
+    return hashlib.sha256(git_text(root, tag, paths.BUNDLE, ExportRefused).encode()).hexdigest()
 
 
 def _refuse_foreign(out: Path) -> None:

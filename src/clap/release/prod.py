@@ -23,19 +23,12 @@ from clap import paths
 from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
 from clap.integrity import dvc_cache_path, dvc_dir_listing, lock_outs
-from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
+from clap.io import atomic_dir, git_text, read_json_if_exists, sha256_file, write_json
 from clap.release.bundle import adapter_expectation, agent_source
 
 
 class ProdUnavailable(UserError, RuntimeError):
     """The prod pointer disagrees with the registry, or the prod adapter cannot be restored."""
-
-
-def _show(root: Path, rev: str, path: str) -> str:
-    r = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise ProdUnavailable(f"{rev}: no committed {path} ({r.stderr.strip()[:160]})")
-    return r.stdout
 
 
 def pointer(root: Path) -> dict:
@@ -59,7 +52,7 @@ def restore(root: Path, out: Path) -> dict:
     ptr = pointer(root)
     with atomic_dir(out) as tmp:
         if ptr.get("version"):
-            bundle = EvidenceBundle.model_validate_json(_show(root, ptr["version_tag"], str(paths.BUNDLE)))
+            bundle = EvidenceBundle.model_validate_json(git_text(root, ptr["version_tag"], str(paths.BUNDLE), ProdUnavailable))
             _restore_adapter(root, ptr, bundle, tmp / "adapter")
             ptr = ptr | {"candidate": bundle.candidate}
             source = agent_source(root, ptr["version"], bundle)
@@ -73,7 +66,7 @@ def restore(root: Path, out: Path) -> dict:
 
 
 def _bundle_at(root: Path, version: str) -> EvidenceBundle:
-    return EvidenceBundle.model_validate_json(_show(root, f"{paths.ARTIFACT}@{version}", str(paths.BUNDLE)))
+    return EvidenceBundle.model_validate_json(git_text(root, f"{paths.ARTIFACT}@{version}", str(paths.BUNDLE), ProdUnavailable))
 
 
 def _agent_candidate(bundle: EvidenceBundle) -> str:
@@ -133,14 +126,14 @@ def _pinned_out(root: Path, tag: str, folder: str) -> dict:
     """The DVC output record ({path, md5}) that pins `folder` at `tag`: its dvc.lock's stage output, else the
     `<folder>.dvc` file committed there (an output tracked with `dvc add`)."""
     try:
-        lock = lock_outs(_show(root, tag, "dvc.lock"))
+        lock = lock_outs(git_text(root, tag, "dvc.lock", ProdUnavailable))
     except ProdUnavailable:
         lock = []
     out = next((o for o in lock if o["path"] == folder), None)
     if out is not None:
         return out
     try:
-        outs = (yaml.safe_load(_show(root, tag, f"{folder}.dvc")) or {}).get("outs", [])
+        outs = (yaml.safe_load(git_text(root, tag, f"{folder}.dvc", ProdUnavailable)) or {}).get("outs", [])
     except ProdUnavailable:
         outs = []
     if outs:

@@ -28,12 +28,12 @@ import yaml
 
 from clap import paths
 from clap.evaluate.intervals import ci_text
+from clap.io import git_show
 from clap.release import registry as release
 
 
 def _show(root: Path, commit: str, path: Path | str) -> str | None:
-    r = subprocess.run(["git", "show", f"{commit}:{Path(path).as_posix()}"], cwd=root, capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 else None
+    return git_show(root, commit, path)[0]
 
 
 def _json_at(root: Path, commit: str, path: Path | str) -> dict | None:
