@@ -226,22 +226,9 @@ class Engine:
         with self._context(use_adapter):
             for s in range(0, len(order), batch_size):
                 idx = order[s:s + batch_size]
-                pad = self.tok.pad_token_id
-                ids, mask = left_padded([encoded[i] for i in idx], pad, self.device)
-                width = ids.shape[1]
                 t0 = time.perf_counter()
-                if schemas is not None:
-                    rows = self._under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
-                                               [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens,
-                                               sampling, None if on_tokens is None else
-                                               (lambda row, toks, idx=idx: on_tokens(idx[row], toks)))
-                else:
-                    gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                              **({"do_sample": True, "temperature": temperature} if temperature > 0
-                                                 else {"do_sample": False}), use_cache=True, pad_token_id=pad,
-                                              stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]),
-                                              streamer=None if on_tokens is None else RowStreamer(idx, pad, on_tokens))
-                    rows = [[t for t in gen[row, width:].tolist() if t != pad] for row in range(len(idx))]
+                rows = self._decode_batch(idx, encoded, schemas, use_adapter, max_new_tokens, sampling, temperature,
+                                          on_tokens)
                 ms = (time.perf_counter() - t0) * 1000
                 for row, i in enumerate(idx):
                     text = truncate_at_json_end(self.tok.decode(rows[row], skip_special_tokens=True))
@@ -255,6 +242,26 @@ class Engine:
         if bar:
             bar.close()
         return out  # type: ignore[return-value]
+
+    def _decode_batch(self, idx: list[int], encoded: list[list[int]], schemas: list[dict] | None,
+                      use_adapter: bool | str, max_new_tokens: int, sampling: Sampling | None, temperature: float,
+                      on_tokens: Callable[[int, list[int]], None] | None) -> list[list[int]]:
+        """The new token ids of conversations `idx`, decoded together: under their grammars in the engine's own
+        loop, or without schemas through `generate` (stopping at the JSON object's end)."""
+        pad = self.tok.pad_token_id
+        ids, mask = left_padded([encoded[i] for i in idx], pad, self.device)
+        width = ids.shape[1]
+        if schemas is not None:
+            return self._under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
+                                       [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens,
+                                       sampling, None if on_tokens is None else
+                                       (lambda row, toks: on_tokens(idx[row], toks)))
+        gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                  **({"do_sample": True, "temperature": temperature} if temperature > 0
+                                     else {"do_sample": False}), use_cache=True, pad_token_id=pad,
+                                  stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]),
+                                  streamer=None if on_tokens is None else RowStreamer(idx, pad, on_tokens))
+        return [[t for t in gen[row, width:].tolist() if t != pad] for row in range(len(idx))]
 
     def _under_grammar(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor, use_adapter: bool | str,
                        compiled: list, max_new_tokens: int, sampling: Sampling | None,
@@ -438,15 +445,10 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
         picked = pick_tokens(logits, sampling, None if generators is None else [generators[i] for i in active])
         chunks, keep, fed = [], [], [len(new_tokens[i]) for i in active]  # every token so far went through the model
         for r, i in enumerate(active):
-            token, matcher = picked[r], matchers[i]
-            if token in stop_ids or not matcher.accept_token(token):
+            matcher = matchers[i]
+            chunk = _accepted(matcher, picked[r], stop_ids, jump_forward, max_new_tokens - len(new_tokens[i]))
+            if chunk is None:
                 continue
-            chunk = [token]
-            for forced in matcher.find_jump_forward_tokens() if jump_forward else ():
-                if not matcher.accept_token(forced):
-                    break
-                chunk.append(forced)
-            chunk = chunk[:max_new_tokens - len(new_tokens[i])]
             new_tokens[i].extend(chunk)
             if on_tokens is not None:
                 on_tokens(i, chunk)
@@ -455,22 +457,47 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
             chunks.append(chunk)
             keep.append(r)
         if on_leave is not None:
-            for r in sorted(set(range(len(active))) - set(keep)):
-                seen = mask[r].bool()
-                on_leave(active[r], new_tokens[active[r]][:fed[r]],
-                         [(layer.keys[r][:, seen], layer.values[r][:, seen]) for layer in cache.layers])
+            _leaving(on_leave, active, keep, mask, new_tokens, fed, cache)
         if not keep:
             break
         if len(keep) < len(active):
             cache.batch_select_indices(torch.tensor(keep, device=ids.device))
             mask, positions = mask[keep], positions[keep]
         active = [active[r] for r in keep]
-        width = max(len(c) for c in chunks)
-        step_ids = torch.tensor([[c[0]] * (width - len(c)) + c for c in chunks], device=ids.device)
-        step_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks], device=ids.device)
-        mask = torch.cat([mask, step_mask], dim=1)
-        positions = torch.cat([positions, positions[:, -1:] + step_mask.cumsum(-1)], dim=1)
+        step_ids, mask, positions = _next_step(chunks, mask, positions)
     return new_tokens
+
+
+def _leaving(on_leave, active: list[int], keep: list[int], mask: torch.Tensor, new_tokens: list[list[int]],
+             fed: list[int], cache) -> None:
+    """`on_leave(row, fed_new_tokens, kv)` for each row leaving the batch this step, with its KV (padding dropped)."""
+    for r in sorted(set(range(len(active))) - set(keep)):
+        seen = mask[r].bool()
+        on_leave(active[r], new_tokens[active[r]][:fed[r]],
+                 [(layer.keys[r][:, seen], layer.values[r][:, seen]) for layer in cache.layers])
+
+
+def _accepted(matcher, token: int, stop_ids: set[int], jump_forward: bool, room: int) -> list[int] | None:
+    """What a row takes this step: the picked token and, with `jump_forward`, the tokens its grammar forces after
+    it, at most `room` of them; None when the pick ends the row (a stop token, or one the grammar refuses)."""
+    if token in stop_ids or not matcher.accept_token(token):
+        return None
+    chunk = [token]
+    for forced in matcher.find_jump_forward_tokens() if jump_forward else ():
+        if not matcher.accept_token(forced):
+            break
+        chunk.append(forced)
+    return chunk[:room]
+
+
+def _next_step(chunks: list[list[int]], mask: torch.Tensor, positions: torch.Tensor):
+    """The next pass's input: each row's chunk left-padded to the longest inside the chunk (the padding masked, so
+    every row keeps its own positions), and the mask and positions grown by it."""
+    width = max(len(c) for c in chunks)
+    step_ids = torch.tensor([[c[0]] * (width - len(c)) + c for c in chunks], device=mask.device)
+    step_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks], device=mask.device)
+    return (step_ids, torch.cat([mask, step_mask], dim=1),
+            torch.cat([positions, positions[:, -1:] + step_mask.cumsum(-1)], dim=1))
 
 
 def _progress(total: int, enabled: bool):

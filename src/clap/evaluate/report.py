@@ -35,24 +35,40 @@ def metrics_diff(root: Path, base: str | None) -> str:
 
 
 def markdown(root: Path, batches: list[str], base: str | None) -> str:
+    """reports/report.md: the gate's decision and reasons, then the evidence section by section."""
     out = ["# CLAP candidate report", ""]
-    gate = _load(root / paths.GATE)
-    if gate:
-        out += [f"**Gate decision: `{gate['decision']}`** (policy `{gate['policy']}`, candidate `{gate['candidate']}`, "
-                f"requires RAG: {gate['requires_rag']})", ""]
-        out += ["| rule | batch | observed | threshold | outcome |", "|---|---|---|---|---|"]
-        out += [f"| {r['rule']} | {r.get('batch') or ''} | {r['observed']} | {r['threshold']} | {r['outcome']} |"
-                for r in gate["reasons"]] or ["| — | | | | |"]
+    out += _gate_lines(_load(root / paths.GATE))
+    out += _batch_lines(root, batches)
+    out += _replay_lines(_load(root / paths.REPLAY_METRICS))
+    out += _decision_lines(_load(root / paths.DECISION_METRICS))
+    out += _human_lines(_load(root / paths.HUMAN_METRICS)) + _canary_lines(_load(root / paths.CANARY_METRICS))
+    out += _guard_lines(root)
+    out += ["", f"## Metric diff against `{base or 'HEAD'}`", "", metrics_diff(root, base), ""]
+    return "\n".join(out)
+
+
+def _gate_lines(gate: dict | None) -> list[str]:
+    if not gate:
+        return []
+    out = [f"**Gate decision: `{gate['decision']}`** (policy `{gate['policy']}`, candidate `{gate['candidate']}`, "
+           f"requires RAG: {gate['requires_rag']})", ""]
+    out += ["| rule | batch | observed | threshold | outcome |", "|---|---|---|---|---|"]
+    out += [f"| {r['rule']} | {r.get('batch') or ''} | {r['observed']} | {r['threshold']} | {r['outcome']} |"
+            for r in gate["reasons"]] or ["| — | | | | |"]
+    out.append("")
+    if gate.get("candidates"):
+        out += ["| chain candidate | decision | rules that fired |", "|---|---|---|"]
+        out += [f"| {c}{' (ships)' if c == gate['candidate'] else ''} | {v['decision']} | "
+                + "; ".join(f"{r['rule']} {r['observed']} → {r['outcome']}" for r in v["reasons"]
+                            if r["outcome"] != "info") + " |" for c, v in gate["candidates"].items()]
         out.append("")
-        if gate.get("candidates"):
-            out += ["| chain candidate | decision | rules that fired |", "|---|---|---|"]
-            out += [f"| {c}{' (ships)' if c == gate['candidate'] else ''} | {v['decision']} | "
-                    + "; ".join(f"{r['rule']} {r['observed']} → {r['outcome']}" for r in v["reasons"]
-                                if r["outcome"] != "info") + " |" for c, v in gate["candidates"].items()]
-            out.append("")
-    out += ["## Per batch: candidate vs base (Δ with 95% paired-bootstrap CI)", "",
-            "| batch | n | overall base | overall cand | Δ overall | CI | value acc | evidence acc | hallucination | p95 ms |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    return out
+
+
+def _batch_lines(root: Path, batches: list[str]) -> list[str]:
+    out = ["## Per batch: candidate vs base (Δ with 95% paired-bootstrap CI)", "",
+           "| batch | n | overall base | overall cand | Δ overall | CI | value acc | evidence acc | hallucination | p95 ms |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for b in batches:
         m = _load(root / paths.eval_metrics(b))
         if not m:
@@ -63,39 +79,48 @@ def markdown(root: Path, batches: list[str], base: str | None) -> str:
                    f"{bl['evidence_accuracy']:.2f} → {cd['evidence_accuracy']:.2f} | "
                    f"{bl['hallucination_rate']:.2f} → {cd['hallucination_rate']:.2f} | "
                    f"{bl['p95_latency_ms']:.0f} → {cd['p95_latency_ms']:.0f} |")
-    replay = _load(root / paths.REPLAY_METRICS)
-    if replay:
-        cols = REPLAY_COLS
-        out += ["", f"## Application-chain replay (ABCD, {replay['n_cases']} cases)", "",
-                "| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-        for arm, m in replay["arms"].items():
-            out.append(f"| {arm}: {ARMS[arm]} | " + " | ".join(f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}"
-                                                            for c in cols) + " |")
-        out += [""] + [f"- {name} (paired bootstrap, {replay['n_cases']} cases): {line}"
-                       for name, line in contrast_lines(replay).items()]
-    decisions = _load(root / paths.DECISION_METRICS)
-    if decisions and decisions["n"]:
-        cols = DECISION_COLS
-        out += ["", f"## Decision task ({decisions['n']} held-out cases)", "",
-                "| model | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-        out += [f"| {m} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + " |" for m, v in decisions["models"].items()]
-        out += [""] + [f"- {k}: decision score {ci_text(d['decision_score'])}, rank accuracy "
-                       f"{ci_text(d['rank_accuracy'])}" for k, d in decisions["deltas"].items()]
-        ext = decisions.get("extraction")
-        if ext:
-            out += ["", f"Extraction, the later steps against SFT ({ext['n']} holdout samples, every batch):", ""]
-            out += [f"- {k}: overall score {ci_text(d['overall_score'])}, hallucination rate "
-                    f"{ext['models'][k.split('-')[0]]['hallucination_rate']:.2f}" for k, d in ext["deltas"].items()]
-    out += _human_lines(_load(root / paths.HUMAN_METRICS)) + _canary_lines(_load(root / paths.CANARY_METRICS))
-    out += ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
+    return out
+
+
+def _replay_lines(replay: dict | None) -> list[str]:
+    if not replay:
+        return []
+    cols = REPLAY_COLS
+    out = ["", f"## Application-chain replay (ABCD, {replay['n_cases']} cases)", "",
+           "| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for arm, m in replay["arms"].items():
+        out.append(f"| {arm}: {ARMS[arm]} | " + " | ".join(f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}"
+                                                        for c in cols) + " |")
+    return out + [""] + [f"- {name} (paired bootstrap, {replay['n_cases']} cases): {line}"
+                         for name, line in contrast_lines(replay).items()]
+
+
+def _decision_lines(decisions: dict | None) -> list[str]:
+    if not (decisions and decisions["n"]):
+        return []
+    cols = DECISION_COLS
+    out = ["", f"## Decision task ({decisions['n']} held-out cases)", "",
+           "| model | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    out += [f"| {m} | " + " | ".join(f"{v[c]:.2f}" for c in cols) + " |" for m, v in decisions["models"].items()]
+    out += [""] + [f"- {k}: decision score {ci_text(d['decision_score'])}, rank accuracy "
+                   f"{ci_text(d['rank_accuracy'])}" for k, d in decisions["deltas"].items()]
+    ext = decisions.get("extraction")
+    if ext:
+        out += ["", f"Extraction, the later steps against SFT ({ext['n']} holdout samples, every batch):", ""]
+        out += [f"- {k}: overall score {ci_text(d['overall_score'])}, hallucination rate "
+                f"{ext['models'][k.split('-')[0]]['hallucination_rate']:.2f}" for k, d in ext["deltas"].items()]
+    return out
+
+
+def _guard_lines(root: Path) -> list[str]:
+    out = ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
     for kind in CHAIN:
         g = _load(root / paths.guard_report(kind))
         if g:
             t = g["trip"] or {}
             peaks = ", ".join(f"{k}={v:.4g}" for k, v in g["peaks"].items() if v is not None)
             out.append(f"| {kind} | {g['status']} | {t.get('rule', '')} | {t.get('step', '')} | {peaks} |")
-    out += ["", f"## Metric diff against `{base or 'HEAD'}`", "", metrics_diff(root, base), ""]
-    return "\n".join(out)
+    return out
 
 
 def _ci(v: dict, key: str = "mean", signed: bool = False) -> str:

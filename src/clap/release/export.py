@@ -124,25 +124,10 @@ def write_gguf(merged_dir: Path, source_gguf: Path, out_file: Path, arch: str) -
     hyperparameters the merged config's and the file type F32. Tensors keep the source's order and names, and tied
     embeddings stay tied (no `output.weight` when the source has none)."""
     import gguf
-    import numpy as np
-    from safetensors.numpy import load_file
 
     reader = gguf.GGUFReader(str(source_gguf))
     config = json.loads((merged_dir / "config.json").read_text())
-    weights = {}
-    for f in sorted(merged_dir.glob("*.safetensors")):
-        weights |= load_file(str(f))
-    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch), config["num_hidden_layers"])
-    by_gguf_name = {}
-    for hf_name, tensor in weights.items():
-        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        if name is None:
-            raise ExportRefused(f"{hf_name}: no llama.cpp name for this tensor")
-        if hf_name.endswith("q_proj.weight"):
-            tensor = _rotary_order(tensor, config["num_attention_heads"], config["num_attention_heads"])
-        elif hf_name.endswith("k_proj.weight"):
-            tensor = _rotary_order(tensor, config["num_attention_heads"], config.get("num_key_value_heads"))
-        by_gguf_name[name] = np.ascontiguousarray(tensor.astype(np.float32))
+    by_gguf_name = _llama_cpp_tensors(merged_dir, config, arch)
     arch_name = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(str(out_file), arch=arch_name)
     hyper = {  # from the merged model's own config, not the source file's: the two must describe the same tensors
@@ -180,6 +165,29 @@ def write_gguf(merged_dir: Path, source_gguf: Path, out_file: Path, arch: str) -
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _llama_cpp_tensors(merged_dir: Path, config: dict, arch: str) -> dict:
+    """The merged safetensors as F32 arrays under llama.cpp's tensor names, q and k in its rotary order."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    weights = {}
+    for f in sorted(merged_dir.glob("*.safetensors")):
+        weights |= load_file(str(f))
+    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch), config["num_hidden_layers"])
+    by_gguf_name = {}
+    for hf_name, tensor in weights.items():
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise ExportRefused(f"{hf_name}: no llama.cpp name for this tensor")
+        if hf_name.endswith("q_proj.weight"):
+            tensor = _rotary_order(tensor, config["num_attention_heads"], config["num_attention_heads"])
+        elif hf_name.endswith("k_proj.weight"):
+            tensor = _rotary_order(tensor, config["num_attention_heads"], config.get("num_key_value_heads"))
+        by_gguf_name[name] = np.ascontiguousarray(tensor.astype(np.float32))
+    return by_gguf_name
 
 
 def _rotary_order(w, n_head: int, n_head_kv: int | None):
