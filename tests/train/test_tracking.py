@@ -90,3 +90,15 @@ def test_mlflow_uri_prefers_the_setting_then_the_environment_then_a_local_sqlite
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
     assert tracking.mlflow_uri("", tmp_path) == "http://mlflow.internal:5000"
     assert tracking.mlflow_uri("sqlite:////srv/mlflow.db", tmp_path) == "sqlite:////srv/mlflow.db"
+
+
+def test_a_run_that_logs_no_step_still_writes_what_the_stage_declares(params, tmp_path):
+    """A run resumed from its finished checkpoint trains no step: DVCLive still writes its summary at the end, but
+    no plot, and `dvc repro` would fail on the missing `plots/metrics` output without the stand-in."""
+    pytest.importorskip("dvclive")
+    run = Tracking("sft", _tiny(params, tmp_path, ["dvclive"])["train"], root=tmp_path)
+    run.callbacks()  # the trainer would start here; a finished checkpoint means it has nothing to do
+    run.close({"status": "ok", "steps": 0})
+    live = tmp_path / paths.dvclive("sft")
+    assert (live / "metrics.json").is_file()
+    assert [p.name for p in (live / "plots" / "metrics").iterdir()] == ["loss.tsv"]  # a DVC output that exists

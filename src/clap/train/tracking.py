@@ -81,8 +81,7 @@ class Tracking:
         """End the trackers; the record of where this run was logged (added to the trainer's metrics)."""
         if self._live is not None:
             self._live.end()
-        if not (self.dvclive_dir / "metrics.json").exists():  # not asked for, or no step logged (a finished
-            write_empty(self.dvclive_dir)                       # checkpoint taken as it is)
+        complete_outputs(self.dvclive_dir)  # not asked for, or no step logged (a short run, a finished checkpoint)
         record = {"tracking": {"report_to": self.report_to, "dvclive": self.dvclive_dir.as_posix()}}
         if self.run_id is not None:
             mlflow = _mlflow()
@@ -113,6 +112,19 @@ def _steps_only():
             self._initialized = True
 
     return StepsOnly
+
+
+def complete_outputs(folder: Path) -> None:
+    """What the stage declares, whatever DVCLive wrote: `metrics.json` and a non-empty `plots/metrics/`. DVCLive
+    writes its summary at the end of every run but a plot only for a step it logged, so a run shorter than
+    `logging_steps` leaves no plot; a header-only loss plot stands in (an empty folder is no DVC output)."""
+    folder = Path(folder)
+    plots = folder / "plots" / "metrics"
+    if not plots.is_dir() or not any(plots.iterdir()):
+        plots.mkdir(parents=True, exist_ok=True)
+        (plots / "loss.tsv").write_text("step\tloss\n", encoding="utf-8")
+    if not (folder / "metrics.json").exists():
+        (folder / "metrics.json").write_text("{}\n", encoding="utf-8")
 
 
 def write_empty(folder: Path) -> None:
