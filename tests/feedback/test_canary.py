@@ -90,6 +90,15 @@ def served(sft_start, tiny_dir, tmp_path_factory):
     srv.server_close()
 
 
+def test_server_says_which_version_each_arm_serves(served):
+    import urllib.request
+
+    url, _ = served
+    health = json.loads(urllib.request.urlopen(f"{url}/health", timeout=10).read())
+    assert health["arms"] == {"prod": None, "canary": "v0.0.1"} and health["share"] == 0.5
+    assert health["models"] == ["prod", "canary"] and health["status"] == "ok"
+
+
 def test_server_answers_routes_and_logs(served):
     url, logs = served
     msgs = [{"role": "user", "content": "What were the sales?"}]

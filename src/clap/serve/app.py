@@ -140,13 +140,15 @@ def _event(body: dict) -> str:
 
 def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
                max_batch: int = 16, wait_ms: float = 5.0, route: Callable[[str], str] | None = None,
-               on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None):
+               on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None,
+               health: dict | None = None):
     """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
     adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
 
     The canary's hooks (`clap.serve.canary`): `route(request_id)` names the model of a request that names none (or
     `clap`); `on_answer(record)` sees every answer ({request_id, model, prompt, text, new_tokens, latency_ms}); with
-    `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400)."""
+    `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400); `health`: what
+    `GET /health` adds (the canary's arms and the versions they serve)."""
     batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
     completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer)
 
@@ -162,8 +164,8 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
 
     _refuse_errors(app)
     @app.get("/health")
-    async def health():
-        return {"status": "ok", "models": list(models)}
+    async def get_health():
+        return {"status": "ok", "models": list(models), **(health or {})}
 
     @app.get("/v1/models")
     async def list_models():

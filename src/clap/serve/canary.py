@@ -24,7 +24,8 @@ def canary_app(service: CanaryService, max_batch: int = 16, wait_ms: float = 5.0
     return create_app(service.engine, {name: arm.use_adapter for name, arm in service.arms.items()},
                       default_max_tokens=service.max_new_tokens, max_tokens_cap=max(service.max_new_tokens, 2048),
                       max_batch=max_batch, wait_ms=wait_ms, route=service.pick, on_answer=service.record,
-                      feedback=service.feedback)
+                      feedback=service.feedback, health={"arms": {name: arm.version for name, arm in service.arms.items()},
+                                                         "share": service.share})
 
 
 class Server:
