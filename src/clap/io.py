@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,8 +34,6 @@ class InputFileError(UserError, RuntimeError):
 def git_show(root: Path, rev: str, path: Path | str) -> tuple[str | None, str]:
     """(`path`'s text as committed at `rev`, read from git's object store and not the working tree, or None;
     git's complaint when there is none)."""
-    import subprocess
-
     r = subprocess.run(["git", "show", f"{rev}:{Path(path).as_posix()}"], cwd=root, capture_output=True, text=True)
     return (r.stdout, "") if r.returncode == 0 else (None, r.stderr.strip()[:160])
 

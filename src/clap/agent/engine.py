@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clap import model, paths
+from clap import model
 from clap.agent.chat import engine_rendering
 from clap.agent.tools import ReportTools
-from clap.evaluate.engines import answer_store, decoding
-from clap.integrity import pinned_expectation
+from clap.evaluate.engines import answer_store, decoding, pinned_adapters
 
 
 def agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):
@@ -18,7 +17,7 @@ def agent_engine(cfg: dict, adapters: list[str], prod: list[tuple[str, Path, dic
     from clap.evaluate.generate import Engine
 
     base = model.resolve(cfg["model"])
-    others = [*prod, *[(a, paths.adapter(a), pinned_expectation(Path("."), paths.adapter(a))) for a in adapters]]
+    others = [*prod, *pinned_adapters(adapters)]
     rendering = engine_rendering(model.load_tokenizer(base), ReportTools.tool_schemas())
     return Engine(base, others=others, answer_store=answer_store(cfg), reuse_prefixes=cfg["generate"]["prefix_cache_tokens"],
                   **rendering, **decoding(cfg))

@@ -101,9 +101,10 @@ def index(assets: Path = typer.Option(paths.ASSETS),
 @app.command("repair-queue")
 def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
     """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
+    from clap.data.repair import PRODUCTION_SOURCES
     from clap.stages import repair_queue as stage
 
     counts = stage.run(Path("."), out)
     console.print(f"repair queue → {out}: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "empty"))
-    from_production = sum(counts.get(s, 0) for s in stage.PRODUCTION_SOURCES)
+    from_production = sum(counts.get(s, 0) for s in PRODUCTION_SOURCES)
     console.print(f"from production (human-flagged answers, failed canary requests): {from_production}")

@@ -8,6 +8,7 @@ import typer
 
 from clap import paths
 from clap.cli.common import _fail, _need, _params, app, console
+from clap.domain.names import trainer_name
 
 
 @app.command("base-model")
@@ -55,7 +56,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
 
     base = model.resolve(cfg["model"])
     if kind.startswith("agent-"):
-        name = kind.replace("-", "_")
+        name = trainer_name(kind)
         return _train_agent(cfg, kind, base, out or paths.MODELS / name, checkpoints or paths.CHECKPOINTS / name)
     out = out or paths.MODELS / kind
     check_output_dir(out, (materialized, admission, base))
@@ -79,7 +80,7 @@ def _tracking(cfg: dict, kind: str):
     from clap.train.tracking import Tracking
 
     rank_zero = os.environ.get("RANK", "0") == "0"
-    return Tracking(kind.replace("-", "_"), {"report_to": cfg["train"]["report_to"] if rank_zero else [],
+    return Tracking(trainer_name(kind), {"report_to": cfg["train"]["report_to"] if rank_zero else [],
                                              "mlflow": cfg["train"]["mlflow"]})
 
 
@@ -89,7 +90,7 @@ def _record_trained(kind: str, m: dict, tracking, out: Path) -> None:
 
     manifest = read_json_if_exists(Path(out) / "adapter" / "manifest.json") or {}
     m |= tracking.close(m, manifest.get("base_model"), (manifest.get("files") or {}).get("adapter_model.safetensors"))
-    write_json(paths.train_metrics(kind.replace("-", "_")), m)
+    write_json(paths.train_metrics(trainer_name(kind)), m)
     _say_trained(kind, m)
 
 

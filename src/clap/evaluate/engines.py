@@ -27,6 +27,12 @@ def decoding(cfg: dict) -> dict:
     return {k: cfg["generate"][k] for k in ("dtype", "jump_forward", "merge_adapters")}
 
 
+def pinned_adapters(names: list[str]) -> list[tuple[str, Path, dict]]:
+    """(name, `models/<name>/adapter`, the manifest dvc.lock pins for it) per name: what an engine holds besides
+    the base model."""
+    return [(n, paths.adapter(n), pinned_expectation(Path("."), paths.adapter(n))) for n in names]
+
+
 def prod_baseline(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None, str | None]:
     """The restored prod adapter folder, the manifest its release tag's bundle pins and a line saying which
     release it is — (None, None, None): no prod, or, for `role="agent_adapter"`, a release in prod that shipped no
@@ -78,6 +84,5 @@ def chain_engine(cfg: dict, steps: list[str], prod_dir: Path | None, prod_expect
     and the adapter in prod."""
     from clap.evaluate.generate import Engine
 
-    others = [(s, paths.adapter(s), pinned_expectation(Path("."), paths.adapter(s))) for s in steps]
-    return Engine(model.resolve(cfg["model"]), prod_dir=prod_dir, prod_expected=prod_expected, others=others,
+    return Engine(model.resolve(cfg["model"]), prod_dir=prod_dir, prod_expected=prod_expected, others=pinned_adapters(steps),
                   answer_store=answer_store(cfg), **decoding(cfg))

@@ -18,8 +18,7 @@ import subprocess
 from pathlib import Path
 
 from clap import paths
-from clap.domain.names import ARM_LABELS as ARMS
-from clap.domain.names import CHAIN
+from clap.domain.names import ARM_LABELS, CHAIN
 from clap.evaluate.intervals import ci_bounds, ci_text
 from clap.evaluate.summary import DECISION_COLS, REPLAY_COLS, contrast_lines
 from clap.io import atomic_write_text
@@ -89,7 +88,7 @@ def _replay_lines(replay: dict | None) -> list[str]:
     out = ["", f"## Application-chain replay (ABCD, {replay['n_cases']} cases)", "",
            "| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for arm, m in replay["arms"].items():
-        out.append(f"| {arm}: {ARMS[arm]} | " + " | ".join(f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}"
+        out.append(f"| {arm}: {ARM_LABELS[arm]} | " + " | ".join(f"{m[c]:.2f}" if c != "p95_latency_ms" else f"{m[c]:.0f}"
                                                         for c in cols) + " |")
     return out + [""] + [f"- {name} (paired bootstrap, {replay['n_cases']} cases): {line}"
                          for name, line in contrast_lines(replay).items()]
@@ -218,7 +217,7 @@ def plots(root: Path, batches: list[str]) -> dict[str, str]:
         width = 0.2
         for i, arm in enumerate(replay["arms"]):
             ax.bar([j + i * width for j in range(len(cols))], [replay["arms"][arm][c] for c in cols], width,
-                   label=f"{arm}: {ARMS[arm]}")
+                   label=f"{arm}: {ARM_LABELS[arm]}")
         ax.set_xticks([j + 1.5 * width for j in range(len(cols))], [c.replace("_", "\n") for c in cols])
         ax.set_ylim(0, 1.05)
         ax.legend(fontsize=7)

@@ -118,7 +118,8 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
     actions = playbook(case_files) if e["action_playbook"] else None
     schemas = [decision_schema(prompts.decision_cause_fields(c["prompt"]), actions) for c in cases] \
         if cfg["generate"]["constrained"] else None
-    per_model = {name: answers(engine, name, cases, convs, schemas, e, rewards) for name in models}
+    graded = [{g["role"]: g["text"] for g in json.loads(c["candidates_json"])} for c in cases]
+    per_model = {name: answers(engine, name, cases, convs, graded, schemas, e, rewards) for name in models}
     batches = list(case_files)
     result = {"n": len(cases), "models": {m: _aggregate(rows) for m, rows in per_model.items()},
               "per_batch": {b: {"n": sum(c["batch"] == b for c in cases),
@@ -151,12 +152,11 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
     return result
 
 
-def answers(engine, name: str, cases: list[dict], convs: list, schemas: list | None, e: dict, rewards: dict
-            ) -> list[dict]:
+def answers(engine, name: str, cases: list[dict], convs: list, graded: list[dict], schemas: list | None, e: dict,
+            rewards: dict) -> list[dict]:
     """Model `name`'s scored answer to every case ("base": the adapters switched off), with the summed
-    log-probability it gives each graded answer (chosen, near miss, rejected)."""
+    log-probability it gives each graded answer (`graded`: role → text per case: chosen, near miss, rejected)."""
     use = False if name == "base" else name
-    graded = [{g["role"]: g["text"] for g in json.loads(c["candidates_json"])} for c in cases]
     gens = engine.generate(convs, use_adapter=use, max_new_tokens=e["max_new_tokens"],
                            batch_size=e["batch_size"], schemas=schemas)
     lps = {role: engine.completion_logprobs(convs, [g[role] for g in graded], use)

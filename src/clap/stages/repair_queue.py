@@ -12,8 +12,6 @@ from pathlib import Path
 
 from clap.data import repair
 
-PRODUCTION_SOURCES = repair.PRODUCTION_SOURCES  # what came from production, not from the pipeline
-
 
 def run(root: Path, out: Path) -> dict[str, int]:
     """Write the queue to `out`; the items per source."""

@@ -116,8 +116,9 @@ def _steps_only():
 
 def complete_outputs(folder: Path) -> None:
     """What the stage declares, whatever DVCLive wrote: `metrics.json` and a non-empty `plots/metrics/`. DVCLive
-    writes its summary at the end of every run but a plot only for a step it logged, so a run shorter than
-    `logging_steps` leaves no plot; a header-only loss plot stands in (an empty folder is no DVC output)."""
+    writes its summary at the end of every run but a plot only for a step it logged, so a run that logged none (a
+    trainer resumed from its finished checkpoint) leaves no plot; a header-only loss plot stands in (an empty
+    folder is no DVC output)."""
     folder = Path(folder)
     plots = folder / "plots" / "metrics"
     if not plots.is_dir() or not any(plots.iterdir()):
@@ -133,10 +134,7 @@ def write_empty(folder: Path) -> None:
     folder = Path(folder)
     if folder.exists():
         shutil.rmtree(folder)
-    plot = folder / "plots" / "metrics" / "loss.tsv"
-    plot.parent.mkdir(parents=True)
-    plot.write_text("step\tloss\n", encoding="utf-8")
-    (folder / "metrics.json").write_text("{}\n", encoding="utf-8")
+    complete_outputs(folder)
 
 
 def log_release(train_metrics: Path, decision: str, bundle_sha256: str) -> str | None:
