@@ -25,8 +25,10 @@ def built(small_loop):
 
 
 def test_every_kind_in_both_splits_and_the_contract_holds(built):
+    """Training kinds in both splits; the held-out compositions in eval alone."""
     _, _, rows, report = built
-    assert {(t["split"], t["kind"]) for t in rows} == {(s, k) for s in ("train", "eval") for k in tasks.KINDS}
+    assert {(t["split"], t["kind"]) for t in rows} == {(s, k) for s in ("train", "eval") for k in tasks.TRAIN_KINDS} \
+        | {("eval", k) for k in tasks.HELD_OUT_KINDS}
     AgentTask.validate(as_frame(rows), lazy=True)
     assert report["tasks"] == len(rows) == len({t["task_id"] for t in rows})
 
@@ -87,3 +89,58 @@ def test_the_contract_refuses_a_trajectory_without_a_final_finish(built):
     broken["messages"] = broken["messages"][:-1]
     with pytest.raises(Exception, match="gold_trajectory"):
         AgentTask.validate(as_frame([broken]), lazy=True)
+
+
+def test_held_out_phrasings_and_compositions_never_reach_training(built):
+    """Read from the text: every train question fits the training phrasing of its kind (or is the corpus's own
+    lookup question) and no held-out one; every eval question fits a held-out phrasing of its kind and not the
+    training one; the held-out kinds' plans compute something no training plan does."""
+    _, _, rows, report = built
+    assert tasks.leakage(rows) == []
+    for t in rows:
+        fits = tasks.phrasings_matched(t["question"])
+        if t["split"] == "eval":
+            assert (t["kind"], t["lang"], int(t["template"].rsplit("/", 1)[1])) in fits, t["question"]
+            assert (t["kind"], t["lang"], 0) not in fits, t["question"]
+        else:
+            assert all(i == 0 for _, _, i in fits), t["question"]
+            assert t["template"].endswith("/0")
+    train_plans = {tasks.composition(t) for t in rows if t["split"] == "train"}
+    held_out = {tasks.composition(t) for t in rows if t["kind"] in tasks.HELD_OUT_KINDS}
+    assert held_out == {("calculate:sub", "convert_unit"), ("calculate:add",)} and not held_out & train_plans
+    assert {k.split("/")[0] for k in report["by_split_template"]} == {"train", "eval"}
+
+
+def _as_train(task: dict, question: str | None = None) -> dict:
+    return copy.deepcopy(task) | {"split": "train", "task_id": "leak", **({"question": question} if question else {})}
+
+
+@pytest.mark.parametrize("leak", ["phrasing", "composition", "company"])
+def test_leakage_names_a_train_task_that_reuses_what_evaluation_holds_out(built, leak):
+    """The check fails on leakage, read from the task's text and plan, not from its labels."""
+    _, _, rows, _ = built
+    train = next(t for t in rows if t["split"] == "train" and t["kind"] == "change" and t["lang"] == "en")
+    held = next(t for t in rows if t["split"] == "eval" and t["kind"] == "total")
+    if leak == "phrasing":  # a train task phrased by a held-out template, its labels left as training's
+        q = tasks.TEMPLATES[("change", "en")][1].format(entity=train["entities"][0], metric="revenue",
+                                                        period="2021", period_b="2022")
+        bad = _as_train(train, q)
+        expect = "phrased as held-out change/en/1"
+    elif leak == "composition":  # a held-out plan under a training phrasing and kind
+        bad = _as_train(held, train["question"]) | {"kind": "change", "entities": train["entities"]}
+        expect = "held-out plan calculate:add"
+    else:
+        bad = _as_train(train) | {"entities": held["entities"]}
+        expect = f"company {held['entities'][0]!r} is in train and eval"
+    problems = tasks.leakage(rows + [bad])
+    assert problems and expect in problems[0], problems
+
+
+def test_held_out_compositions_replay_with_their_computation(built):
+    """change_convert subtracts then converts; total adds: each computed value is one the task needs."""
+    tools, _, rows, _ = built
+    for kind, ops in (("change_convert", ["calculate", "convert_unit"]), ("total", ["calculate"])):
+        t = next(t for t in rows if t["kind"] == kind)
+        calls = [m["tool_calls"][0]["function"] for m in t["messages"] if m["role"] == "assistant"]
+        assert [c["name"] for c in calls if c["name"] in ("calculate", "convert_unit")] == ops
+        assert len(t["needed_values"]) == len(ops) and t["answer_type"] == "number"

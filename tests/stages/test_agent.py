@@ -7,6 +7,7 @@ import pytest
 from rich.console import Console
 from tests.stages.test_train import AtStart, _peft_key, assert_lora_trained, base_weights
 
+from clap.agent import report
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.evaluate.generate import Engine
@@ -69,7 +70,7 @@ def test_agent_sft_trains_lora_on_the_agents_turns_and_leaves_the_base(agent_ada
 
 def test_a_trajectory_over_max_length_is_set_aside_by_name(agent_cfg, tasks_dir, tiny_dir, tmp_path):
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["sft"].update(max_length=600, max_steps=1)
+    cfg["agent"]["sft"].update(max_length=900, max_steps=1)
     metrics = train_agent_sft.run(cfg, tasks_dir, tiny_dir, tmp_path / "out", tmp_path / "ckpt")
     train = {t["task_id"]: t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train"}
     assert metrics["set_aside_too_long"] and set(metrics["set_aside_too_long"]) <= set(train)
@@ -145,7 +146,7 @@ def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(age
     table = console.export_text()
     assert "Δ success vs prod" in table and "+0.00 [+0.00, +0.00]" in table
     episodes = read_jsonl(tmp_path / "eval" / "episodes.jsonl")
-    assert len(episodes) == 4 * n * (1 + agent_cfg["agent"]["evaluate"]["samples"])
+    assert len(episodes) == n + 3 * n * (1 + agent_cfg["agent"]["evaluate"]["samples"])  # base: greedy alone
     assert all(e["messages"][1]["role"] == "user" and len(e["steps"]) >= 1 for e in episodes)
     calls = read_jsonl(tmp_path / "eval" / "next_calls.jsonl")
     gold_turns = sum(t["gold_steps"] for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval")
@@ -154,6 +155,16 @@ def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(age
     assert len(failed) == sum(1 for e in episodes if e["model"] == "agent_dpo" and e["run"] == "greedy" and not e["success"])
     assert all(f["reason"].startswith(("no_finish", "wrong_")) for f in failed)
     assert json.loads((tmp_path / "agent.json").read_text())["models"].keys() == {"base", "prod", "agent_sft", "agent_dpo"}
+    # every task metric has its interval for each model and its paired delta in each table; pass^k where sampled
+    for name, m in result["models"].items():
+        figures = m["with_ci"]["metrics"]
+        assert set(report.TASK_METRICS) <= set(figures) and figures["success"]["n"] == n
+        assert all(f["ci_low"] <= f["mean"] <= f["ci_high"] for f in figures.values() if f["n"])
+        assert (figures["pass^2"]["n"] == n) == (name != "base")
+        assert set(m["with_ci"]["by_kind"]) == set(result["by_kind_tasks"])
+    kinds_with_both = {"abstention_recall", "false_abstention"} if "unanswerable" in result["by_kind_tasks"] else set()
+    assert set(result["deltas_vs_base"]["agent_sft"]) >= set(report.TASK_METRICS) - {"abstention_recall"} | kinds_with_both
+    assert set(result["success_by_kind"]["deltas_vs_base"]["agent_sft"]) == set(result["by_kind_tasks"])
 
 
 def test_agent_dpo_without_pairs_keeps_its_start_and_says_so(agent_cfg, agent_adapter, tiny_dir, tmp_path):

@@ -16,6 +16,7 @@ from pandera.errors import SchemaErrors
 from pandera.typing import Series
 from pydantic import BaseModel, ConfigDict, Field
 
+from clap.domain.names import AGENT_KINDS
 from clap.domain.prompts import RISK_FOCUS
 from clap.io import jsonable, quarantine_record
 
@@ -296,8 +297,9 @@ class AgentTask(pa.DataFrameModel):
     task_id: Series[str] = pa.Field(unique=True)
     batch: Series[str]
     split: Series[str] = pa.Field(isin=["train", "eval"])
-    kind: Series[str] = pa.Field(isin=["lookup", "change", "convert", "compare", "unanswerable", "tool_error"])
+    kind: Series[str] = pa.Field(isin=list(AGENT_KINDS))
     lang: Series[str] = pa.Field(isin=LANGS)
+    template: Series[str] = pa.Field(str_matches=r"^[a-z_]+/[a-z]+/\d+$")
     question: Series[str] = pa.Field(str_length={"min_value": 1})
     answer: Series[str] = pa.Field(str_length={"min_value": 1})
     answer_type: Series[str] = pa.Field(isin=["number", "entity", "abstain"])

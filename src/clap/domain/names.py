@@ -9,6 +9,10 @@ CHAIN = ("sft", "dpo", "grpo")
 AGENT_CHAIN = ("agent_sft", "agent_dpo", "agent_grpo")
 REWARD_MODEL = "agent_rm"
 TRAINERS = (*CHAIN, *AGENT_CHAIN, REWARD_MODEL)  # each writes models/<name>/ and metrics/train_<name>.json
+# The agent's task kinds (`clap.agent.tasks`): those trained on, then the held-out tool compositions only evaluation has.
+AGENT_TRAIN_KINDS = ("lookup", "change", "convert", "compare", "unanswerable", "tool_error")
+AGENT_HELD_OUT_KINDS = ("change_convert", "total")
+AGENT_KINDS = (*AGENT_TRAIN_KINDS, *AGENT_HELD_OUT_KINDS)
 
 
 def command_name(trainer: str) -> str:

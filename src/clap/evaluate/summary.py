@@ -87,7 +87,7 @@ def decision_table(result: dict) -> Table:
 
 
 AGENT_COLS = ("success", "tool_selection_accuracy", "argument_accuracy", "tool_call_accuracy", "abstention_accuracy",
-              "hallucinated", "reward", "n_calls", "n_steps")
+              "false_abstention_rate", "hallucinated", "reward", "n_calls", "n_steps")
 
 
 def agent_table(result: dict) -> Table:
@@ -104,7 +104,10 @@ def agent_table(result: dict) -> Table:
     for name, m in result["models"].items():
         passk = " ".join(f"{k}:{v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
         deltas = [result[f"deltas_vs_{ref}"].get(name, {}).get("success") for ref in refs]
-        t.add_row(name, *[f"{m[c]:.2f}" for c in AGENT_COLS], passk,
+        success = (m.get("with_ci") or {}).get("metrics", {}).get("success") or {}
+        cells = [f"{m[c]:.2f}" + (f" [{success['ci_low']:.2f}, {success['ci_high']:.2f}]"
+                                  if c == "success" and success.get("n") else "") for c in AGENT_COLS]
+        t.add_row(name, *cells, passk,
                   *[f"{ci_text(d, digits=2)}" if d else "" for d in deltas])
     return t
 

@@ -3,7 +3,8 @@
     clap agent-tasks            (DVC stage `agent_tasks`, writes data/agent/)
 
 The planner, the environment and the three checks are `clap.agent.tasks`; this stage picks the
-batches, validates every task against the `AgentTask` contract and writes tasks.jsonl (one task per
+batches, checks that no held-out company, phrasing or tool composition reaches the training tasks
+(`clap.agent.tasks.leakage`), validates every task against the `AgentTask` contract and writes tasks.jsonl (one task per
 line, its gold conversation in `messages`) and report.json (kept and dropped, by check and kind).
 """
 
@@ -36,6 +37,9 @@ def run(cfg: dict, assets: Path, batches: list[str], out: Path) -> dict:
     rows, report = agent_tasks.build(facts, tools, cfg["agent"]["tasks"])
     if not rows:
         raise ValueError(f"agent-tasks: no task passed the checks in batches {', '.join(batches)}")
+    leaks = agent_tasks.leakage(rows)
+    if leaks:  # the planner's own output: a leak is a bug, and an evaluation that leaks must not be written
+        raise AssertionError(f"agent-tasks: the held-out tasks leak into training ({len(leaks)}): {leaks[0]}")
     AgentTask.validate(as_frame(rows), lazy=True)  # our own output: a failure here is a bug, not user data
     report |= {"batches": batches, "tools": [s["function"]["name"] for s in tools.schemas]}
     with atomic_dir(out, (Path(assets),)) as tmp:

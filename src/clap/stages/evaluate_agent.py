@@ -2,16 +2,20 @@
 
     clap evaluate-agent --prod models/prod   (DVC stage `evaluate_agent`: data/eval_agent/, metrics/agent.json)
 
-Three measurements per model (base, the agent adapter in prod when the release in prod shipped one, then
-each agent adapter of the chain), every turn under the action grammar
-when `generate.constrained` is on, as serving would decode:
+The held-out tasks (`agent.evaluate.max_tasks`, the kinds in turn) are those of companies, phrasings and tool
+compositions no training task has (`clap.agent.tasks.leakage`). Three measurements per model (base, the agent
+adapter in prod when the release in prod shipped one, then each agent adapter of the chain), every turn under
+the action grammar when `generate.constrained` is on, as serving would decode:
   1. free-running greedy episodes → task success, the reward parts, hallucination (a final answer no
-     tool return supports), abstention on unanswerable tasks, calls and steps per task;
-  2. `agent.evaluate.samples` sampled episodes per task → τ-bench's pass^k;
+     tool return supports), abstention both ways (refusing an answerable task, answering an unanswerable
+     one), calls and steps per task;
+  2. on the models `agent.evaluate.sampled_models` names, `agent.evaluate.samples` sampled episodes per
+     task → τ-bench's pass^k for each k of `agent.evaluate.pass_k` (greedy only for the rest, to bound cost);
   3. next-call accuracy on the gold prefix (BFCL's AST rules) → "when" (the right tool) apart from
      "how" (its arguments).
-Per batch and overall, with paired-bootstrap CIs on success and reward: every adapter − base, every chain
-step − prod (the gate's reference when there is one), the later steps − agent SFT.
+Every metric carries its paired-bootstrap CI over tasks, overall and per task kind (`clap.agent.report`), and
+so does every difference: every adapter − base, every chain step − prod (the gate's reference when there is
+one), the later steps − agent SFT.
 Every episode is written with its full trajectory to data/eval_agent/episodes.jsonl; the last model's
 failed greedy episodes, with why, to failed_episodes.jsonl (the repair queue takes them).
 """
@@ -22,11 +26,10 @@ from pathlib import Path
 
 import torch
 
-from clap.agent import chat, scoring
+from clap.agent import chat, report, scoring
 from clap.agent.episode import engine_policy, next_calls, rollout
 from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
-from clap.evaluate.stats import paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
 
 SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "n_calls", "n_steps")
@@ -49,7 +52,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
     for name, use_adapter in models:
         greedy = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema)
         runs = [("greedy", rollout(greedy, tools, tasks, a["max_steps"], a["max_new_tokens"]))]
-        for k in range(e["samples"]):  # run k draws with seed 1000 + k per request: the same episodes every time
+        for k in range(e["samples"] if name in e["sampled_models"] else 0):  # run k draws with seed 1000 + k per request: the same episodes every time
             torch.manual_seed(1000 + k)  # the draws without a grammar (generate.constrained off)
             sampled = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema, e["temperature"],
                                     seed=1000 + k)
@@ -62,15 +65,10 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
                                                                 a["rewards"]["weights"])})
         calls += [c | {"model": name} for c in next_calls(greedy, tools, tasks)]
         per_arm[name] = _summary([x for x in episodes if x["model"] == name], [c for c in calls if c["model"] == name],
-                                 tasks, e)
-    base = arms[0][0]
-    def delta(ref, name):
-        return {m: paired_bootstrap(*_paired(episodes, ref, name, m), n=cfg["evaluate"]["bootstrap"],
-                                    ci=cfg["evaluate"]["ci"], seed=17) for m in ("success", "reward")}
-    result = {"n_tasks": len(tasks), "models": per_arm,
-              "deltas_vs_base": {n: delta(base, n) for n, _ in models[1:]},
-              "deltas_chain": {f"{n}-{chain[0][0]}": delta(chain[0][0], n) for n, _ in chain[1:]},
-              **({"deltas_vs_prod": {n: delta("prod", n) for n, _ in chain}} if prod else {}),
+                                 tasks, e, cfg["evaluate"])
+    result = {"n_tasks": len(tasks), "by_kind_tasks": {k: sum(t["kind"] == k for t in tasks)
+                                                       for k in sorted({t["kind"] for t in tasks})},
+              "models": per_arm, **_deltas(episodes, calls, tasks, models, chain, prod, cfg["evaluate"]),
               "per_batch": {b: {name: _means([x for x in episodes if x["model"] == name and x["run"] == "greedy"
                                               and x["batch"] == b]) for name, _ in models}
                             for b in sorted({t["batch"] for t in tasks})}}
@@ -113,11 +111,24 @@ def failure_reason(episode: dict) -> str:
     return "wrong_answer_after_invalid_turns" if episode["format"] < 1 else "wrong_answer"
 
 
-def _paired(episodes: list[dict], base: str, name: str, metric: str) -> tuple[list[float], list[float]]:
-    def scores(model):
-        return {x["task_id"]: x[metric] for x in episodes if x["model"] == model and x["run"] == "greedy"}
-    b, c = scores(base), scores(name)
-    return [b[t] for t in sorted(b)], [c[t] for t in sorted(b)]
+def _values(episodes: list[dict], calls: list[dict], tasks: list[dict], model: str) -> dict[str, dict[str, float]]:
+    return report.task_values([x for x in episodes if x["model"] == model and x["run"] == "greedy"],
+                              [c for c in calls if c["model"] == model], {t["task_id"]: t["kind"] for t in tasks})
+
+
+def _deltas(episodes: list[dict], calls: list[dict], tasks: list[dict], models: list[tuple], chain: list[tuple],
+            prod: bool, ev: dict) -> dict:
+    """The delta tables (every task metric, paired by task) and task success per kind for each of them."""
+    values = {name: _values(episodes, calls, tasks, name) for name, _ in models}
+    kinds = {t["task_id"]: t["kind"] for t in tasks}
+    pairs = {"deltas_vs_base": {n: (models[0][0], n) for n, _ in models[1:]},
+             "deltas_chain": {f"{n}-{chain[0][0]}": (chain[0][0], n) for n, _ in chain[1:]},
+             **({"deltas_vs_prod": {n: ("prod", n) for n, _ in chain}} if prod else {})}
+    out = {table: {key: report.deltas(values[ref], values[new], ev["bootstrap"], ev["ci"]) for key, (ref, new) in rows.items()}
+           for table, rows in pairs.items()}
+    out["success_by_kind"] = {table: {key: report.kind_deltas(values[ref], values[new], kinds, ev["bootstrap"], ev["ci"])
+                                      for key, (ref, new) in rows.items()} for table, rows in pairs.items()}
+    return out
 
 
 def _means(rows: list[dict]) -> dict:
@@ -125,7 +136,8 @@ def _means(rows: list[dict]) -> dict:
     return {m: round(sum(x[m] for x in rows) / n, 4) for m in SCORES} | {"n": len(rows)}
 
 
-def _summary(episodes: list[dict], calls: list[dict], tasks: list[dict], e: dict) -> dict:
+def _summary(episodes: list[dict], calls: list[dict], tasks: list[dict], e: dict, ev: dict) -> dict:
+    """One model's means (the gate's keys), then every figure with its CI (`clap.agent.report.model_figures`)."""
     greedy = [x for x in episodes if x["run"] == "greedy"]
     kind = {t["task_id"]: t["kind"] for t in tasks}
     unanswerable = [x for x in greedy if kind[x["task_id"]] == "unanswerable"]
@@ -134,6 +146,7 @@ def _summary(episodes: list[dict], calls: list[dict], tasks: list[dict], e: dict
     for x in episodes:
         if x["run"] != "greedy":
             successes[x["task_id"]] = successes.get(x["task_id"], 0) + int(x["success"])
+    values = report.task_values(greedy, calls, kind)
     n = len(calls) or 1
     right_tool = [c for c in calls if c["tool_ok"]]
     return _means(greedy) | {
@@ -145,4 +158,6 @@ def _summary(episodes: list[dict], calls: list[dict], tasks: list[dict], e: dict
         "finished": round(sum(x["finished"] for x in greedy) / (len(greedy) or 1), 4),
         "pass_hat_k": {str(k): scoring.pass_hat_k(list(successes.values()), e["samples"], k) for k in e["pass_k"]},
         "by_kind": {k: _means([x for x in greedy if kind[x["task_id"]] == k])["success"]
-                    for k in sorted(set(kind.values()))}}
+                    for k in sorted(set(kind.values()))},
+        "with_ci": report.model_figures(values, greedy, kind, successes or None, e["samples"], e["pass_k"],
+                                        ev["bootstrap"], ev["ci"])}
