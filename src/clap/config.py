@@ -325,12 +325,19 @@ class AgentDpo(_Section):
     bf16: Switch
 
 
+class AgentRmHuman(_Section):
+    min_labels: PosInt
+    min_spearman: Annotated[float, Field(ge=-1.0, le=1.0)]
+    max_ece: Fraction
+
+
 class AgentRm(_Section):
     eval_fraction: OpenFraction
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
     max_steps: PosInt
     gradient_accumulation: PosInt
     min_agreement: Fraction
+    human: AgentRmHuman
     bf16: Switch
 
 

@@ -35,6 +35,8 @@ AGENT_PAIRS = Path("data/agent_pairs")
 AGENT_EVAL = Path("data/eval_agent")
 AGENT_METRICS = Path("metrics/agent.json")
 INBOX = Path("feedback/production.jsonl")  # the flywheel's inbox: human-flagged and canary-failed cases
+AGENT_HUMAN_LABELS = Path("feedback/human/agent_labels.jsonl")  # people's labels on agent episodes (`clap human import`),
+                                                                 # git-tracked: the reward model's check reads them
 
 # Outside the pipeline (written by `clap human …` and `clap canary …`, which people run between rounds):
 HUMAN_EXPORT = Path("feedback/human/export")  # sent to annotators

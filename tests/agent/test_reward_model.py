@@ -49,3 +49,20 @@ def test_state_scores_equal_whole_texts_and_read_each_state_once(scorer):
     # state a once + its two actions, state b once + its one readable action, then the two whole texts
     assert [c[0] for c in calls] == [1, 2, 1, 1, 2]
     assert calls[0][1] == len(tok(state_a, add_special_tokens=False).input_ids)
+
+
+RULES = {"min_labels": 6, "min_spearman": 0.3, "max_ece": 0.2}
+
+
+@pytest.mark.parametrize("scores, correct, passed, why", [
+    ([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [0, 0, 0, 1, 1, 1], True, None),          # ranks and calibrates as people do
+    ([0.1, 0.2, 0.3], [0, 0, 1], False, "3 labelled episodes, fewer than agent.rm.human.min_labels 6"),
+    ([0.9, 0.8, 0.7, 0.3, 0.2, 0.1], [0, 0, 0, 1, 1, 1], False, "Spearman -0.87831 below"),  # ranks them backwards
+    ([0.91, 0.92, 0.93, 0.97, 0.98, 0.99], [0, 0, 0, 1, 1, 1], False, "ECE 0.45 above agent.rm.human.max_ece"),
+    ([0.5] * 6, [0, 0, 0, 1, 1, 1], False, "no spread to rank"),               # one score for all: ranks nothing
+    ([], [], False, "0 labelled episodes"),                                    # no labels: fail closed
+])
+def test_the_reward_model_is_trusted_only_when_it_matches_people(scores, correct, passed, why):
+    check = reward_model.human_check(scores, correct, RULES)
+    assert check["passed"] is passed and check["n"] == len(scores)
+    assert (check["why_not"] is None) if why is None else why in check["why_not"], check

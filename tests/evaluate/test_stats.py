@@ -75,3 +75,18 @@ def test_non_finite_samples_are_refused(bad):
 def test_expansion_tends_to_the_nominal_level():
     assert expanded_level(0.95, 12) > 0.975
     assert abs(expanded_level(0.95, 10_000) - 0.95) < 1e-3
+
+
+@pytest.mark.parametrize("probabilities, outcomes, ece", [
+    ([0.05, 0.95], [0.0, 1.0], 0.05),                 # confident and right: off by the 5 % each claims
+    ([1.0, 1.0], [0.0, 0.0], 1.0),                    # certain and always wrong
+    ([0.7] * 10, [1.0] * 7 + [0.0] * 3, 0.0),         # 70 % said, 70 % true
+    ([0.25, 0.25, 0.75, 0.75], [0.0, 1.0, 1.0, 1.0], 0.25),  # two bins: |0.5−0.25|·½ + |1−0.75|·½
+    ([0.9, 0.9], [0.5, 0.5], 0.4),                    # half the raters said correct: counts as 0.5
+    ([], [], None),
+])
+def test_expected_calibration_error(probabilities, outcomes, ece):
+    from clap.evaluate.stats import expected_calibration_error
+
+    got = expected_calibration_error(probabilities, outcomes)
+    assert got == (None if ece is None else pytest.approx(ece))

@@ -9,6 +9,7 @@ from tests.feedback.conftest import N_ITEMS, annotation
 
 from clap.feedback import human
 from clap.feedback.labelstudio import labeling_config, parse_export
+from clap.io import read_jsonl, write_jsonl
 
 
 def _export(root, cfg):
@@ -147,9 +148,11 @@ def _with_agent_episodes(root, n_tasks=3):
         for model, answer in (("base", None), ("prod", None), ("agent_sft", "7")):
             steps = [{"text": "", "valid": True, "tool": "read_chunk", "arguments": {"chunk_id": "c1-p1"},
                       "observation": "Sales were 7."}] if answer else [{"text": "Sales?", "valid": False}]
+            messages = [{"role": "user", "content": f"Acme sales in 2021 (task {i})?"},
+                        *({"role": "assistant", "content": s["text"]} for s in steps)]
             for run in ("greedy", "sample0"):
                 episodes.append({"model": model, "run": run, "batch": "b1", "task_id": f"t{i}", "steps": steps,
-                                 "answer": answer, "stop": "finish" if answer else "max_steps",
+                                 "answer": answer, "stop": "finish" if answer else "max_steps", "messages": messages,
                                  "success": float(bool(answer)), "reward": 0.9 if answer else 0.1})
     write_jsonl(root / "data/eval_agent/episodes.jsonl", episodes)
 
@@ -174,6 +177,29 @@ def test_agent_episodes_are_exported_blind_and_rated_against_the_base_model(proj
     assert r["models"]["agent_base"]["usefulness"]["mean"] == 2.0  # not pooled with the extraction base model
     assert "prod" not in r["models"] and r["models"]["agent_prod"]["usefulness"]["n"] == 3  # nor prod's agent
     assert r["calibration"]["agent"]["success~usefulness"]["agreement_rate"] == 1.0
+    # the labelled episodes, with their conversations, for the reward model's check against people
+    labels = read_jsonl(root / "feedback/human/agent_labels.jsonl")
+    assert r["agent_episodes_labelled"] == len(labels) == 9
+    assert {(x["model"], x["correct"]) for x in labels} == {("base", 1.0), ("prod", 1.0), ("agent_sft", 1.0)}
+    assert all(x["messages"][0]["role"] == "user" and x["annotators"] and x["steps"] for x in labels)
+    _import(root, cfg, export)  # importing the same export again replaces its rows
+    assert len(read_jsonl(root / "feedback/human/agent_labels.jsonl")) == 9
+
+
+def test_an_agent_episode_changed_since_its_export_is_not_kept_for_the_reward_models_check(project):
+    root, cfg = project
+    _with_agent_episodes(root, n_tasks=1)
+    tasks, key = _export(root, cfg)
+    episodes = read_jsonl(root / "data/eval_agent/episodes.jsonl")
+    for ep in episodes:
+        if ep["model"] == "agent_sft":
+            ep["answer"] = "8"  # a new evaluation ran since the export
+    write_jsonl(root / "data/eval_agent/episodes.jsonl", episodes)
+    export = [{"id": n, "data": t["data"], "annotations": [annotation(n * 10, 1, 4, True)]}
+              for n, t in enumerate(tasks, start=1)]
+    r = _import(root, cfg, export)
+    assert r["agent_episodes_labelled"] == 2
+    assert any("agent:t0 of agent_sft: not in" in p for p in r["problems"])
 
 
 def test_argilla_dataset_folder_mirrors_the_label_studio_tasks(project):

@@ -12,7 +12,7 @@ from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.evaluate.generate import Engine
 from clap.evaluate.summary import agent_table
-from clap.io import OUTPUT_MARKER, read_jsonl
+from clap.io import OUTPUT_MARKER, read_jsonl, write_jsonl
 from clap.stages import (
     agent_pairs,
     agent_tasks,
@@ -245,14 +245,30 @@ def test_an_episodes_completion_masks_the_tool_returns(tiny_dir):
 
 
 @pytest.fixture(scope="module")
-def reward_model_dir(agent_cfg, mined, tiny_dir, tmp_path_factory):
+def reward_model_dir(agent_cfg, mined, tasks_dir, tiny_dir, tmp_path_factory):
     _, pairs_dir = mined
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["rm"].update(max_steps=2, gradient_accumulation=1, eval_fraction=0.5, min_agreement=0.0)
+    cfg["agent"]["rm"].update(max_steps=2, gradient_accumulation=1, eval_fraction=0.5, min_agreement=0.0,
+                              human={"min_labels": 4, "min_spearman": -1.0, "max_ece": 1.0})  # the rule: table-tested
     root = tmp_path_factory.mktemp("agent_rm")
     before = base_weights(tiny_dir)
-    metrics = train_agent_rm.run(cfg, pairs_dir, tiny_dir, root / "agent_rm", root / "ckpt")
+    labels = root / "agent_labels.jsonl"
+    write_jsonl(labels, people_labels(read_jsonl(tasks_dir / "tasks.jsonl")[:6]))
+    metrics = train_agent_rm.run(cfg, pairs_dir, tiny_dir, root / "agent_rm", root / "ckpt", labels=labels)
     return root / "agent_rm", metrics, before, pairs_dir
+
+
+def people_labels(tasks: list[dict]) -> list[dict]:
+    """Labelled agent episodes as `clap human import` writes them: gold conversations, every other one called wrong."""
+    from clap.agent.chat import Action
+
+    def turns(t):
+        return [{"text": Action(m["content"], m["tool_calls"][0]["function"]["name"],
+                                m["tool_calls"][0]["function"]["arguments"]).text()}
+                for m in t["messages"] if m["role"] == "assistant"]
+    return [{"export_id": "e1", "uid": f"u{i}", "task_id": t["task_id"], "model": "agent_sft", "correct": float(i % 2),
+             "usefulness": 3.0, "annotators": ["SIMULATED-rater-1"], "messages": t["messages"], "steps": turns(t)}
+            for i, t in enumerate(tasks)]
 
 
 def test_agent_reward_model_learns_on_the_pairs_and_is_checked_against_the_rules(reward_model_dir, tiny_dir):
@@ -267,7 +283,10 @@ def test_agent_reward_model_learns_on_the_pairs_and_is_checked_against_the_rules
     checked = metrics["agreement_with_rules"]
     assert checked["train"]["n"] == metrics["train_pairs"] and checked["held_out"]["n"] == metrics["held_out_pairs"]
     assert 0.0 <= checked["held_out"]["agreement"] <= 1.0
-    assert metrics["usable_as_reward"] is True  # min_agreement 0 here; the rule itself is table-tested below
+    people = metrics["agreement_with_people"]  # the episodes' scores against the labels, with the raters named
+    assert people["n"] == 6 and people["spearman"] is not None and 0.0 <= people["ece"] <= 1.0
+    assert people["annotators"] == ["SIMULATED-rater-1"] and people["passed"]
+    assert metrics["usable_as_reward"] is True  # thresholds relaxed here; the rules themselves are table-tested
     adapter = out / "adapter"
     weights = load_file(str(adapter / "adapter_model.safetensors"))
     assert any("score" in k for k in weights) and any("lora_" in k for k in weights)  # the head is saved beside LoRA
@@ -286,12 +305,17 @@ def test_reward_model_pairs_split_by_task():
 @pytest.mark.parametrize("weight, metrics, use, why", [
     (0.0, {"usable_as_reward": True, "steps": 2}, False, "reward_model_weight is 0"),
     (0.2, None, False, "no reward model"),
-    (0.2, {"usable_as_reward": False, "steps": 2, "agreement_with_rules": {"held_out": {"agreement": 0.4, "n": 10}}},
+    (0.2, {"usable_as_reward": False, "steps": 2, "agrees_with_rules": False,
+           "agreement_with_rules": {"held_out": {"agreement": 0.4, "n": 10}}},
      False, "agreement with the rule rewards 0.4 on 10 pairs is below agent.rm.min_agreement"),
     (0.2, {"usable_as_reward": False, "steps": 0, "adapter_source": "none: no train pair to learn from"},
      False, "not trained: none: no train pair"),
-    (0.2, {"usable_as_reward": True, "steps": 2, "agreement_with_rules": {"held_out": {"agreement": 0.9, "n": 10}}},
-     True, "used (held-out agreement 0.9)"),
+    (0.2, {"usable_as_reward": False, "steps": 2, "agrees_with_rules": True,
+           "agreement_with_people": {"why_not": "0 labelled episodes, fewer than agent.rm.human.min_labels 20"}},
+     False, "check against people failed (0 labelled episodes"),
+    (0.2, {"usable_as_reward": True, "steps": 2, "agreement_with_rules": {"held_out": {"agreement": 0.9, "n": 10}},
+           "agreement_with_people": {"n": 30, "spearman": 0.5, "ece": 0.1}},
+     True, "used (held-out agreement 0.9; against 30 people-labelled episodes Spearman 0.5, ECE 0.1)"),
 ])
 def test_grpo_uses_the_reward_model_only_when_its_check_passed(weight, metrics, use, why, tmp_path):
     if metrics is not None:

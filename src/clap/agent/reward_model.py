@@ -113,6 +113,29 @@ def state_scores(model, tok, states: list[str], actions: list[str], batch_size: 
     return out
 
 
+def human_check(scores: list[float], correct: list[float], rules: dict) -> dict:
+    """The reward model against people: its episode scores (mean sigmoid over turns, `episode_reward`) beside the
+    share of raters who called each episode correct — Spearman's ρ (does it rank episodes as people do) and the
+    expected calibration error of the score read as P(correct). `passed` needs at least `rules["min_labels"]`
+    labelled episodes, ρ ≥ `min_spearman` and ECE ≤ `max_ece` (conf/ `agent.rm.human`); too few labels fail it."""
+    from scipy.stats import spearmanr
+
+    from clap.evaluate.stats import expected_calibration_error
+
+    if len(scores) != len(correct):
+        raise ValueError("the human check needs one score per labelled episode")
+    n = len(scores)
+    varied = n >= 3 and len(set(scores)) > 1 and len(set(correct)) > 1
+    rho = round(float(spearmanr(scores, correct).statistic), 6) if varied else None
+    ece = expected_calibration_error(scores, correct)
+    why = (f"{n} labelled episodes, fewer than agent.rm.human.min_labels {rules['min_labels']}" if n < rules["min_labels"]
+           else "no spread to rank (every score or every label the same)" if rho is None
+           else f"Spearman {rho} below agent.rm.human.min_spearman {rules['min_spearman']}" if rho < rules["min_spearman"]
+           else f"ECE {ece} above agent.rm.human.max_ece {rules['max_ece']}" if ece > rules["max_ece"] else None)
+    return {"n": n, "spearman": rho, "ece": ece, "passed": why is None, "why_not": why,
+            "positive_share": round(sum(correct) / n, 6) if n else None}
+
+
 def episode_reward(model, tok, messages: list[dict], steps: list[dict]) -> float:
     """Mean over the agent's turns of sigmoid(score of the turn in its state): the learned process reward.
     `messages` is the episode's conversation, `steps` its turns (the text the agent wrote each turn)."""

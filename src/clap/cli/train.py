@@ -125,7 +125,8 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
         m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints, callbacks=tracking.callbacks())
     elif kind == "agent-rm":
         check_output_dir(out, (paths.AGENT_PAIRS, base))
-        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks())
+        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks(),
+                               labels=paths.AGENT_HUMAN_LABELS)
     elif kind == "agent-grpo":
         check_output_dir(out, (paths.AGENT_TASKS, paths.ASSETS, base))
         start, rm = paths.adapter("agent_sft"), paths.adapter("agent_rm")

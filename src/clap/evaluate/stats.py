@@ -58,6 +58,20 @@ def paired_bootstrap(baseline: list[float], candidate: list[float], n: int = 100
     return {"delta": round(mean, 6), "ci_low": round(lo, 6), "ci_high": round(hi, 6), "n": int(len(d))}
 
 
+def expected_calibration_error(probabilities: list[float], outcomes: list[float], bins: int = 10) -> float | None:
+    """ECE: over `bins` equal-width bins of the predicted probability, the mean |mean outcome − mean probability|
+    weighted by the bin's share of samples (outcomes in 0..1: a share of raters who said correct counts as such).
+    None without samples."""
+    p, y = np.asarray(probabilities, float), np.asarray(outcomes, float)
+    if p.shape != y.shape:
+        raise ValueError("calibration needs one outcome per probability")
+    if len(p) == 0:
+        return None
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    return round(float(sum(abs(y[which == b].mean() - p[which == b].mean()) * (which == b).mean()
+                           for b in range(bins) if (which == b).any())), 6)
+
+
 def p95(values: list[float]) -> float | None:
     return round(float(np.percentile(values, 95)), 2) if len(values) else None
 

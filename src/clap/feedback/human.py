@@ -15,7 +15,9 @@ Import computes, per model, the mean of each 1–5 scale and the correct rate wi
 candidate − reference deltas (reference: prod when it was rated, else base) paired by question;
 inter-annotator agreement per scale; and the calibration of the automatic metrics against the
 human labels. Answers the people rated low or incorrect go to the flywheel inbox
-(`feedback/production.jsonl`), which the repair queue reads.
+(`feedback/production.jsonl`), which the repair queue reads. The labelled agent episodes, each with its
+whole conversation (checked against the hash its export recorded), go to feedback/human/agent_labels.jsonl:
+the reward model's check against people (`clap train agent-rm`) reads them.
 """
 
 from __future__ import annotations
@@ -252,6 +254,11 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
     inbox_rows = _flagged(per_task, key, h)
     replace_in_inbox(inbox, inbox_rows, f"human:{key['export_id']}")
     result["flagged_to_inbox"] = len(inbox_rows)
+    agent_rows, agent_problems = _agent_labels(Path(root), per_task, key, df)
+    if agent_rows or agent_problems:
+        replace_in_inbox(Path(root) / paths.AGENT_HUMAN_LABELS, agent_rows, f"human:{key['export_id']}")
+    result["agent_episodes_labelled"] = len(agent_rows)
+    result["problems"] += agent_problems
     write_json(out, _finite(result))
     return result
 
@@ -314,6 +321,32 @@ def _calibration(per_task: pd.DataFrame, key: dict, threshold: float) -> dict:
                     out.setdefault(kind, {})[f"{metric}~{label}"] = agr.calibration(
                         sub.loc[ok, metric].tolist(), target[ok].tolist(), threshold)
     return out
+
+
+def _agent_labels(root: Path, per_task: pd.DataFrame, key: dict, df: pd.DataFrame) -> tuple[list[dict], list[str]]:
+    """The labelled agent episodes with their conversations (for the reward model's check against people), each
+    found again in data/eval_agent/episodes.jsonl and checked against the hash of the text its raters saw; an
+    episode that changed or went since the export is left out and named."""
+    agent = per_task[per_task["kind"] == "agent"]
+    if agent.empty:
+        return [], []
+    model_of = {v: k for k, v in AGENT_MODELS.items()}
+    file = root / AGENT_EPISODES
+    episodes = {(ep["task_id"], ep["model"]): ep for ep in (read_jsonl(file) if file.exists() else [])
+                if ep["run"] == "greedy"}
+    rows, problems = [], []
+    for uid, r in agent.iterrows():
+        ep = episodes.get((r["item_id"].removeprefix("agent:"), model_of[r["model"]]))
+        if ep is None or "messages" not in ep or _sha(_episode_text(ep)) != key["tasks"][uid]["answer_sha256"]:
+            problems.append(f"agent episode {r['item_id']} of {r['model']}: not in {file} as exported; "
+                            "its labels are not kept for the reward model's check")
+            continue
+        rows.append({"export_id": key["export_id"], "uid": uid, "task_id": ep["task_id"], "model": ep["model"],
+                     "correct": None if pd.isna(r[CORRECTNESS]) else float(r[CORRECTNESS]),
+                     "usefulness": None if pd.isna(r["usefulness"]) else float(r["usefulness"]),
+                     "annotators": sorted(df.loc[df["uid"] == uid, "annotator"].unique().tolist()),
+                     "messages": ep["messages"], "steps": [{"text": s["text"]} for s in ep["steps"]]})
+    return [x for x in rows if x["correct"] is not None], problems
 
 
 def _flagged(per_task: pd.DataFrame, key: dict, h: dict) -> list[dict]:

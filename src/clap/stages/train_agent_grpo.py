@@ -15,7 +15,8 @@ the KL count only what the policy wrote. The reward is the agent's composite rew
 std and clipped turns as for the extraction chain's GRPO. A fifth reward, weighted by
 `agent.grpo.reward_model_weight`, is the learned reward model's episode score (`clap train agent-rm`:
 the mean over turns of sigmoid(score), a learned process reward) — used only when that model's
-agreement with the rule rewards on held-out pairs passed its check; the metrics say whether it was.
+agreement with the rule rewards on held-out pairs and its check against people's labels passed; the metrics
+say whether it was.
 
 Why a `rollout_func` and not TRL 1.16's `tools=` / `environment_factory=`: TRL finds tool calls with the
 tokenizer's response template, which SmolLM2's chat template does not have and CLAP's action format (the
@@ -86,10 +87,16 @@ def reward_model_use(weight: float, rm_dir: Path | None) -> tuple[bool, str]:
     m = json.loads(metrics_file.read_text())
     if not m.get("usable_as_reward"):
         held = (m.get("agreement_with_rules") or {}).get("held_out") or {}
-        return False, (f"reward model not used: held-out agreement with the rule rewards {held.get('agreement')} "
-                       f"on {held.get('n', 0)} pairs is below agent.rm.min_agreement" if m.get("steps")
-                       else f"reward model not trained: {m.get('adapter_source')}")
-    return True, f"reward model used (held-out agreement {m['agreement_with_rules']['held_out']['agreement']})"
+        people = m.get("agreement_with_people") or {}
+        if not m.get("steps"):
+            return False, f"reward model not trained: {m.get('adapter_source')}"
+        if not m.get("agrees_with_rules"):
+            return False, (f"reward model not used: held-out agreement with the rule rewards {held.get('agreement')} "
+                           f"on {held.get('n', 0)} pairs is below agent.rm.min_agreement")
+        return False, f"reward model not used: its check against people failed ({people.get('why_not')})"
+    people = m["agreement_with_people"]
+    return True, (f"reward model used (held-out agreement {m['agreement_with_rules']['held_out']['agreement']}; "
+                  f"against {people['n']} people-labelled episodes Spearman {people['spearman']}, ECE {people['ece']})")
 
 
 def render(tok, conversation: list[dict], generation_prompt: bool) -> dict:
