@@ -37,6 +37,7 @@ TINY_OVERRIDES = [
     "agent.max_new_tokens=40", "agent.evaluate.samples=2", "agent.evaluate.pass_k=[1,2]", "agent.dpo.max_steps=1",
     "agent.dpo.mine_samples=0", "agent.dpo.gradient_accumulation=1", "agent.evaluate.max_tasks=4",
     "agent.grpo.max_steps=1", "agent.grpo.num_generations=2", "agent.grpo.save_steps=1", "agent.rm.max_steps=1",
+    "agent.rloo.max_steps=1", "agent.rloo.num_generations=2", "agent.rloo.states_per_step=1", "agent.rloo.save_steps=1",
     "agent.rm.gradient_accumulation=1",
     # the agent policy relaxed too, so agent SFT ships with the release (a held agent adapter never would: the
     # bundle would pin none, tests/release/test_serving_bundle_release.py); its later steps must still beat it
@@ -109,7 +110,7 @@ def check_params_trace(root: Path, trace: Path) -> None:
                                                      "index", "evaluate", "evaluate_decisions", "replay", "gate",
                                                      "bundle", "agent_tasks", "train_agent_sft", "agent_pairs",
                                                      "train_agent_dpo", "train_agent_rm", "train_agent_grpo",
-                                                     "evaluate_agent"}
+                                                     "train_agent_rloo", "evaluate_agent"}
     undeclared = sorted({(stage_of(r["argv"]), k) for r in reads for k in r["reads"]
                          if not covered(k, declared[stage_of(r["argv"])])})
     assert not undeclared, f"stages read params their dvc.yaml entry does not declare: {undeclared}"

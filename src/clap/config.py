@@ -346,6 +346,12 @@ class AgentGrpo(_GrpoRun):
     bf16: Switch
 
 
+class AgentRloo(_GrpoRun):
+    reward_model_weight: NonNegFloat
+    states_per_step: PosInt
+    bf16: Switch
+
+
 class AgentEvaluate(_Section):
     max_tasks: PosInt | None
     batch_size: PosInt
@@ -366,6 +372,7 @@ class Agent(_Section):
     dpo: AgentDpo
     rm: AgentRm
     grpo: AgentGrpo
+    rloo: AgentRloo
     evaluate: AgentEvaluate
 
     @field_validator("evaluate")

@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 from tests.stages.test_train import AtStart, _peft_key, assert_lora_trained, base_weights
 
-from clap.agent import report
+from clap.agent import report, reward_model, rewards
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.evaluate.generate import Engine
@@ -19,6 +19,7 @@ from clap.stages import (
     evaluate_agent,
     train_agent_dpo,
     train_agent_grpo,
+    train_agent_rloo,
     train_agent_rm,
     train_agent_sft,
 )
@@ -320,7 +321,7 @@ def test_reward_model_pairs_split_by_task():
 def test_grpo_uses_the_reward_model_only_when_its_check_passed(weight, metrics, use, why, tmp_path):
     if metrics is not None:
         (tmp_path / "train_metrics.json").write_text(json.dumps(metrics))
-    got, note = train_agent_grpo.reward_model_use(weight, tmp_path)
+    got, note = reward_model.reward_model_use(weight, tmp_path)
     assert got is use and why in note
 
 
@@ -347,3 +348,60 @@ def test_agent_grpo_adds_the_reward_model_as_one_reward(agent_cfg, tasks_dir, ag
     assert m["status"] == "ok" and m["reward_model"].startswith("reward model used")
     scored = [r["rewards/reward_model/mean"] for r in logs.rows if "rewards/reward_model/mean" in r]
     assert scored and all(0.0 < s < 1.0 for s in scored)  # mean sigmoid over turns
+
+
+@pytest.mark.parametrize("prefix, step, credit", [
+    # the first search that brings the needed page moves the task forward; the same search again does not
+    ([], {"valid": True, "tool": "search_reports", "ok": True,
+          "observation": json.dumps([{"chunk_id": "c1-p1"}])}, 1.0),
+    ([{"valid": True, "tool": "search_reports", "ok": True, "observation": json.dumps([{"chunk_id": "c1-p1"}])}],
+     {"valid": True, "tool": "search_reports", "ok": True, "observation": json.dumps([{"chunk_id": "c1-p1"}])}, 0.0),
+    ([], {"valid": True, "tool": "read_chunk", "arguments": {"chunk_id": "c1-p1"}, "ok": True, "observation": "x"}, 1.0),
+    ([], {"valid": True, "tool": "read_chunk", "arguments": {"chunk_id": "c9-p9"}, "ok": False, "observation": "x"}, 0.0),
+    ([], {"valid": True, "tool": "calculate", "ok": True, "observation": "5"}, 1.0),     # the needed difference
+    ([], {"valid": True, "tool": "calculate", "ok": True, "observation": "6"}, 0.0),     # a number nobody needs
+    ([], {"valid": True, "tool": "finish", "arguments": {"answer": "5 万元"}}, 1.0),
+    ([], {"valid": True, "tool": "finish", "arguments": {"answer": "6 万元"}}, 0.0),
+    ([], {"valid": False, "tool": None}, 0.0),                                            # not an action at all
+])
+def test_the_dense_process_reward_credits_each_turn_in_its_state(prefix, step, credit):
+    task = {"answer": "5 万元", "answer_type": "number", "needed_chunks": ["c1-p1"], "needed_reads": ["c1-p1"],
+            "needed_values": [5.0]}
+    assert rewards.step_credit(prefix, step, task) == credit
+
+
+def test_agent_rloo_trains_per_turn_with_the_reward_model_and_moves_only_the_lora(
+        agent_cfg, tasks_dir, agent_adapter, reward_model_dir, small_loop, tiny_dir, tmp_path):
+    """RLOO (TRL's RLOOTrainer) from the agent SFT adapter over every gold state of the train tasks: each sampled
+    action rewarded by its process credit, its format and the reward model; the LoRA moved, the base did not."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+
+    class Logs(TrainerCallback):
+        rows: list = []
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            self.rows.append(dict(logs or {}))
+
+    logs = Logs()
+    cfg = copy.deepcopy(agent_cfg)
+    cfg["agent"]["rloo"].update(max_steps=2, num_generations=2, states_per_step=1, save_steps=1, learning_rate=1e-2)
+    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    out, _, before = agent_adapter
+    start_dir = out / "adapter"
+    sft = load_file(str(start_dir / "adapter_model.safetensors"))
+    rm_dir = reward_model_dir[0]
+    m = train_agent_rloo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "agent_rloo", tmp_path / "ckpt",
+                             start_dir, json.loads((start_dir / "manifest.json").read_text()), rm_dir=rm_dir,
+                             rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()), callbacks=[logs])
+    train = [t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train"]
+    assert m["status"] == "ok" and m["steps"] == 2 and m["tasks"] == len(train)
+    assert m["states"] == sum(t["gold_steps"] for t in train)  # every turn of every train trajectory
+    assert m["reward_model"].startswith("reward model used")
+    trained = load_file(str(tmp_path / "agent_rloo" / "adapter" / "adapter_model.safetensors"))
+    assert trained.keys() == sft.keys() and any(not torch.equal(trained[k], sft[k]) for k in sft)
+    assert_lora_trained(tmp_path / "agent_rloo", tiny_dir, before)
+    logged = [r for r in logs.rows if "rewards/process/mean" in r]  # each reward logged beside the total
+    assert logged and all(0.0 <= r["rewards/process/mean"] <= 1.0 and 0.0 < r["rewards/reward_model/mean"] < 1.0
+                          and "kl" in r for r in logged)

@@ -9,9 +9,11 @@ reaches `agent.rm.min_agreement`. Loaded, like every adapter, only through the s
 from __future__ import annotations
 
 import copy
+import json
 import math
 from pathlib import Path
 
+from clap import paths
 from clap.agent import chat
 from clap.agent.tools import ReportTools
 
@@ -111,6 +113,29 @@ def state_scores(model, tok, states: list[str], actions: list[str], batch_size: 
         for i in rows:
             out[i] = score
     return out
+
+
+def reward_model_use(weight: float, rm_dir: Path | None) -> tuple[bool, str]:
+    """Whether an RL step (agent GRPO, agent RLOO) adds the learned reward, and why: from its weight and the reward
+    model's own metrics (`clap train agent-rm`: its check against the rule rewards, then against people)."""
+    if weight == 0:
+        return False, "agent.grpo.reward_model_weight is 0"
+    metrics_file = None if rm_dir is None else Path(rm_dir) / paths.TRAIN_METRICS_FILE
+    if metrics_file is None or not metrics_file.exists():
+        return False, "no reward model (models/agent_rm)"
+    m = json.loads(metrics_file.read_text())
+    if not m.get("usable_as_reward"):
+        held = (m.get("agreement_with_rules") or {}).get("held_out") or {}
+        people = m.get("agreement_with_people") or {}
+        if not m.get("steps"):
+            return False, f"reward model not trained: {m.get('adapter_source')}"
+        if not m.get("agrees_with_rules"):
+            return False, (f"reward model not used: held-out agreement with the rule rewards {held.get('agreement')} "
+                           f"on {held.get('n', 0)} pairs is below agent.rm.min_agreement")
+        return False, f"reward model not used: its check against people failed ({people.get('why_not')})"
+    people = m["agreement_with_people"]
+    return True, (f"reward model used (held-out agreement {m['agreement_with_rules']['held_out']['agreement']}; "
+                  f"against {people['n']} people-labelled episodes Spearman {people['spearman']}, ECE {people['ece']})")
 
 
 def human_check(scores: list[float], correct: list[float], rules: dict) -> dict:

@@ -82,6 +82,13 @@ def productive_steps(episode: dict, task: dict) -> list[bool]:
     return out
 
 
+def step_credit(prefix_steps: list[dict], step: dict, task: dict) -> float:
+    """The dense process reward of one turn: 1 when `step` moves the task forward after `prefix_steps` (the
+    episode's earlier steps, by `productive_steps`' rules: a new needed page found or read, a new needed value
+    computed, the right answer given), else 0. What an RL step credits per turn rather than per episode."""
+    return float(productive_steps({"steps": [*prefix_steps, step]}, task)[-1])
+
+
 def process(episode: dict, task: dict) -> float:
     """Productive steps over the steps taken, and never over fewer steps than the gold trajectory
     needs: a right answer guessed without a tool call gets 1 / gold steps, not 1."""

@@ -22,7 +22,7 @@ def base_model_cmd() -> None:
 
 
 @app.command()
-def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | agent-dpo | agent-rm | agent-grpo"),
+def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | agent-dpo | agent-rm | agent-grpo | agent-rloo"),
           batches: list[str] = typer.Option(None, "--batch", help="default: all batches in params"),
           materialized: Path = typer.Option(paths.MATERIALIZED),
           admission: Path = typer.Option(paths.ADMISSION),
@@ -33,8 +33,9 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     model; dpo and grpo continue the SFT adapter (--start, checked against the hashes dvc.lock pins);
     agent-sft trains the tool-calling agent on the gold trajectories of data/agent (`clap agent-tasks`);
     agent-dpo continues it on its own mistakes (`clap agent-pairs`); agent-rm fits a reward model on those
-    pairs and checks it against the rule rewards; agent-grpo continues agent SFT with GRPO on whole
-    episodes in the environment (the reward model one of its rewards when its check passed)."""
+    pairs and checks it against the rule rewards and people's labels; agent-grpo continues agent SFT with GRPO on
+    whole episodes in the environment; agent-rloo continues it with RLOO per turn, each action rewarded by its
+    process credit and the reward model (the reward model used by both when its checks passed)."""
     from clap.domain.names import CHAIN, TRAINERS, command_name, trainer_name
 
     if kind not in map(command_name, TRAINERS):
@@ -110,6 +111,8 @@ def _training_inputs(kind: str, batches: list[str], materialized: Path, admissio
                                 (paths.adapter("agent_sft"), "dvc repro train_agent_sft")],
                   "agent-rm": [(paths.AGENT_PAIRS, "dvc repro agent_pairs")],
                   "agent-grpo": [(paths.AGENT_TASKS, "dvc repro agent_tasks"), (paths.ASSETS, "dvc repro assetize"),
+                                 (paths.adapter("agent_sft"), "dvc repro train_agent_sft")],
+                  "agent-rloo": [(paths.AGENT_TASKS, "dvc repro agent_tasks"), (paths.ASSETS, "dvc repro assetize"),
                                  (paths.adapter("agent_sft"), "dvc repro train_agent_sft")]}[kind]
     _need(*needed)
 
@@ -117,7 +120,7 @@ def _training_inputs(kind: str, batches: list[str], materialized: Path, admissio
 def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
     from clap.integrity import pinned_expectation
     from clap.io import check_output_dir
-    from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_rm, train_agent_sft
+    from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_rloo, train_agent_rm, train_agent_sft
 
     tracking = _tracking(cfg, kind)
     if kind == "agent-sft":
@@ -127,13 +130,14 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
         check_output_dir(out, (paths.AGENT_PAIRS, base))
         m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks(),
                                labels=paths.AGENT_HUMAN_LABELS)
-    elif kind == "agent-grpo":
+    elif kind in ("agent-grpo", "agent-rloo"):
         check_output_dir(out, (paths.AGENT_TASKS, paths.ASSETS, base))
         start, rm = paths.adapter("agent_sft"), paths.adapter("agent_rm")
-        m = train_agent_grpo.run(cfg, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
-                                 pinned_expectation(Path("."), start), rm_dir=rm.parent,
-                                 rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None,
-                                 callbacks=tracking.callbacks())
+        step = train_agent_grpo if kind == "agent-grpo" else train_agent_rloo
+        m = step.run(cfg, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
+                     pinned_expectation(Path("."), start), rm_dir=rm.parent,
+                     rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None,
+                     callbacks=tracking.callbacks())
     else:
         check_output_dir(out, (paths.AGENT_PAIRS, base))
         start = paths.adapter("agent_sft")

@@ -6,7 +6,7 @@ from __future__ import annotations
 # The extraction/decision chain, in order: SFT, then DPO and GRPO, both continuing SFT.
 CHAIN = ("sft", "dpo", "grpo")
 # The tool-calling agent's chain, in order, and the reward model its RL step may use.
-AGENT_CHAIN = ("agent_sft", "agent_dpo", "agent_grpo")
+AGENT_CHAIN = ("agent_sft", "agent_dpo", "agent_grpo", "agent_rloo")
 REWARD_MODEL = "agent_rm"
 TRAINERS = (*CHAIN, *AGENT_CHAIN, REWARD_MODEL)  # each writes models/<name>/ and metrics/train_<name>.json
 # The agent's task kinds (`clap.agent.tasks`): those trained on, then the held-out tool compositions only evaluation has.

@@ -43,11 +43,11 @@ from clap.io import read_jsonl, sha256_file, write_json
 EVAL_MODELS = {"baseline": "base", "candidate": "candidate", "prod": "prod"}  # evaluate's model names
 REPLAY_ARMS = {"A": "base", "B": "candidate", "P": "prod"}  # the replay's RAG arms: the application's answers
 AGENT_MODELS = {"base": "agent_base", "prod": "agent_prod",  # evaluate_agent's models: prod is the agent adapter in prod
-                "agent_sft": "agent_sft", "agent_dpo": "agent_dpo", "agent_grpo": "agent_grpo"}
+                **{name: name for name in AGENT_CHAIN}}
 AUTOMATIC = {"extraction": ("pass_rate", "overall_score"), "application": ("core_fields_exact", "value_exact"),
              "agent": ("success", "reward")}
-COMPARED = (("candidate", None), ("agent_sft", "agent_base"), ("agent_dpo", "agent_base"), ("agent_grpo", "agent_base"),
-            ("agent_sft", "agent_prod"), ("agent_dpo", "agent_prod"), ("agent_grpo", "agent_prod"))  # None: prod, else base
+COMPARED = (("candidate", None), *((a, ref) for ref in ("agent_base", "agent_prod") for a in AGENT_CHAIN))  # None: prod,
+                                                                                                          # else base
 SOURCES = (("evaluate@{batch}", "models/sft", "train_sft"), ("replay", "models/sft", "train_sft"),
            ("evaluate_agent", "models/agent_sft", "train_agent_sft"))  # stage, adapter dep, the stage writing it
 AGENT_EPISODES = paths.AGENT_EVAL / "episodes.jsonl"

@@ -385,7 +385,7 @@ def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate
     task success against `agent_min_success_delta` and `agent_ci_lower_must_exceed` (`_delta_rule`, on what
     `acts_on.agent` says); its hallucination rate (a final answer no tool return supports) and
     its tool-call accuracy (BFCL's AST rules on the gold prefix) against their thresholds. A later step
-    of the agent chain (agent_dpo, agent_grpo), with `chain_step_must_beat_start`, must also beat agent SFT (CI above 0)."""
+    of the agent chain (agent_dpo, agent_grpo, agent_rloo), with `chain_step_must_beat_start`, must also beat agent SFT (CI above 0)."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome):

@@ -76,29 +76,6 @@ def learned_reward(model, tok):
     return reward_model_score
 
 
-def reward_model_use(weight: float, rm_dir: Path | None) -> tuple[bool, str]:
-    """Whether GRPO adds the learned reward, and why: from the weight and the reward model's own metrics
-    (its held-out agreement check, `clap train agent-rm`)."""
-    if weight == 0:
-        return False, "agent.grpo.reward_model_weight is 0"
-    metrics_file = None if rm_dir is None else Path(rm_dir) / paths.TRAIN_METRICS_FILE
-    if metrics_file is None or not metrics_file.exists():
-        return False, "no reward model (models/agent_rm)"
-    m = json.loads(metrics_file.read_text())
-    if not m.get("usable_as_reward"):
-        held = (m.get("agreement_with_rules") or {}).get("held_out") or {}
-        people = m.get("agreement_with_people") or {}
-        if not m.get("steps"):
-            return False, f"reward model not trained: {m.get('adapter_source')}"
-        if not m.get("agrees_with_rules"):
-            return False, (f"reward model not used: held-out agreement with the rule rewards {held.get('agreement')} "
-                           f"on {held.get('n', 0)} pairs is below agent.rm.min_agreement")
-        return False, f"reward model not used: its check against people failed ({people.get('why_not')})"
-    people = m["agreement_with_people"]
-    return True, (f"reward model used (held-out agreement {m['agreement_with_rules']['held_out']['agreement']}; "
-                  f"against {people['n']} people-labelled episodes Spearman {people['spearman']}, ECE {people['ece']})")
-
-
 def render(tok, conversation: list[dict], generation_prompt: bool) -> dict:
     """input_ids (and, for a whole conversation, the mask of the agent's own tokens) by the tool-calling template."""
     return chat.render(tok, conversation, ReportTools.tool_schemas(), add_generation_prompt=generation_prompt,
@@ -201,7 +178,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     weights = a["rewards"]["weights"]
     funcs = [part_reward(p, a["rewards"]["per_extra_call"]) for p in REWARD_PARTS]
     func_weights = [weights[p] for p in REWARD_PARTS]
-    use_rm, rm_note = reward_model_use(g["reward_model_weight"], rm_dir)
+    use_rm, rm_note = reward_model.reward_model_use(g["reward_model_weight"], rm_dir)
     if use_rm:
         funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
                                     tok))  # scores() pads right whatever the policy's padding side

@@ -183,7 +183,7 @@ def _log_csv(history: list[dict]) -> str:
 
 
 _TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent", "agent_dpo": "tool-calling-agent",
-             "agent_grpo": "tool-calling-agent", "agent_rm": "reward-model"}
+             "agent_grpo": "tool-calling-agent", "agent_rloo": "tool-calling-agent", "agent_rm": "reward-model"}
 
 
 from clap.model import GEMMA_NOTICE  # noqa: E402  (the card's notice; defined beside the packaged bases)

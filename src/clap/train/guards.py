@@ -27,7 +27,7 @@ SIGNALS = {
     "grpo": {"loss": "loss", "kl": "kl", "reward": "reward", "reward_std": "reward_std",
              "clipped": "completions/clipped_ratio"},
 }
-SIGNALS["agent_grpo"] = SIGNALS["grpo"]
+SIGNALS["agent_grpo"] = SIGNALS["agent_rloo"] = SIGNALS["grpo"]
 
 
 def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: dict) -> GuardTrip | None:

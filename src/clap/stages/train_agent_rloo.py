@@ -1,0 +1,145 @@
+"""train agent-rloo: the agent chain's reward-model-driven policy-gradient step — RLOO per turn, from agent SFT.
+
+    clap train agent-rloo       (DVC stage `train_agent_rloo`, writes models/agent_rloo/)
+
+Why RLOO: TRL 1.16 ships no `PPOTrainer`; `RLOOTrainer` — REINFORCE with a leave-one-out baseline, the
+PPO-family method TRL keeps (clipped importance ratio, KL to a frozen reference) — needs no value model: the
+baseline of each action is the mean reward of the other `num_generations − 1` actions sampled in the same
+state. Online DPO would need the reward model to rank pairs; RLOO uses its score directly.
+
+Why per turn: agent GRPO rewards a whole episode with one number, so a good search inside a failed episode is
+punished with it. Here a state is a prefix of a training task's gold trajectory — every turn of every training
+task, all the data — and the policy (the agent SFT adapter, loaded trainable through the serving check; TRL's
+frozen reference is that same SFT policy) writes `num_generations` next actions there. Each action is run in
+the sandboxed tools and scored on its own:
+    process        1 when the action moves the task forward in its state (`rewards.step_credit`: a search that
+                   brings a needed page, a read of a needed page, a needed computation, the right answer), else 0
+                   — the dense process reward, weight `agent.rewards.weights.process`;
+    format         1 for a well-formed action of a known tool with valid arguments (weight `...weights.format`);
+    reward_model   sigmoid of the learned reward model's score of the action in its state (weight
+                   `agent.rloo.reward_model_weight`), only when that model passed both its checks — against the
+                   rule rewards on held-out pairs and against people's labels (`clap train agent-rm`). Otherwise
+                   the rule rewards stand alone and the metrics say why.
+The actions are sampled by the trainer's own `generate` (RLOOTrainer has no rollout hook for a grammar), so a
+malformed action costs its format and process reward. The guards watch KL, reward spread and clipped turns as
+for GRPO. The step is a chain candidate like agent DPO and GRPO: evaluated, gated against agent SFT and prod.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from clap import model as base_model
+from clap import paths
+from clap.agent import chat, reward_model, rewards
+from clap.agent.tasks import execute, load
+from clap.agent.tools import ReportTools
+from clap.data.admission import NotAdmitted
+from clap.train.common import finish, resume_point, run_training, start_from
+from clap.train.guards import GuardCallback
+
+
+def states(tools: ReportTools, tasks: list[dict]) -> list[dict]:
+    """One row per agent turn of every task's gold trajectory: the conversation before it (`prefix`), the steps
+    the gold trajectory ran before it (`prefix_steps`, executed in `tools`) and the task."""
+    out = []
+    for task in tasks:
+        gold = [(m["content"], m["tool_calls"][0]["function"]["name"], m["tool_calls"][0]["function"]["arguments"])
+                for m in task["messages"] if m["role"] == "assistant"]
+        _, record = execute(tools, task["question"], gold)
+        turns = [i for i, m in enumerate(task["messages"]) if m["role"] == "assistant"]
+        for j, i in enumerate(turns):
+            out.append({"task": task, "turn": j, "prefix": task["messages"][:i], "prefix_steps": record["steps"][:j]})
+    return out
+
+
+def build_dataset(tok, rows: list[dict]):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": reward_model.state_text(tok, r["prefix"]),
+                               "state_json": json.dumps({"task": r["task"], "prefix_steps": r["prefix_steps"]},
+                                                        ensure_ascii=False)} for r in rows])
+
+
+def run_action(tools: ReportTools, text: str) -> dict:
+    """The step an action's text makes in the environment: parsed, its arguments checked, its tool run."""
+    action = chat.parse_action(text)
+    if action is None:
+        return {"text": text, "valid": False, "tool": None, "arguments": None, "observation": "", "ok": False}
+    valid = tools.argument_problem(action.tool, action.arguments) is None
+    observation, ok = tools.call(action.tool, action.arguments) if valid else ("", False)
+    return {"text": text, "valid": valid, "tool": action.tool, "arguments": action.arguments,
+            "observation": observation, "ok": ok}
+
+
+def rule_rewards(tools: ReportTools):
+    """The process and format rewards as TRL reward functions (logged as rewards/process/mean, rewards/format/mean)."""
+    def process(completions, state_json, **_):
+        out = []
+        for text, state in zip(completions, state_json):
+            s = json.loads(state)
+            out.append(rewards.step_credit(s["prefix_steps"], run_action(tools, text), s["task"]))
+        return out
+
+    def format_(completions, **_):
+        return [float(run_action(tools, text)["valid"]) for text in completions]
+
+    format_.__name__ = "format"
+    return [process, format_]
+
+
+def learned_reward(model, tok):
+    """The reward model's score of each action in its state, as sigmoid (logged as rewards/reward_model/mean)."""
+    def reward_model_score(prompts, completions, **_):
+        texts = [p + c + chat.end_of_turn(tok) for p, c in zip(prompts, completions)]
+        return [1.0 / (1.0 + math.exp(-x)) for x in reward_model.scores(model, tok, texts)]
+    reward_model_score.__name__ = "reward_model"
+    return reward_model_score
+
+
+def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
+        start_expected: dict, callbacks: list | None = None, rm_dir: Path | None = None,
+        rm_expected: dict | None = None) -> dict:
+    """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it; `rm_dir`/
+    `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter."""
+    import torch
+    from trl import RLOOConfig, RLOOTrainer
+
+    started = time.time()
+    a, r, t = cfg["agent"], cfg["agent"]["rloo"], cfg["train"]
+    tasks = load(tasks_dir, "train")
+    if not tasks:
+        raise NotAdmitted(f"agent-rloo: no train task in {tasks_dir}")
+    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
+    rows = states(tools, tasks)
+    tok = base_model.load_tokenizer(base_dir)
+    tok.padding_side = "left"
+    base_identity = base_model.identity(base_dir)
+    model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
+    funcs, weights = rule_rewards(tools), [a["rewards"]["weights"]["process"], a["rewards"]["weights"]["format"]]
+    use_rm, rm_note = reward_model.reward_model_use(r["reward_model_weight"], rm_dir)
+    if use_rm:
+        funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
+                                    tok))  # scores() pads right whatever the policy's padding side
+        weights.append(r["reward_model_weight"])
+    print(f"clap: agent-rloo: {len(rows)} states from {len(tasks)} train tasks; {rm_note}")
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(r["bf16"])
+    args = RLOOConfig(output_dir=str(checkpoints), max_steps=r["max_steps"], learning_rate=r["learning_rate"],
+                      beta=r["beta"], num_generations=r["num_generations"], temperature=r["temperature"],
+                      max_completion_length=a["turn_tokens"], reward_weights=weights,
+                      per_device_train_batch_size=r["num_generations"] * r["states_per_step"],
+                      logging_steps=r["logging_steps"], save_steps=r["save_steps"], save_total_limit=2, report_to=[],
+                      seed=t["seed"], bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
+    guard = GuardCallback("agent_rloo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
+    trainer = RLOOTrainer(model=model, args=args, train_dataset=build_dataset(tok, rows), processing_class=tok,
+                          reward_funcs=funcs, callbacks=[*(callbacks or []), guard])
+    resume = resume_point(checkpoints, {"cfg": r, "turn_tokens": a["turn_tokens"], "weights": a["rewards"]["weights"],
+                                        "seed": t["seed"], "start": start_sha, "tasks": [x["task_id"] for x in tasks],
+                                        "base": base_identity, "reward_model": rm_expected if use_rm else None})
+    run_training(trainer, resume)
+    return finish(trainer, guard, out, "agent_rloo", base_identity,
+                  {"tasks": len(tasks), "states": len(rows), "resumed_from": resume, "beta": r["beta"],
+                   "start_adapter_sha256": start_sha, "reward_model": rm_note, "bf16": bf16}, started, start_adapter)
