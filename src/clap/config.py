@@ -304,6 +304,7 @@ class AgentRewards(_Section):
 
 
 class AgentSft(Lora):
+    policy: Literal["joint", "two_stage"]
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
     epochs: PosInt
     per_device_batch_size: PosInt

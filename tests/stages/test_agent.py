@@ -405,3 +405,48 @@ def test_agent_rloo_trains_per_turn_with_the_reward_model_and_moves_only_the_lor
     logged = [r for r in logs.rows if "rewards/process/mean" in r]  # each reward logged beside the total
     assert logged and all(0.0 <= r["rewards/process/mean"] <= 1.0 and 0.0 < r["rewards/reward_model/mean"] < 1.0
                           and "kl" in r for r in logged)
+
+
+@pytest.mark.parametrize("policy, epochs, max_steps, expected", [
+    ("joint", 2, -1, [("joint", "labels", 2, -1)]),
+    ("two_stage", 2, -1, [("plan", "plan_labels", 1, -1), ("call", "call_labels", 1, -1)]),
+    ("two_stage", 1, -1, [("plan", "plan_labels", 1, -1), ("call", "call_labels", 1, -1)]),  # never an empty phase
+    ("two_stage", 3, -1, [("plan", "plan_labels", 2, -1), ("call", "call_labels", 1, -1)]),
+    ("two_stage", 1, 5, [("plan", "plan_labels", 1, 3), ("call", "call_labels", 1, 2)]),      # a dose in steps
+])
+def test_two_stage_sft_splits_the_dose_between_the_plan_and_the_call(policy, epochs, max_steps, expected):
+    assert train_agent_sft.phases({"policy": policy, "epochs": epochs, "max_steps": max_steps}) == expected
+
+
+def test_the_plan_is_the_thought_and_tool_and_the_call_its_arguments(tasks_dir, tiny_dir):
+    from clap import model as base_model
+    from clap.agent.tools import ReportTools
+
+    tok = base_model.load_tokenizer(tiny_dir)
+    task = read_jsonl(tasks_dir / "tasks.jsonl")[0]
+    row = train_agent_sft.tokenize(tok, task["messages"], ReportTools.tool_schemas())
+    agent = [t != -100 for t in row["labels"]]
+    plan, call = ([t != -100 for t in row[k]] for k in ("plan_labels", "call_labels"))
+    assert all(a == (p or c) and not (p and c) for a, p, c in zip(agent, plan, call))  # a partition of the agent's turns
+    turns = [m for m in task["messages"] if m["role"] == "assistant"]
+    plan_text = tok.decode([t for t in row["plan_labels"] if t != -100])
+    call_text = tok.decode([t for t in row["call_labels"] if t != -100])
+    for m in turns:
+        assert f'"tool": "{m["tool_calls"][0]["function"]["name"]}",' in plan_text
+    assert call_text.count('"arguments"') == len(turns) and '"tool"' not in call_text
+
+
+def test_two_stage_agent_sft_trains_the_plan_then_the_call_and_moves_only_the_lora(agent_cfg, tasks_dir, tiny_dir,
+                                                                                  tmp_path):
+    cfg = copy.deepcopy(agent_cfg)
+    cfg["agent"]["sft"].update(policy="two_stage", max_steps=4)
+    before = base_weights(tiny_dir)
+    m = train_agent_sft.run(cfg, tasks_dir, tiny_dir, tmp_path / "out", tmp_path / "ckpt")
+    assert m["status"] == "ok" and m["policy"] == "two_stage" and m["steps_by_phase"] == {"plan": 2, "call": 2}
+    assert_lora_trained(tmp_path / "out", tiny_dir, before)
+    import torch
+    from safetensors.torch import load_file
+
+    after_plan = load_file(str(tmp_path / "ckpt" / "plan" / "checkpoint-2" / "adapter_model.safetensors"))
+    final = load_file(str(tmp_path / "out" / "adapter" / "adapter_model.safetensors"))
+    assert final.keys() == after_plan.keys() and any(not torch.equal(final[k], after_plan[k]) for k in final)

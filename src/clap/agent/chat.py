@@ -197,6 +197,27 @@ def render(tok, messages: list[dict], tool_schemas: list[dict], add_generation_p
     return {"input_ids": ids, "assistant_masks": mask}
 
 
+def plan_and_call_masks(tok, ids: list[int], mask: list[int]) -> tuple[list[int], list[int]]:
+    """The agent's own tokens (`mask`, from `render(..., assistant_mask=True)`) split per turn into the *plan* —
+    the thought and the tool chosen ("when", and which: `{"thought": …, "tool": "search_reports"`) — and the
+    *call* — its arguments and the end of the turn ("how"). A turn's call starts at the token whose text completes
+    `"arguments"`; a turn without one (not an action) is all plan. Two-stage SFT trains each with its own loss."""
+    plan, call = [0] * len(ids), [0] * len(ids)
+    k = 0
+    while k < len(ids):
+        if not mask[k]:
+            k += 1
+            continue
+        end = next((j for j in range(k, len(ids)) if not mask[j]), len(ids))
+        split = next((j for j in range(k, end) if '"arguments"' in tok.decode(ids[k:j + 1])), end)
+        if split < end:  # back to the token where `"arguments"` begins
+            split = next(j for j in range(split, k - 1, -1) if '"arguments"' in tok.decode(ids[j:split + 1]))
+        for j in range(k, end):
+            (plan if j < split else call)[j] = 1
+        k = end
+    return plan, call
+
+
 def _ids(tok, messages: list[dict], add_generation_prompt: bool) -> list[int]:
     return list(tok.apply_chat_template(messages, tokenize=True, return_dict=True,
                                         add_generation_prompt=add_generation_prompt)["input_ids"])

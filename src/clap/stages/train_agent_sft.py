@@ -7,6 +7,12 @@ tools listed in its system turn. Loss is on the agent's turns only (thought, too
 closing `<|im_end|>`): the template's `{% generation %}` marks them, and the labels of everything
 else — system, question, tool returns — are -100. A trajectory longer than `agent.sft.max_length`
 tokens is set aside by name rather than cut mid-turn. The same runtime guards as extraction.
+
+`agent.sft.policy` says how the agent's turns are learned. `joint`: one loss on the whole action. `two_stage`
+decouples *when* from *how* (the seed's two-stage training): first the plan — each turn's thought and the tool
+it chooses, `finish` included (`chat.plan_and_call_masks`) — for the first half of the dose, then the call — the
+arguments given that tool — for the rest, on the same LoRA. Decoding needs no second model: under the action
+grammar the tool's name selects its branch, so the arguments are decoded under that tool's own schema.
 """
 
 from __future__ import annotations
@@ -25,10 +31,25 @@ from clap.train.guards import GuardCallback
 
 
 def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
-    """input_ids and labels (-100 outside the agent's turns) of one trajectory."""
+    """input_ids and labels (-100 outside the agent's turns) of one trajectory; `plan_labels` and `call_labels`
+    keep only each turn's plan (thought, tool) or its call (arguments, end of turn)."""
     enc = chat.render(tok, messages, tool_schemas, assistant_mask=True)
     ids = list(enc["input_ids"])
-    return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, enc["assistant_masks"])]}
+    plan, call = chat.plan_and_call_masks(tok, ids, enc["assistant_masks"])
+    return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, enc["assistant_masks"])],
+            "plan_labels": [t if m else -100 for t, m in zip(ids, plan)],
+            "call_labels": [t if m else -100 for t, m in zip(ids, call)]}
+
+
+def phases(s: dict) -> list[tuple[str, str, int, int]]:
+    """(phase, labels, epochs, max_steps) of each training phase: the whole action (`joint`), or the plan for
+    the first half of the dose and then the call for the rest (`two_stage`), each at least one epoch or step."""
+    if s["policy"] == "joint":
+        return [("joint", "labels", s["epochs"], s["max_steps"])]
+    def halves(n: int) -> tuple[int, int]:
+        return (n, n) if n <= 1 else ((n + 1) // 2, n // 2)
+    epochs, steps = halves(s["epochs"]), halves(s["max_steps"]) if s["max_steps"] > 0 else (-1, -1)
+    return [("plan", "plan_labels", epochs[0], steps[0]), ("call", "call_labels", epochs[1], steps[1])]
 
 
 def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None) -> dict:
@@ -54,27 +75,36 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
               f"{s['max_length']}")
     if not rows:
         raise NotAdmitted(f"agent-sft: every trajectory is longer than agent.sft.max_length {s['max_length']}")
-    dataset = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
     cuda = torch.cuda.is_available()
     bf16 = base_model.use_bf16(s["bf16"])
     model = base_model.load_model(base_dir)
-    args = SFTConfig(
-        output_dir=str(checkpoints), num_train_epochs=s["epochs"], max_steps=s["max_steps"], learning_rate=s["learning_rate"],
-        per_device_train_batch_size=s["per_device_batch_size"], gradient_accumulation_steps=s["gradient_accumulation"],
-        logging_steps=s["logging_steps"], save_steps=s["save_steps"], save_total_limit=2, max_length=None,
-        train_sampling_strategy="group_by_length", report_to=[], seed=t["seed"],
-        bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
-        lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
     guard = GuardCallback("agent_sft", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
-    trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                                     peft_config=lora_config(s, model), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)
-    resume = resume_point(checkpoints, {"cfg": s, "seed": t["seed"], "rows": [r["input_ids"] for r in rows],
-                                        "base": base_identity})
-    if resume:
-        print(f"clap: resuming agent SFT from {resume}")
-    run_training(trainer, resume)
+    trainer, steps, resumed = None, {}, {}
+    for phase, labels, epochs, max_steps in phases(s):
+        folder = Path(checkpoints) if phase == "joint" else Path(checkpoints) / phase
+        args = SFTConfig(
+            output_dir=str(folder), num_train_epochs=epochs, max_steps=max_steps, learning_rate=s["learning_rate"],
+            per_device_train_batch_size=s["per_device_batch_size"], gradient_accumulation_steps=s["gradient_accumulation"],
+            logging_steps=s["logging_steps"], save_steps=s["save_steps"], save_total_limit=2, max_length=None,
+            train_sampling_strategy="group_by_length", report_to=[], seed=t["seed"],
+            bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
+            lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
+        dataset = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r[labels]} for r in rows])
+        trainer = LabelledHeadSFTTrainer(model=model if trainer is None else trainer.model, args=args,
+                                         train_dataset=dataset, processing_class=tok,
+                                         peft_config=lora_config(s, model) if trainer is None else None,
+                                         callbacks=[*(callbacks or []), guard])
+        resume = resume_point(folder, {"cfg": s, "seed": t["seed"], "rows": [r["input_ids"] for r in rows],
+                                       "base": base_identity, **({} if phase == "joint" else {"phase": phase})})
+        if resume:
+            print(f"clap: resuming agent SFT ({phase}) from {resume}")
+        run_training(trainer, resume)
+        steps[phase], resumed[phase] = trainer.state.global_step, resume
+        if guard.report().status != "ok":
+            break  # a tripped guard ends the run: the call phase never starts from a bad plan phase
     return finish(trainer, guard, out, "agent_sft", base_identity,
                   {"trajectories": len(rows), "set_aside_too_long": [r["task_id"] for r in too_long],
                    "assistant_tokens": sum(sum(x != -100 for x in r["labels"]) for r in rows),
-                   "resumed_from": resume, "bf16": bf16}, started)
+                   "policy": s["policy"], "steps_by_phase": steps,
+                   "resumed_from": resumed.get("joint", resumed.get("plan")), "bf16": bf16}, started)
