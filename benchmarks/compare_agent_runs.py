@@ -51,9 +51,11 @@ def main() -> None:
     by_kind = report.kind_deltas(a, b, kinds_a, args.bootstrap, 0.95)
     print(f"{len(kinds_a)} held-out tasks; base model's episodes identical in both runs: {same_base}")
     print(f"| metric | {args.label_a} | {args.label_b} | {args.label_b} − {args.label_a} |\n|---|---|---|---|")
+    def cell(f: dict) -> str:
+        return f"{f['mean']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] (n {f['n']})" if f["n"] else "—"
+
     for m in report.TASK_METRICS:
         fa, fb, d = figures[args.label_a][m], figures[args.label_b][m], delta.get(m)
-        cell = (lambda f: f"{f['mean']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] (n {f['n']})" if f["n"] else "—")
         print(f"| {m} | {cell(fa)} | {cell(fb)} | " + (f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
                                                      if d else "—") + " |")
     print("\ntask success by kind, B − A:")
