@@ -29,6 +29,7 @@ BUNDLES = Path("release/bundles")  # one evidence bundle per candidate the gate 
 PROD_POINTER = Path("release/prod.json")
 REPAIR_QUEUE = Path("repair/queue.jsonl")
 REPAIR_FIXED = Path("repair/fixed")
+AGENT_CORRECTIONS = Path("repair/agent")  # trajectories people corrected (*.jsonl): the next round's agent SFT reads them
 HUMAN_METRICS = Path("metrics/human.json")
 AGENT_TASKS = Path("data/agent")
 AGENT_PAIRS = Path("data/agent_pairs")

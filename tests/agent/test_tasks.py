@@ -144,3 +144,56 @@ def test_held_out_compositions_replay_with_their_computation(built):
         calls = [m["tool_calls"][0]["function"] for m in t["messages"] if m["role"] == "assistant"]
         assert [c["name"] for c in calls if c["name"] in ("calculate", "convert_unit")] == ops
         assert len(t["needed_values"]) == len(ops) and t["answer_type"] == "number"
+
+
+def _correction(task: dict, cid: str = "fix-1", **change) -> dict:
+    actions = [{"thought": m["content"], "tool": m["tool_calls"][0]["function"]["name"],
+                "arguments": m["tool_calls"][0]["function"]["arguments"]}
+               for m in task["messages"] if m["role"] == "assistant"]
+    return {"correction_id": cid, "question": task["question"], "actions": actions} | change
+
+
+def test_a_corrected_trajectory_becomes_a_checked_training_task(built):
+    tools, facts, rows, _ = built
+    train = next(t for t in rows if t["split"] == "train" and t["kind"] == "change")
+    task, why = tasks.from_correction(tools, _correction(train), sorted(set(facts["entity"])))
+    assert why is None and task["kind"] == "corrected" and task["split"] == "train"
+    assert task["answer"] == train["answer"] and task["entities"] == train["entities"][:1]
+    assert task["needed_values"] and rewards.parts(tasks.execute(tools, task["question"], [
+        (a["thought"], a["tool"], a["arguments"]) for a in _correction(train)["actions"]])[1], task, 0.25)["process"] == 1.0
+    AgentTask.validate(as_frame(rows + [task]), lazy=True)
+    assert tasks.leakage(rows + [task]) == []
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"actions": []}, "format: needs correction_id, question and a non-empty list of actions"),
+    ({"actions": [{"thought": "x", "tool": "read_chunk", "arguments": {"chunk_id": "nope-p1"}},
+                  {"thought": "x", "tool": "finish", "arguments": {"answer": "1 万元"}}]}, "execution: read_chunk failed"),
+    ({"actions": [{"thought": "x", "tool": "finish", "arguments": {"answer": "123456 万元"}}]},
+     "answer: '123456 万元' is not supported"),
+    ({"actions": [{"thought": "x", "tool": "teleport", "arguments": {}}]}, "format: teleport"),
+    ({"actions": [{"thought": "x", "tool": "search_reports", "arguments": {"query": "q"}}]},
+     "format: the last action, and only it, must be finish"),
+])
+def test_a_correction_that_fails_a_check_is_refused_with_the_reason(built, change, reason):
+    tools, facts, rows, _ = built
+    train = next(t for t in rows if t["split"] == "train")
+    task, why = tasks.from_correction(tools, _correction(train, **change), sorted(set(facts["entity"])))
+    assert task is None and why.startswith(reason), why
+
+
+def test_the_stage_keeps_good_corrections_and_refuses_a_held_out_company_by_file_and_line(built, small_loop, tmp_path):
+    from clap.stages import agent_tasks as stage
+
+    tools, facts, rows, _ = built
+    train = next(t for t in rows if t["split"] == "train" and t["kind"] == "lookup")
+    held = next(t for t in rows if t["split"] == "eval" and t["kind"] == "lookup")
+    (tmp_path / "fixes").mkdir()
+    lines = [_correction(train, "fix-good"), _correction(held, "fix-eval"), "not json"]
+    (tmp_path / "fixes" / "a.jsonl").write_text("\n".join(x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
+                                                          for x in lines) + "\n")
+    kept, ids, refused = stage.corrected(tools, tmp_path / "fixes", rows, sorted(set(facts["entity"])))
+    assert [t["kind"] for t in kept] == ["corrected"] and list(ids) == ["fix-good"]
+    assert [(r["line"], r["correction_id"]) for r in refused] == [(2, "fix-eval"), (3, None)]
+    assert refused[0]["reason"].startswith(f"leakage: company {held['entities'][0]!r} is in train and eval")
+    assert refused[1]["reason"] == "format: not a JSON object"

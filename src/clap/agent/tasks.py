@@ -308,6 +308,45 @@ def build(facts: pd.DataFrame, tools: ReportTools, cfg: dict) -> tuple[list[dict
     return sorted(kept, key=lambda t: (t["batch"], t["split"], t["kind"], t["task_id"])), report
 
 
+def from_correction(tools: ReportTools, row: dict, companies: list[str]) -> tuple[dict | None, str | None]:
+    """A trajectory a person corrected (`repair/agent/*.jsonl`: `correction_id`, `question`, `actions` — each
+    {thought, tool, arguments}, the last a finish) as a training task, or why it is refused. It is executed in the
+    environment and must pass APIGen's checks as the planner's are: every action a valid call of a known tool,
+    every call run, a final finish whose answer a tool return supports (or an abstention). What it needs — the
+    pages it read and found, the values it computed — is read off the trajectory; `companies` (every company the
+    facts name) gives the ones its question names, which the leakage check keeps out of evaluation."""
+    cid, question, actions = row.get("correction_id"), row.get("question"), row.get("actions")
+    if not (isinstance(cid, str) and cid and isinstance(question, str) and question and isinstance(actions, list)
+            and actions and all(isinstance(a, dict) for a in actions)):
+        return None, "format: needs correction_id, question and a non-empty list of actions"
+    steps = [(a.get("thought", ""), a.get("tool"), a.get("arguments")) for a in actions]
+    for thought, tool, arguments in steps:
+        problem = tools.argument_problem(tool, arguments) if isinstance(tool, str) else "no tool"
+        if problem or not isinstance(thought, str):
+            return None, f"format: {tool}: {problem or 'thought is not text'}"
+    if steps[-1][1] != "finish" or any(t == "finish" for _, t, _ in steps[:-1]):
+        return None, "format: the last action, and only it, must be finish"
+    messages, record = execute(tools, question, steps)
+    failed = next((s for s in record["steps"] if not s["ok"] and s["tool"] != "finish"), None)
+    if failed:
+        return None, f"execution: {failed['tool']} failed: {failed['observation'][:80]}"
+    answer = record["answer"]
+    if not rewards.supported(answer, record):
+        return None, f"answer: {answer!r} is not supported by any tool return"
+    calls = [s for s in record["steps"] if s["tool"] != "finish"]
+    reads = [s["arguments"]["chunk_id"] for s in calls if s["tool"] == "read_chunk"]
+    kind = "abstain" if rewards.is_abstention(answer) else "number" if nz.parse_quantity(answer) else "entity"
+    lang = "zh" if re.search(r"[\u4e00-\u9fff]", question) else "en"
+    task = {"task_id": "c" + hashlib.sha256(json.dumps([cid, question, actions], sort_keys=True).encode()).hexdigest()[:12],
+            "batch": "corrections", "split": "train", "kind": names.AGENT_CORRECTED, "lang": lang,
+            "template": f"{names.AGENT_CORRECTED}/{lang}/0",
+            "question": question, "record_ids": [], "entities": [c for c in companies if c in question],
+            "answer": answer, "answer_type": kind, "needed_chunks": list(dict.fromkeys(reads)), "needed_reads": reads,
+            "needed_values": [float(s["observation"]) for s in calls if s["tool"] in ("calculate", "convert_unit")],
+            "gold_calls": len(calls), "gold_steps": len(steps), "cited": None, "messages": messages}
+    return task, None
+
+
 def _pattern(template: str) -> re.Pattern:
     """A phrasing as a regular expression: its fixed words literal, each field any text."""
     return re.compile("^" + ".+?".join(map(re.escape, re.split(r"\{\w+\}", template))) + "$", re.S)

@@ -46,17 +46,24 @@ def _agent_off(command: str, out: Path, empty_files: tuple[str, ...], metrics: P
 
 
 @app.command("agent-tasks")
-def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Option(paths.AGENT_TASKS)) -> None:
+def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Option(paths.AGENT_TASKS),
+                corrections: Path = typer.Option(paths.AGENT_CORRECTIONS,
+                                                 help="trajectories people corrected (*.jsonl), for training")) -> None:
     """Agent tasks with gold trajectories from the verified facts, kept only if they pass the format,
-    execution and answer checks."""
+    execution and answer checks, and the corrected trajectories in repair/agent/ that pass them too."""
     cfg = _params()
     if not cfg["agent"]["enabled"]:
         return _agent_off("agent-tasks", out, ("tasks.jsonl",))
     from clap.stages import agent_tasks as stage
 
     _need((assets, "dvc repro assetize"))
-    report = stage.run(cfg, assets, cfg["data"]["batches"], out)
+    report = stage.run(cfg, assets, cfg["data"]["batches"], out, corrections)
     console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
+    fixes = report["corrections"]
+    if fixes["kept"] or fixes["refused"]:
+        console.print(f"corrected trajectories: {len(fixes['kept'])} kept for training, {len(fixes['refused'])} refused")
+        for r in fixes["refused"]:
+            console.print(f"  {r['file']}:{r['line']} ({r['correction_id']}): {r['reason']}")
     console.print(", ".join(f"{k}={v}" for k, v in report["by_split_kind"].items()))
 
 

@@ -12,7 +12,8 @@ TRAINERS = (*CHAIN, *AGENT_CHAIN, REWARD_MODEL)  # each writes models/<name>/ an
 # The agent's task kinds (`clap.agent.tasks`): those trained on, then the held-out tool compositions only evaluation has.
 AGENT_TRAIN_KINDS = ("lookup", "change", "convert", "compare", "unanswerable", "tool_error")
 AGENT_HELD_OUT_KINDS = ("change_convert", "total")
-AGENT_KINDS = (*AGENT_TRAIN_KINDS, *AGENT_HELD_OUT_KINDS)
+AGENT_CORRECTED = "corrected"  # a trajectory a person corrected (repair/agent/): training only
+AGENT_KINDS = (*AGENT_TRAIN_KINDS, *AGENT_HELD_OUT_KINDS, AGENT_CORRECTED)
 
 
 def command_name(trainer: str) -> str:

@@ -306,7 +306,8 @@ def restore_version(root: Path, commit: str) -> None:
 
     def wanted(p: str) -> bool:
         return p != str(paths.PROD_POINTER) and (p in ("dvc.lock", "params.yaml") or p.endswith(".dvc") or p.startswith(
-            ("release/", "metrics/", "conf/", f"{paths.ADMISSION}/", f"{paths.REPAIR_FIXED}/")) or f"{p}/".startswith(in_git))
+            ("release/", "metrics/", "conf/", f"{paths.ADMISSION}/", f"{paths.REPAIR_FIXED}/", f"{paths.AGENT_CORRECTIONS}/",
+             str(paths.AGENT_HUMAN_LABELS))) or f"{p}/".startswith(in_git))
 
     restored = [p for p in _git(root, "ls-tree", "-r", "--name-only", commit).splitlines() if wanted(p)]
     if str(BUNDLE) not in restored:

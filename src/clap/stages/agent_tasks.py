@@ -3,7 +3,9 @@
     clap agent-tasks            (DVC stage `agent_tasks`, writes data/agent/)
 
 The planner, the environment and the three checks are `clap.agent.tasks`; this stage picks the
-batches, checks that no held-out company, phrasing or tool composition reaches the training tasks
+batches, adds the trajectories people corrected (repair/agent/*.jsonl: the flywheel — each executed and
+checked as the planner's are, refused with its file, line and reason when it fails a check or would leak),
+checks that no held-out company, phrasing or tool composition reaches the training tasks
 (`clap.agent.tasks.leakage`), validates every task against the `AgentTask` contract and writes tasks.jsonl (one task per
 line, its gold conversation in `messages`) and report.json (kept and dropped, by check and kind).
 """
@@ -29,7 +31,37 @@ def as_frame(rows: list[dict]) -> pd.DataFrame:
     return frame
 
 
-def run(cfg: dict, assets: Path, batches: list[str], out: Path) -> dict:
+def corrected(tools: ReportTools, folder: Path | None, rows: list[dict], companies: list[str]
+              ) -> tuple[list[dict], dict[str, str], list[dict]]:
+    """The corrected trajectories in `folder/*.jsonl` that pass the checks and leak nothing into evaluation, as
+    training tasks; {correction_id: task_id} of those kept; the refused ones, each with its file, line and why."""
+    kept, ids, refused = [], {}, []
+    for file in sorted(Path(folder).glob("*.jsonl")) if folder is not None and Path(folder).is_dir() else []:
+        for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row, task, why = {}, None, "format: not a JSON object"
+            else:
+                task, why = agent_tasks.from_correction(tools, row, companies) if isinstance(row, dict) \
+                    else (None, "format: not a JSON object")
+            if task is not None and task["task_id"] in {t["task_id"] for t in rows + kept}:
+                task, why = None, "duplicate: the same correction is already in"
+            if task is not None and (leaks := agent_tasks.leakage(rows + kept + [task])):
+                task, why = None, f"leakage: {leaks[0]}"
+            if task is None:
+                refused.append({"file": str(file), "line": line_no, "correction_id": row.get("correction_id")
+                                if isinstance(row, dict) else None, "reason": why})
+                continue
+            kept.append(task)
+            ids[row["correction_id"]] = task["task_id"]
+    return kept, ids, refused
+
+
+def run(cfg: dict, assets: Path, batches: list[str], out: Path, corrections: Path | None = None) -> dict:
+    """`corrections`: the folder of trajectories people corrected (repair/agent/); those that pass join training."""
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     facts = pd.read_parquet(Path(assets) / "facts.parquet")
     chunks, facts = chunks[chunks["batch"].isin(batches)], facts[facts["batch"].isin(batches)]
@@ -37,6 +69,9 @@ def run(cfg: dict, assets: Path, batches: list[str], out: Path) -> dict:
     rows, report = agent_tasks.build(facts, tools, cfg["agent"]["tasks"])
     if not rows:
         raise ValueError(f"agent-tasks: no task passed the checks in batches {', '.join(batches)}")
+    fixed, ids, refused = corrected(tools, corrections, rows, sorted(set(facts["entity"].dropna())))
+    rows += fixed
+    report |= {"corrections": {"kept": ids, "refused": refused}}
     leaks = agent_tasks.leakage(rows)
     if leaks:  # the planner's own output: a leak is a bug, and an evaluation that leaks must not be written
         raise AssertionError(f"agent-tasks: the held-out tasks leak into training ({len(leaks)}): {leaks[0]}")
