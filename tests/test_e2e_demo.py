@@ -42,8 +42,8 @@ def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
     assert "repair (SIMULATED annotator)" in out
 
     # the agent track switched off: each agent stage said so, wrote its outputs empty, and no release ships one
-    for command in ("agent-tasks", "agent-sft", "agent-pairs", "agent-dpo", "agent-rm", "agent-grpo", "agent-rloo",
-                    "evaluate-agent"):
+    for command in ("agent-tasks", "agent-sft", "agent-pairs", "agent-dpo", "agent-rm", "agent-rm-check", "agent-grpo",
+                    "agent-rloo", "evaluate-agent"):
         assert f"{command}: disabled (agent.enabled is false)" in out, command
     assert json.loads((root / "metrics/agent.json").read_text())["status"] == "disabled"
     assert (root / "data/agent/tasks.jsonl").read_text() == ""

@@ -110,7 +110,7 @@ def check_params_trace(root: Path, trace: Path) -> None:
                                                      "index", "evaluate", "evaluate_decisions", "replay", "gate",
                                                      "bundle", "agent_tasks", "train_agent_sft", "agent_pairs",
                                                      "train_agent_dpo", "train_agent_rm", "train_agent_grpo",
-                                                     "train_agent_rloo", "evaluate_agent"}
+                                                     "check_agent_rm", "train_agent_rloo", "evaluate_agent"}
     undeclared = sorted({(stage_of(r["argv"]), k) for r in reads for k in r["reads"]
                          if not covered(k, declared[stage_of(r["argv"])])})
     assert not undeclared, f"stages read params their dvc.yaml entry does not declare: {undeclared}"
@@ -248,9 +248,11 @@ def test_canary_release_traffic_analysis_and_promotion(clone):
     run(root, "clap", "demo-label", "--out", "ls_export.json", "--raters", "2", "--noise", "0", env=env)
     assert "labels by 2 annotators" in run(root, "clap", "human", "import", "ls_export.json", env=env)
     out = run(root, "dvc", "repro", env=env)
-    # the verdict re-runs the gate and the bundle; the answers people flagged reach the repair queue
+    # the verdict re-runs the gate and the bundle; the answers people flagged reach the repair queue; the labelled
+    # agent episodes re-check the reward model, whose unchanged verdict re-runs no RL step
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
-    assert ran == {"gate", "bundle", "repair_queue"}, ran
+    assert ran == {"check_agent_rm", "gate", "bundle", "repair_queue"}, ran
+    assert json.loads((root / "metrics/agent_rm_check.json").read_text())["labelled_episodes"] > 0
     assert "human_flagged" in (root / "repair/queue.jsonl").read_text()
     gate = json.loads((root / "metrics/gate.json").read_text())
     assert gate["decision"] == "canary" and gate["reasons"][-1]["rule"] == "release_via_canary"

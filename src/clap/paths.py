@@ -35,6 +35,8 @@ AGENT_TASKS = Path("data/agent")
 AGENT_PAIRS = Path("data/agent_pairs")
 AGENT_EVAL = Path("data/eval_agent")
 AGENT_METRICS = Path("metrics/agent.json")
+AGENT_RM_CHECK = Path("data/agent_rm_check")  # the reward model's verdict (verdict.json): may it drive training?
+AGENT_RM_CHECK_METRICS = Path("metrics/agent_rm_check.json")  # ... and the figures behind it
 INBOX = Path("feedback/production.jsonl")  # the flywheel's inbox: human-flagged and canary-failed cases
 AGENT_HUMAN_LABELS = Path("feedback/human/agent_labels.jsonl")  # people's labels on agent episodes (`clap human import`),
                                                                  # git-tracked: the reward model's check reads them

@@ -16,6 +16,7 @@ from clap.io import OUTPUT_MARKER, read_jsonl, write_jsonl
 from clap.stages import (
     agent_pairs,
     agent_tasks,
+    check_agent_rm,
     evaluate_agent,
     train_agent_dpo,
     train_agent_grpo,
@@ -249,14 +250,24 @@ def test_an_episodes_completion_masks_the_tool_returns(tiny_dir):
 def reward_model_dir(agent_cfg, mined, tasks_dir, tiny_dir, tmp_path_factory):
     _, pairs_dir = mined
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["rm"].update(max_steps=2, gradient_accumulation=1, eval_fraction=0.5, min_agreement=0.0,
-                              human={"min_labels": 4, "min_spearman": -1.0, "max_ece": 1.0})  # the rule: table-tested
+    cfg["agent"]["rm"].update(max_steps=2, gradient_accumulation=1, eval_fraction=0.5, min_agreement=0.0)
     root = tmp_path_factory.mktemp("agent_rm")
     before = base_weights(tiny_dir)
-    labels = root / "agent_labels.jsonl"
-    write_jsonl(labels, people_labels(read_jsonl(tasks_dir / "tasks.jsonl")[:6]))
-    metrics = train_agent_rm.run(cfg, pairs_dir, tiny_dir, root / "agent_rm", root / "ckpt", labels=labels)
+    metrics = train_agent_rm.run(cfg, pairs_dir, tiny_dir, root / "agent_rm", root / "ckpt")
     return root / "agent_rm", metrics, before, pairs_dir
+
+
+@pytest.fixture(scope="module")
+def rm_checked(agent_cfg, reward_model_dir, tasks_dir, tiny_dir, tmp_path_factory):
+    """The reward model checked against six people-labelled episodes, thresholds relaxed (the rule is table-tested)."""
+    rm_dir = reward_model_dir[0]
+    cfg = copy.deepcopy(agent_cfg)
+    cfg["agent"]["rm"]["human"] = {"min_labels": 4, "min_spearman": -1.0, "max_ece": 1.0}
+    root = tmp_path_factory.mktemp("rm_check")
+    write_jsonl(root / "agent_labels.jsonl", people_labels(read_jsonl(tasks_dir / "tasks.jsonl")[:6]))
+    metrics = check_agent_rm.run(cfg, rm_dir, tiny_dir, root / "agent_labels.jsonl", root / "check", root / "check.json",
+                                 json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
+    return root / "check", metrics
 
 
 def people_labels(tasks: list[dict]) -> list[dict]:
@@ -284,10 +295,7 @@ def test_agent_reward_model_learns_on_the_pairs_and_is_checked_against_the_rules
     checked = metrics["agreement_with_rules"]
     assert checked["train"]["n"] == metrics["train_pairs"] and checked["held_out"]["n"] == metrics["held_out_pairs"]
     assert 0.0 <= checked["held_out"]["agreement"] <= 1.0
-    people = metrics["agreement_with_people"]  # the episodes' scores against the labels, with the raters named
-    assert people["n"] == 6 and people["spearman"] is not None and 0.0 <= people["ece"] <= 1.0
-    assert people["annotators"] == ["SIMULATED-rater-1"] and people["passed"]
-    assert metrics["usable_as_reward"] is True  # thresholds relaxed here; the rules themselves are table-tested
+    assert metrics["agrees_with_rules"] is True  # min_agreement 0 here; the rule itself is table-tested below
     adapter = out / "adapter"
     weights = load_file(str(adapter / "adapter_model.safetensors"))
     assert any("score" in k for k in weights) and any("lora_" in k for k in weights)  # the head is saved beside LoRA
@@ -303,30 +311,51 @@ def test_reward_model_pairs_split_by_task():
     assert not {p["task_id"] for p in train} & {p["task_id"] for p in held}
 
 
-@pytest.mark.parametrize("weight, metrics, use, why", [
-    (0.0, {"usable_as_reward": True, "steps": 2}, False, "reward_model_weight is 0"),
-    (0.2, None, False, "no reward model"),
-    (0.2, {"usable_as_reward": False, "steps": 2, "agrees_with_rules": False,
-           "agreement_with_rules": {"held_out": {"agreement": 0.4, "n": 10}}},
-     False, "agreement with the rule rewards 0.4 on 10 pairs is below agent.rm.min_agreement"),
-    (0.2, {"usable_as_reward": False, "steps": 0, "adapter_source": "none: no train pair to learn from"},
-     False, "not trained: none: no train pair"),
-    (0.2, {"usable_as_reward": False, "steps": 2, "agrees_with_rules": True,
-           "agreement_with_people": {"why_not": "0 labelled episodes, fewer than agent.rm.human.min_labels 20"}},
-     False, "check against people failed (0 labelled episodes"),
-    (0.2, {"usable_as_reward": True, "steps": 2, "agreement_with_rules": {"held_out": {"agreement": 0.9, "n": 10}},
-           "agreement_with_people": {"n": 30, "spearman": 0.5, "ece": 0.1}},
-     True, "used (held-out agreement 0.9; against 30 people-labelled episodes Spearman 0.5, ECE 0.1)"),
+def test_the_reward_model_is_checked_against_peoples_labels_in_its_own_stage(rm_checked):
+    check_dir, metrics = rm_checked
+    people = metrics["against_people"]  # the episodes' scores against the labels, with the raters named
+    assert people["n"] == metrics["labelled_episodes"] == 6 and people["spearman"] is not None
+    assert 0.0 <= people["ece"] <= 1.0 and people["annotators"] == ["SIMULATED-rater-1"] and people["passed"]
+    # the verdict file holds the outcome alone: new labels that do not flip it change no byte downstream reads
+    assert json.loads((check_dir / "verdict.json").read_text()) == {"usable_as_reward": True, "failed": None}
+
+
+def test_without_peoples_labels_the_reward_model_is_not_trusted(agent_cfg, reward_model_dir, tiny_dir, tmp_path):
+    rm_dir = reward_model_dir[0]
+    m = check_agent_rm.run(agent_cfg, rm_dir, tiny_dir, tmp_path / "none.jsonl", tmp_path / "check", tmp_path / "c.json",
+                           json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
+    assert m["usable_as_reward"] is False and m["failed"] == "people"
+    assert m["against_people"]["n"] == 0 and "fewer than agent.rm.human.min_labels" in m["against_people"]["why_not"]
+
+
+@pytest.mark.parametrize("rm_metrics, people, verdict", [
+    ({"steps": 0}, None, {"usable_as_reward": False, "failed": "not_trained"}),
+    ({"steps": 2, "agrees_with_rules": False}, {"passed": True}, {"usable_as_reward": False, "failed": "rules"}),
+    ({"steps": 2, "agrees_with_rules": True}, {"passed": False}, {"usable_as_reward": False, "failed": "people"}),
+    ({"steps": 2, "agrees_with_rules": True}, None, {"usable_as_reward": False, "failed": "people"}),
+    ({"steps": 2, "agrees_with_rules": True}, {"passed": True}, {"usable_as_reward": True, "failed": None}),
 ])
-def test_grpo_uses_the_reward_model_only_when_its_check_passed(weight, metrics, use, why, tmp_path):
-    if metrics is not None:
-        (tmp_path / "train_metrics.json").write_text(json.dumps(metrics))
+def test_the_reward_models_verdict_needs_both_checks(rm_metrics, people, verdict):
+    assert reward_model.verdict(rm_metrics, people) == verdict
+
+
+@pytest.mark.parametrize("weight, verdict, use, why", [
+    (0.0, {"usable_as_reward": True, "failed": None}, False, "reward_model_weight is 0"),
+    (0.2, None, False, "no reward model verdict"),
+    (0.2, {"usable_as_reward": False, "failed": "rules"}, False, "agreement with the rule rewards is below"),
+    (0.2, {"usable_as_reward": False, "failed": "not_trained"}, False, "not trained"),
+    (0.2, {"usable_as_reward": False, "failed": "people"}, False, "check against people's labels failed"),
+    (0.2, {"usable_as_reward": True, "failed": None}, True, "reward model used"),
+])
+def test_the_rl_steps_use_the_reward_model_only_on_its_verdict(weight, verdict, use, why, tmp_path):
+    if verdict is not None:
+        (tmp_path / "verdict.json").write_text(json.dumps(verdict))
     got, note = reward_model.reward_model_use(weight, tmp_path)
     assert got is use and why in note
 
 
-def test_agent_grpo_adds_the_reward_model_as_one_reward(agent_cfg, tasks_dir, agent_adapter, reward_model_dir, small_loop,
-                                                        tiny_dir, tmp_path):
+def test_agent_grpo_adds_the_reward_model_as_one_reward(agent_cfg, tasks_dir, agent_adapter, reward_model_dir, rm_checked,
+                                                        small_loop, tiny_dir, tmp_path):
     from transformers import TrainerCallback
 
     class Logs(TrainerCallback):
@@ -335,8 +364,8 @@ def test_agent_grpo_adds_the_reward_model_as_one_reward(agent_cfg, tasks_dir, ag
         def on_log(self, args, state, control, logs=None, **kw):
             self.rows.append(dict(logs or {}))
 
-    rm_dir, rm_metrics, _, _ = reward_model_dir
-    assert rm_metrics["usable_as_reward"]
+    rm_dir = reward_model_dir[0]
+    check_dir, _ = rm_checked
     cfg = copy.deepcopy(agent_cfg)
     cfg["agent"]["grpo"].update(max_steps=1, num_generations=2, save_steps=1)
     cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
@@ -344,7 +373,8 @@ def test_agent_grpo_adds_the_reward_model_as_one_reward(agent_cfg, tasks_dir, ag
     logs = Logs()
     m = train_agent_grpo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "g", tmp_path / "ckpt",
                              out / "adapter", json.loads((out / "adapter" / "manifest.json").read_text()), callbacks=[logs],
-                             rm_dir=rm_dir, rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
+                             rm_dir=rm_dir, rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()),
+                             rm_check=check_dir)
     assert m["status"] == "ok" and m["reward_model"].startswith("reward model used")
     scored = [r["rewards/reward_model/mean"] for r in logs.rows if "rewards/reward_model/mean" in r]
     assert scored and all(0.0 < s < 1.0 for s in scored)  # mean sigmoid over turns
@@ -371,7 +401,7 @@ def test_the_dense_process_reward_credits_each_turn_in_its_state(prefix, step, c
 
 
 def test_agent_rloo_trains_per_turn_with_the_reward_model_and_moves_only_the_lora(
-        agent_cfg, tasks_dir, agent_adapter, reward_model_dir, small_loop, tiny_dir, tmp_path):
+        agent_cfg, tasks_dir, agent_adapter, reward_model_dir, rm_checked, small_loop, tiny_dir, tmp_path):
     """RLOO (TRL's RLOOTrainer) from the agent SFT adapter over every gold state of the train tasks: each sampled
     action rewarded by its process credit, its format and the reward model; the LoRA moved, the base did not."""
     import torch
@@ -394,7 +424,8 @@ def test_agent_rloo_trains_per_turn_with_the_reward_model_and_moves_only_the_lor
     rm_dir = reward_model_dir[0]
     m = train_agent_rloo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "agent_rloo", tmp_path / "ckpt",
                              start_dir, json.loads((start_dir / "manifest.json").read_text()), rm_dir=rm_dir,
-                             rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()), callbacks=[logs])
+                             rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()), callbacks=[logs],
+                             rm_check=rm_checked[0])
     train = [t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train"]
     assert m["status"] == "ok" and m["steps"] == 2 and m["tasks"] == len(train)
     assert m["states"] == sum(t["gold_steps"] for t in train)  # every turn of every train trajectory

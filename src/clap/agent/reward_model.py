@@ -13,7 +13,6 @@ import json
 import math
 from pathlib import Path
 
-from clap import paths
 from clap.agent import chat
 from clap.agent.tools import ReportTools
 
@@ -115,27 +114,35 @@ def state_scores(model, tok, states: list[str], actions: list[str], batch_size: 
     return out
 
 
-def reward_model_use(weight: float, rm_dir: Path | None) -> tuple[bool, str]:
+def verdict(rm_metrics: dict, people: dict | None) -> dict:
+    """Whether the reward model may drive training (pure): trained, agreeing with the rule rewards on held-out pairs
+    (`agrees_with_rules`, `clap train agent-rm`) and matching people (`human_check`'s `passed`). `failed` names the
+    first check it did not pass — only the outcome, so a new label that changes a number but not the verdict does
+    not re-run the steps that read it."""
+    failed = ("not_trained" if not rm_metrics.get("steps") else "rules" if not rm_metrics.get("agrees_with_rules")
+              else "people" if not (people or {}).get("passed") else None)
+    return {"usable_as_reward": failed is None, "failed": failed}
+
+
+WHY_NOT = {"not_trained": "reward model not trained (no preference pair to learn from)",
+           "rules": "reward model not used: its held-out agreement with the rule rewards is below agent.rm.min_agreement",
+           "people": "reward model not used: its check against people's labels failed (agent.rm.human)",
+           "disabled": "reward model not checked (the agent track is off)"}
+
+
+def reward_model_use(weight: float, check_dir: Path | None) -> tuple[bool, str]:
     """Whether an RL step (agent GRPO, agent RLOO) adds the learned reward, and why: from its weight and the reward
-    model's own metrics (`clap train agent-rm`: its check against the rule rewards, then against people)."""
+    model's verdict (`clap agent-rm-check`: against the rule rewards, then against people; the figures behind it
+    are in metrics/agent_rm_check.json)."""
     if weight == 0:
-        return False, "agent.grpo.reward_model_weight is 0"
-    metrics_file = None if rm_dir is None else Path(rm_dir) / paths.TRAIN_METRICS_FILE
-    if metrics_file is None or not metrics_file.exists():
-        return False, "no reward model (models/agent_rm)"
-    m = json.loads(metrics_file.read_text())
-    if not m.get("usable_as_reward"):
-        held = (m.get("agreement_with_rules") or {}).get("held_out") or {}
-        people = m.get("agreement_with_people") or {}
-        if not m.get("steps"):
-            return False, f"reward model not trained: {m.get('adapter_source')}"
-        if not m.get("agrees_with_rules"):
-            return False, (f"reward model not used: held-out agreement with the rule rewards {held.get('agreement')} "
-                           f"on {held.get('n', 0)} pairs is below agent.rm.min_agreement")
-        return False, f"reward model not used: its check against people failed ({people.get('why_not')})"
-    people = m["agreement_with_people"]
-    return True, (f"reward model used (held-out agreement {m['agreement_with_rules']['held_out']['agreement']}; "
-                  f"against {people['n']} people-labelled episodes Spearman {people['spearman']}, ECE {people['ece']})")
+        return False, "the step's reward_model_weight is 0"
+    file = None if check_dir is None else Path(check_dir) / "verdict.json"
+    if file is None or not file.exists() or not file.read_text().strip():
+        return False, "no reward model verdict (clap agent-rm-check)"
+    v = json.loads(file.read_text())
+    if not v.get("usable_as_reward"):
+        return False, WHY_NOT.get(v.get("failed"), f"reward model not used ({v.get('failed')})")
+    return True, "reward model used (it agrees with the rule rewards and with people: metrics/agent_rm_check.json)"
 
 
 def human_check(scores: list[float], correct: list[float], rules: dict) -> dict:

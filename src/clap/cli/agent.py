@@ -45,6 +45,29 @@ def _agent_off(command: str, out: Path, empty_files: tuple[str, ...], metrics: P
     console.print(f"{command}: disabled (agent.enabled is false)")
 
 
+@app.command("agent-rm-check")
+def agent_rm_check(out: Path = typer.Option(paths.AGENT_RM_CHECK), metrics: Path = typer.Option(paths.AGENT_RM_CHECK_METRICS),
+                   labels: Path = typer.Option(paths.AGENT_HUMAN_LABELS)) -> None:
+    """The agent reward model against people's labels on agent episodes (Spearman, calibration), and its verdict:
+    may agent GRPO and RLOO use it (both its checks passed)?"""
+    cfg = _params()
+    if not cfg["agent"]["enabled"]:
+        return _agent_off("agent-rm-check", out, ("verdict.json",), metrics)
+    from clap import model
+    from clap.integrity import pinned_expectation
+    from clap.stages import check_agent_rm as stage
+
+    rm = paths.adapter("agent_rm")
+    _need((rm.parent / paths.TRAIN_METRICS_FILE, "dvc repro train_agent_rm"))
+    m = stage.run(cfg, rm.parent, model.resolve(cfg["model"]), labels, out, metrics,
+                  pinned_expectation(Path("."), rm) if rm.exists() else None)
+    people = m["against_people"] or {}
+    console.print(f"agent reward model: {'usable' if m['usable_as_reward'] else 'not usable'} as a reward"
+                  + (f" ({m['failed']} check failed)" if m["failed"] else "")
+                  + (f"; against {people['n']} labelled episodes Spearman {people['spearman']}, ECE {people['ece']}"
+                     if people else ""))
+
+
 @app.command("agent-tasks")
 def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Option(paths.AGENT_TASKS),
                 corrections: Path = typer.Option(paths.AGENT_CORRECTIONS,

@@ -128,8 +128,7 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
         m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints, callbacks=tracking.callbacks())
     elif kind == "agent-rm":
         check_output_dir(out, (paths.AGENT_PAIRS, base))
-        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks(),
-                               labels=paths.AGENT_HUMAN_LABELS)
+        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks())
     elif kind in ("agent-grpo", "agent-rloo"):
         check_output_dir(out, (paths.AGENT_TASKS, paths.ASSETS, base))
         start, rm = paths.adapter("agent_sft"), paths.adapter("agent_rm")
@@ -137,7 +136,7 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
         m = step.run(cfg, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
                      pinned_expectation(Path("."), start), rm_dir=rm.parent,
                      rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None,
-                     callbacks=tracking.callbacks())
+                     rm_check=paths.AGENT_RM_CHECK, callbacks=tracking.callbacks())
     else:
         check_output_dir(out, (paths.AGENT_PAIRS, base))
         start = paths.adapter("agent_sft")

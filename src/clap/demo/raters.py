@@ -3,11 +3,13 @@
     clap demo-label --tasks feedback/human/export/tasks.json --out /tmp/label-studio-export.json
 
 They read the blind tasks as a person would (the source, the question, the answer) and judge the
-answer against the demo generator's gold answer: correct when its value is the gold value; usefulness
+answer against the demo generator's gold answer: correct when its value is the gold value (for an agent
+episode: when its final answer is the task's gold answer, as the task's outcome reward scores it); usefulness
 5 for correct with the right evidence chunk or quote, 4 correct, 2 a wrong value, 1 no parseable
 answer; fluency 4 for parseable JSON, else 2; safety 5. Each rater replaces a label by a uniformly
 random one with probability `noise`, so agreement falls as noise rises. The output is Label Studio's
-JSON export format, so `clap human import` cannot tell it from a real project's export.
+JSON export format, so `clap human import` cannot tell it from a real project's export; the raters' names
+(`simulated-rater<N>@demo.invalid`) say what they are wherever the labels go.
 """
 
 from __future__ import annotations
@@ -31,7 +33,23 @@ def gold_answers(root: Path, batches: list[str]) -> dict[tuple[str, str], dict]:
             gold[r["question"]] = json.loads(r["target"])
         for c in read_jsonl(Path(root) / paths.MATERIALIZED / b / "replay_cases.jsonl"):
             gold[c["question"]] = json.loads(c["target"])
+    tasks = Path(root) / paths.AGENT_TASKS / "tasks.jsonl"
+    for t in read_jsonl(tasks) if tasks.exists() and tasks.read_text().strip() else []:
+        if t["split"] == "eval" and t["batch"] in batches:
+            gold[t["question"]] = {"agent_task": t}
     return gold
+
+
+def judge_episode(text: str, task: dict) -> dict:
+    """One careful rater's labels for an agent episode as `clap human export` shows it (its calls, what they
+    returned, `Final answer: …`): correct when the final answer is the task's gold answer."""
+    from clap.agent.rewards import outcome
+
+    final = next((line.removeprefix("Final answer: ") for line in reversed(text.splitlines())
+                  if line.startswith("Final answer: ")), None)
+    correct = final is not None and not final.startswith("(none") and outcome(final, task) == 1.0
+    return {"usefulness": 5 if correct else 2, "safety": 5, "fluency": 4 if final and not final.startswith("(none") else 2,
+            CORRECTNESS: "correct" if correct else "incorrect"}
 
 
 def judge(answer: str, gold: dict | None) -> dict:
@@ -51,7 +69,9 @@ def label(tasks: list[dict], gold: dict, raters: int, noise: float, seed: int = 
     rng = np.random.default_rng(seed)
     out = []
     for i, task in enumerate(tasks, start=1):
-        truth = judge(task["data"]["answer"], gold.get(task["data"]["question"]))
+        known = gold.get(task["data"]["question"])
+        truth = judge_episode(task["data"]["answer"], known["agent_task"]) if known and "agent_task" in known \
+            else judge(task["data"]["answer"], known)
         anns = []
         for r in range(raters):
             labels = dict(truth)
@@ -62,7 +82,7 @@ def label(tasks: list[dict], gold: dict, raters: int, noise: float, seed: int = 
                       for s in SCALES]
             result.append({"from_name": CORRECTNESS, "to_name": "answer", "type": "choices",
                            "value": {"choices": [labels[CORRECTNESS]]}})
-            anns.append({"id": i * 100 + r, "completed_by": {"id": r + 1, "email": f"rater{r + 1}@demo.invalid"},
+            anns.append({"id": i * 100 + r, "completed_by": {"id": r + 1, "email": f"simulated-rater{r + 1}@demo.invalid"},
                          "was_cancelled": False, "result": result, "task": i})
         out.append({"id": i, "data": task["data"], "annotations": anns})
     return out

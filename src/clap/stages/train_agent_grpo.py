@@ -158,9 +158,10 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
 
 def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
         start_expected: dict, callbacks: list | None = None, rm_dir: Path | None = None,
-        rm_expected: dict | None = None) -> dict:
+        rm_expected: dict | None = None, rm_check: Path | None = None) -> dict:
     """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it; `rm_dir`/
-    `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter."""
+    `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter;
+    `rm_check`: its verdict (data/agent_rm_check, `clap agent-rm-check`)."""
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
@@ -178,7 +179,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     weights = a["rewards"]["weights"]
     funcs = [part_reward(p, a["rewards"]["per_extra_call"]) for p in REWARD_PARTS]
     func_weights = [weights[p] for p in REWARD_PARTS]
-    use_rm, rm_note = reward_model.reward_model_use(g["reward_model_weight"], rm_dir)
+    use_rm, rm_note = reward_model.reward_model_use(g["reward_model_weight"], rm_check)
     if use_rm:
         funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
                                     tok))  # scores() pads right whatever the policy's padding side

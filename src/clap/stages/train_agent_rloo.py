@@ -102,9 +102,10 @@ def learned_reward(model, tok):
 
 def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
         start_expected: dict, callbacks: list | None = None, rm_dir: Path | None = None,
-        rm_expected: dict | None = None) -> dict:
+        rm_expected: dict | None = None, rm_check: Path | None = None) -> dict:
     """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it; `rm_dir`/
-    `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter."""
+    `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter;
+    `rm_check`: its verdict (data/agent_rm_check, `clap agent-rm-check`)."""
     import torch
     from trl import RLOOConfig, RLOOTrainer
 
@@ -120,7 +121,7 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, che
     base_identity = base_model.identity(base_dir)
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
     funcs, weights = rule_rewards(tools), [a["rewards"]["weights"]["process"], a["rewards"]["weights"]["format"]]
-    use_rm, rm_note = reward_model.reward_model_use(r["reward_model_weight"], rm_dir)
+    use_rm, rm_note = reward_model.reward_model_use(r["reward_model_weight"], rm_check)
     if use_rm:
         funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
                                     tok))  # scores() pads right whatever the policy's padding side

@@ -7,13 +7,9 @@ action in a state scores above the agent SFT adapter's own wrong action there (`
 on-policy hard negatives). The pairs are split by task (`agent.rm.eval_fraction`, the tasks' split
 seed): the held-out tasks' pairs measure how often the model agrees with the rule rewards, which
 prefer every chosen action to its rejected one — overall and by why the rejected action failed.
-Then it is checked against people: the episodes people labelled through `clap human import`
-(feedback/human/agent_labels.jsonl) are scored (mean sigmoid over turns) and compared with the share of
-raters who called each correct — Spearman's ρ and the expected calibration error (`reward_model.human_check`).
-`clap train agent-grpo` adds the model's episode score to its reward only when the agreement with the rules
-reaches `agent.rm.min_agreement` and the check against people passes `agent.rm.human` (enough labels, ρ high
-enough, ECE low enough); otherwise, or without pairs to learn from, the rule rewards stand alone and the
-metrics say why. The demo's labels come from SIMULATED raters (`clap demo-label`) and are named so. The check reads each pair's state once for both its actions
+`agrees_with_rules` says whether that agreement reached `agent.rm.min_agreement`. The check against people's
+labels is its own stage (`clap agent-rm-check`), so importing new labels re-scores them without training the
+model again; agent GRPO and RLOO use the model only when both checks passed (its verdict). The check reads each pair's state once for both its actions
 (`reward_model.state_scores`), in fp32 whatever `agent.rm.bf16` trained it in.
 
 TRL 1.16 no longer ships a PPO trainer, so the reward model serves GRPO (as one of its rewards) rather
@@ -59,18 +55,7 @@ def agreement(model, tok, pairs: list[dict]) -> dict:
     return scoring.pairwise_agreement(chosen, rejected, [p["reason"] for p in pairs])
 
 
-def against_people(model, tok, labels: Path | None, rules: dict) -> dict:
-    """`reward_model.human_check` on the labelled agent episodes in `labels` (none: the check fails, closed)."""
-    rows = read_jsonl(labels) if labels is not None and Path(labels).exists() else []
-    scores = [reward_model.episode_reward(model, tok, r["messages"], r["steps"]) for r in rows]
-    check = reward_model.human_check(scores, [float(r["correct"]) for r in rows], rules)
-    return check | {"annotators": sorted({a for r in rows for a in r["annotators"]}),
-                    "exports": sorted({r["export_id"] for r in rows})}
-
-
-def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None,
-        labels: Path | None = None) -> dict:
-    """`labels`: people's labels on agent episodes (feedback/human/agent_labels.jsonl), the check against people."""
+def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None) -> dict:
     import torch
     from trl import RewardConfig, RewardTrainer
 
@@ -100,17 +85,14 @@ def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     # was no faster for this path and moved one pair's order (benchmarks/README.md § agent reward model)
     scorer = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
     checked = {"train": agreement(scorer, tok, train), "held_out": agreement(scorer, tok, held)}
-    people = against_people(scorer, tok, labels, rm["human"])
     agrees = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm["min_agreement"]
-    usable = agrees and people["passed"]
     logged = [h for h in trainer.state.log_history if "num_tokens" in h]  # RewardTrainer counts its own tokens
     tokens = int(float(logged[-1]["num_tokens"])) if logged else 0
     runtime = next((h["train_runtime"] for h in trainer.state.log_history if "train_runtime" in h), None)
     return finish(trainer, guard, out, "agent_rm", base_identity,
                   {"tokens_seen": tokens, "tokens_per_s": round(tokens / runtime, 2) if runtime else 0.0,
                    "pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held),
-                   "agreement_with_rules": checked, "agrees_with_rules": agrees, "agreement_with_people": people,
-                   "usable_as_reward": usable, "resumed_from": resume,
+                   "agreement_with_rules": checked, "agrees_with_rules": agrees, "resumed_from": resume,
                    "bf16": bf16}, started)
 
 
@@ -119,7 +101,6 @@ def _untrained(out: Path, base_identity: dict, started: float, pairs: int, held:
     no reward model; the folder says so, and agent GRPO keeps the rule rewards alone."""
     metrics = {"trainer": "agent_rm", "status": "ok", "steps": 0, "train_loss": None, "pairs": pairs, "train_pairs": 0,
                "held_out_pairs": held, "agreement_with_rules": None, "agrees_with_rules": False,
-               "agreement_with_people": None, "usable_as_reward": False,
                "train_runtime_s": round(time.time() - started, 2), "tokens_seen": 0, "tokens_per_s": 0.0,
                "adapter_source": "none: no train pair to learn from", "base": base_identity["hub_id"]}
     with atomic_dir(out) as tmp:

@@ -1,0 +1,51 @@
+"""check agent-rm: the agent reward model against people — may it drive training?
+
+    clap agent-rm-check         (DVC stage `check_agent_rm`, writes data/agent_rm_check/verdict.json and
+                                 metrics/agent_rm_check.json)
+
+The episodes people labelled through `clap human import` (feedback/human/agent_labels.jsonl, each with its whole
+conversation) are scored by the trained reward model — the mean over the episode's turns of sigmoid(score), the
+learned process reward GRPO adds — and compared with the share of raters who called each episode correct:
+Spearman's ρ (does it rank episodes as people do) and the expected calibration error of the score read as
+P(correct) (`reward_model.human_check`, thresholds `agent.rm.human`). Too few labels fail the check: a model never
+compared with people never shapes the policy. The verdict adds the model's own check against the rule rewards
+(`agrees_with_rules`, from `clap train agent-rm`).
+
+Why a stage of its own: importing new labels re-scores them here without training the reward model again, and
+the verdict file holds only the outcome, so agent GRPO and RLOO (which depend on it) re-run only when it flips.
+The figures and the raters' names are in the metrics file. The demo's labels come from SIMULATED raters
+(`clap demo-label`) and say so in `annotators`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clap import model as base_model
+from clap import paths
+from clap.agent import reward_model
+from clap.io import atomic_dir, read_json, read_jsonl, write_json
+
+
+def run(cfg: dict, rm_dir: Path, base_dir: Path, labels: Path, out: Path, metrics_file: Path,
+        rm_expected: dict | None) -> dict:
+    """`rm_dir`: models/agent_rm; `rm_expected`: the manifest git pins for its adapter (None when it trained none)."""
+    rm_metrics = read_json(Path(rm_dir) / paths.TRAIN_METRICS_FILE)
+    rows = [r for r in (read_jsonl(labels) if Path(labels).exists() else []) if r.get("correct") is not None]
+    people = None
+    if rm_metrics.get("steps") and rm_expected is not None:
+        identity = base_model.identity(base_dir)
+        model = reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, identity)
+        tok = base_model.load_tokenizer(base_dir)
+        scores = [reward_model.episode_reward(model, tok, r["messages"], r["steps"]) for r in rows]
+        people = reward_model.human_check(scores, [float(r["correct"]) for r in rows], cfg["agent"]["rm"]["human"])
+        people |= {"annotators": sorted({a for r in rows for a in r["annotators"]}),
+                   "exports": sorted({r["export_id"] for r in rows})}
+    verdict = reward_model.verdict(rm_metrics, people)
+    metrics = verdict | {"agrees_with_rules": bool(rm_metrics.get("agrees_with_rules")),
+                         "agreement_with_rules": (rm_metrics.get("agreement_with_rules") or {}).get("held_out"),
+                         "against_people": people, "labelled_episodes": len(rows)}
+    with atomic_dir(out, (Path(rm_dir), Path(labels))) as tmp:
+        write_json(tmp / "verdict.json", verdict)
+    write_json(metrics_file, metrics)
+    return metrics
