@@ -110,7 +110,7 @@ def check_params_trace(root: Path, trace: Path) -> None:
                                                      "index", "evaluate", "evaluate_decisions", "replay", "gate",
                                                      "bundle", "agent_tasks", "train_agent_sft", "agent_pairs",
                                                      "train_agent_dpo", "train_agent_rm", "train_agent_grpo",
-                                                     "check_agent_rm", "train_agent_rloo", "evaluate_agent"}
+                                                     "agent_rm_check", "train_agent_rloo", "evaluate_agent"}
     undeclared = sorted({(stage_of(r["argv"]), k) for r in reads for k in r["reads"]
                          if not covered(k, declared[stage_of(r["argv"])])})
     assert not undeclared, f"stages read params their dvc.yaml entry does not declare: {undeclared}"
@@ -251,7 +251,7 @@ def test_canary_release_traffic_analysis_and_promotion(clone):
     # the verdict re-runs the gate and the bundle; the answers people flagged reach the repair queue; the labelled
     # agent episodes re-check the reward model, whose unchanged verdict re-runs no RL step
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
-    assert ran == {"check_agent_rm", "gate", "bundle", "repair_queue"}, ran
+    assert ran == {"agent_rm_check", "gate", "bundle", "repair_queue"}, ran
     assert json.loads((root / "metrics/agent_rm_check.json").read_text())["labelled_episodes"] > 0
     assert "human_flagged" in (root / "repair/queue.jsonl").read_text()
     gate = json.loads((root / "metrics/gate.json").read_text())

@@ -15,8 +15,8 @@ from clap.evaluate.summary import agent_table
 from clap.io import OUTPUT_MARKER, read_jsonl, write_jsonl
 from clap.stages import (
     agent_pairs,
+    agent_rm_check,
     agent_tasks,
-    check_agent_rm,
     evaluate_agent,
     train_agent_dpo,
     train_agent_grpo,
@@ -265,7 +265,7 @@ def rm_checked(agent_cfg, reward_model_dir, tasks_dir, tiny_dir, tmp_path_factor
     cfg["agent"]["rm"]["human"] = {"min_labels": 4, "min_spearman": -1.0, "max_ece": 1.0}
     root = tmp_path_factory.mktemp("rm_check")
     write_jsonl(root / "agent_labels.jsonl", people_labels(read_jsonl(tasks_dir / "tasks.jsonl")[:6]))
-    metrics = check_agent_rm.run(cfg, rm_dir, tiny_dir, root / "agent_labels.jsonl", root / "check", root / "check.json",
+    metrics = agent_rm_check.run(cfg, rm_dir, tiny_dir, root / "agent_labels.jsonl", root / "check", root / "check.json",
                                  json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
     return root / "check", metrics
 
@@ -322,7 +322,7 @@ def test_the_reward_model_is_checked_against_peoples_labels_in_its_own_stage(rm_
 
 def test_without_peoples_labels_the_reward_model_is_not_trusted(agent_cfg, reward_model_dir, tiny_dir, tmp_path):
     rm_dir = reward_model_dir[0]
-    m = check_agent_rm.run(agent_cfg, rm_dir, tiny_dir, tmp_path / "none.jsonl", tmp_path / "check", tmp_path / "c.json",
+    m = agent_rm_check.run(agent_cfg, rm_dir, tiny_dir, tmp_path / "none.jsonl", tmp_path / "check", tmp_path / "c.json",
                            json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
     assert m["usable_as_reward"] is False and m["failed"] == "people"
     assert m["against_people"]["n"] == 0 and "fewer than agent.rm.human.min_labels" in m["against_people"]["why_not"]

@@ -55,7 +55,7 @@ def agent_rm_check(out: Path = typer.Option(paths.AGENT_RM_CHECK), metrics: Path
         return _agent_off("agent-rm-check", out, ("verdict.json",), metrics)
     from clap import model
     from clap.integrity import pinned_expectation
-    from clap.stages import check_agent_rm as stage
+    from clap.stages import agent_rm_check as stage
 
     rm = paths.adapter("agent_rm")
     _need((rm.parent / paths.TRAIN_METRICS_FILE, "dvc repro train_agent_rm"))

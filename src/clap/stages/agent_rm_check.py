@@ -1,6 +1,6 @@
-"""check agent-rm: the agent reward model against people — may it drive training?
+"""agent rm check: the agent reward model against people — may it drive training?
 
-    clap agent-rm-check         (DVC stage `check_agent_rm`, writes data/agent_rm_check/verdict.json and
+    clap agent-rm-check         (DVC stage `agent_rm_check`, writes data/agent_rm_check/verdict.json and
                                  metrics/agent_rm_check.json)
 
 The episodes people labelled through `clap human import` (feedback/human/agent_labels.jsonl, each with its whole
