@@ -9,7 +9,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-TEMPLATE = ("dvc.yaml", "conf", "repair/fixed/README.md")
+TEMPLATE = ("dvc.yaml", "conf", "repair/fixed/README.md", "repair/agent/README.md")
 
 
 class BuildWithTemplate(build_py):

@@ -138,8 +138,10 @@ def init(target: Path, demo: bool = False, force: bool = False) -> list[Path]:
     files[Path("dvc.yaml")] = header + yaml.safe_dump(pipeline, sort_keys=False, allow_unicode=True, width=120)
     files[Path(".gitignore")] = GITIGNORE
     files[paths.PROD_POINTER] = json.dumps({"artifact": paths.ARTIFACT, "version": None}, indent=2) + "\n"  # no release yet
-    files[paths.REPAIR_FIXED / "README.md"] = (root / paths.REPAIR_FIXED / "README.md").read_text(encoding="utf-8")
+    for readme in (paths.REPAIR_FIXED / "README.md", paths.AGENT_CORRECTIONS / "README.md"):
+        files[readme] = (root / readme).read_text(encoding="utf-8")
     files[paths.INBOX] = ""  # the flywheel's inbox: human-flagged and canary-failed cases
+    files[paths.AGENT_HUMAN_LABELS] = ""  # people's labels on agent episodes, until `clap human import`
     files[paths.HUMAN_METRICS] = json.dumps({"imported": False}, indent=2) + "\n"  # until `clap human import`
     files[Path("README.md")] = README.format(name=target.resolve().name)
     for keep in ("data/.gitkeep", "models/.gitkeep", *([] if demo else [f"{DOCS}/.gitkeep", f"{TABLES}/.gitkeep"])):
