@@ -18,7 +18,7 @@ from clap.agent import report
 from clap.io import read_jsonl
 
 
-def load(run: Path, model: str) -> tuple[dict, dict, list[dict]]:
+def load(run: Path, model: str) -> tuple[dict, dict, dict]:
     tasks = {t["task_id"]: t["kind"] for t in read_jsonl(run / "data/agent/tasks.jsonl") if t["split"] == "eval"}
     episodes = [e for e in read_jsonl(run / "data/eval_agent/episodes.jsonl") if e["run"] == "greedy"]
     calls = read_jsonl(run / "data/eval_agent/next_calls.jsonl")
@@ -27,7 +27,7 @@ def load(run: Path, model: str) -> tuple[dict, dict, list[dict]]:
     values = report.task_values([e for e in episodes if e["model"] == model],
                                 [c for c in calls if c.get("model") == model], kinds)
     base = {e["task_id"]: (e["answer"], [s["text"] for s in e["steps"]]) for e in episodes if e["model"] == "base"}
-    return values, kinds, [base]
+    return values, kinds, base
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from clap.evaluate.stats import paired_bootstrap
+from clap.evaluate.stats import mean_interval, paired_bootstrap
 
 # Per-task metrics: each has a model interval and a paired delta; the last two are defined on a subset of tasks.
 TASK_METRICS = ("success", "reward", "process", "hallucinated", "n_calls", "tool_selection", "arguments",
@@ -55,12 +55,8 @@ def pass_hat_k_values(successes: dict[str, int], n: int, k: int) -> dict[str, fl
 
 
 def interval(values: list[float], n_boot: int, ci: float, seed: int = 17) -> dict:
-    """The mean of `values` with its expanded-BCa interval (the paired bootstrap against zero); mean None and
-    n 0 when there is nothing to average."""
-    if not values:
-        return {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
-    d = paired_bootstrap([0.0] * len(values), values, n=n_boot, ci=ci, seed=seed)
-    return {"mean": d["delta"], "ci_low": d["ci_low"], "ci_high": d["ci_high"], "n": d["n"]}
+    """`stats.mean_interval` at the agent evaluation's seed."""
+    return mean_interval(values, n=n_boot, ci=ci, seed=seed)
 
 
 def deltas(reference: dict[str, dict[str, float]], new: dict[str, dict[str, float]], n_boot: int, ci: float,

@@ -58,6 +58,13 @@ def paired_bootstrap(baseline: list[float], candidate: list[float], n: int = 100
     return {"delta": round(mean, 6), "ci_low": round(lo, 6), "ci_high": round(hi, 6), "n": int(len(d))}
 
 
+def mean_interval(values: list[float], n: int = 1000, ci: float = 0.95, seed: int = 0) -> dict:
+    """The mean of `values` with its expanded-BCa interval: `paired_bootstrap` against zero, as {mean, ci_low,
+    ci_high, n} (mean None and n 0 when there is nothing to average)."""
+    d = paired_bootstrap([0.0] * len(values), values, n=n, ci=ci, seed=seed)
+    return {"mean": d["delta"], "ci_low": d["ci_low"], "ci_high": d["ci_high"], "n": d["n"]}
+
+
 def expected_calibration_error(probabilities: list[float], outcomes: list[float], bins: int = 10) -> float | None:
     """ECE: over `bins` equal-width bins of the predicted probability, the mean |mean outcome − mean probability|
     weighted by the bin's share of samples (outcomes in 0..1: a share of raters who said correct counts as such).

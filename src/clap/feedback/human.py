@@ -34,7 +34,7 @@ from clap import paths
 from clap.data.repair import replace_in_inbox
 from clap.domain.names import AGENT_CHAIN
 from clap.errors import UserError
-from clap.evaluate.stats import paired_bootstrap
+from clap.evaluate.stats import mean_interval, paired_bootstrap
 from clap.feedback import agreement as agr
 from clap.feedback import argilla
 from clap.feedback.labelstudio import CORRECTNESS, SCALES, labeling_config, parse_export
@@ -214,9 +214,8 @@ def _key_for(tasks: list, keys: Path, file: Path) -> tuple[dict, Path]:
 
 
 def _mean_ci(values: list[float], cfg: dict) -> dict:
-    """Mean with a percentile bootstrap CI (the paired bootstrap against zero)."""
-    r = paired_bootstrap([0.0] * len(values), values, n=cfg["evaluate"]["bootstrap"], ci=cfg["evaluate"]["ci"], seed=5)
-    return {"mean": r["delta"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"]}
+    """Mean with its bootstrap CI (`stats.mean_interval`)."""
+    return mean_interval(values, n=cfg["evaluate"]["bootstrap"], ci=cfg["evaluate"]["ci"], seed=5)
 
 
 def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Path) -> dict:

@@ -34,10 +34,11 @@ def run(cfg: dict, rm_dir: Path, base_dir: Path, labels: Path, out: Path, metric
     rows = [r for r in (read_jsonl(labels) if Path(labels).exists() else []) if r.get("correct") is not None]
     people = None
     if rm_metrics.get("steps") and rm_expected is not None:
-        identity = base_model.identity(base_dir)
-        model = reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, identity)
-        tok = base_model.load_tokenizer(base_dir)
-        scores = [reward_model.episode_reward(model, tok, r["messages"], r["steps"]) for r in rows]
+        scores = []
+        if rows:  # no label: nothing to score, and the check fails on its count alone
+            model = reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_model.identity(base_dir))
+            tok = base_model.load_tokenizer(base_dir)
+            scores = [reward_model.episode_reward(model, tok, r["messages"], r["steps"]) for r in rows]
         people = reward_model.human_check(scores, [float(r["correct"]) for r in rows], cfg["agent"]["rm"]["human"])
         people |= {"annotators": sorted({a for r in rows for a in r["annotators"]}),
                    "exports": sorted({r["export_id"] for r in rows})}

@@ -46,13 +46,15 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
     tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
     schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
     by_id = {t["task_id"]: t for t in tasks}
-    episodes, calls, per_arm = [], [], {}
+    kinds = {t["task_id"]: t["kind"] for t in tasks}
+    episodes, calls, per_arm, values = [], [], {}, {}
     chain = arms[1:]
     models = arms[:1] + ([("prod", "prod")] if prod else []) + chain
     for name, use_adapter in models:
         greedy = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema)
         runs = [("greedy", rollout(greedy, tools, tasks, a["max_steps"], a["max_new_tokens"]))]
-        for k in range(e["samples"] if name in e["sampled_models"] else 0):  # run k draws with seed 1000 + k per request: the same episodes every time
+        draws = e["samples"] if name in e["sampled_models"] else 0
+        for k in range(draws):  # run k draws with seed 1000 + k per request: the same episodes every time
             torch.manual_seed(1000 + k)  # the draws without a grammar (generate.constrained off)
             sampled = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema, e["temperature"],
                                     seed=1000 + k)
@@ -64,11 +66,12 @@ def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, 
                                  **ep, **scoring.episode_scores(ep, task, a["rewards"]["per_extra_call"],
                                                                 a["rewards"]["weights"])})
         calls += [c | {"model": name} for c in next_calls(greedy, tools, tasks)]
-        per_arm[name] = _summary([x for x in episodes if x["model"] == name], [c for c in calls if c["model"] == name],
-                                 tasks, e, cfg["evaluate"])
+        mine, my_calls = [x for x in episodes if x["model"] == name], [c for c in calls if c["model"] == name]
+        values[name] = report.task_values([x for x in mine if x["run"] == "greedy"], my_calls, kinds)
+        per_arm[name] = _summary(mine, my_calls, kinds, values[name], e, cfg["evaluate"])
     result = {"n_tasks": len(tasks), "by_kind_tasks": {k: sum(t["kind"] == k for t in tasks)
                                                        for k in sorted({t["kind"] for t in tasks})},
-              "models": per_arm, **_deltas(episodes, calls, tasks, models, chain, prod, cfg["evaluate"]),
+              "models": per_arm, **_deltas(values, kinds, models, chain, prod, cfg["evaluate"]),
               "per_batch": {b: {name: _means([x for x in episodes if x["model"] == name and x["run"] == "greedy"
                                               and x["batch"] == b]) for name, _ in models}
                             for b in sorted({t["batch"] for t in tasks})}}
@@ -111,16 +114,10 @@ def failure_reason(episode: dict) -> str:
     return "wrong_answer_after_invalid_turns" if episode["format"] < 1 else "wrong_answer"
 
 
-def _values(episodes: list[dict], calls: list[dict], tasks: list[dict], model: str) -> dict[str, dict[str, float]]:
-    return report.task_values([x for x in episodes if x["model"] == model and x["run"] == "greedy"],
-                              [c for c in calls if c["model"] == model], {t["task_id"]: t["kind"] for t in tasks})
-
-
-def _deltas(episodes: list[dict], calls: list[dict], tasks: list[dict], models: list[tuple], chain: list[tuple],
-            prod: bool, ev: dict) -> dict:
-    """The delta tables (every task metric, paired by task) and task success per kind for each of them."""
-    values = {name: _values(episodes, calls, tasks, name) for name, _ in models}
-    kinds = {t["task_id"]: t["kind"] for t in tasks}
+def _deltas(values: dict[str, dict], kinds: dict[str, str], models: list[tuple], chain: list[tuple], prod: bool,
+            ev: dict) -> dict:
+    """The delta tables (every task metric, paired by task: `values`, model → `report.task_values`) and task success
+    per kind for each of them."""
     pairs = {"deltas_vs_base": {n: (models[0][0], n) for n, _ in models[1:]},
              "deltas_chain": {f"{n}-{chain[0][0]}": (chain[0][0], n) for n, _ in chain[1:]},
              **({"deltas_vs_prod": {n: ("prod", n) for n, _ in chain}} if prod else {})}
@@ -136,17 +133,17 @@ def _means(rows: list[dict]) -> dict:
     return {m: round(sum(x[m] for x in rows) / n, 4) for m in SCORES} | {"n": len(rows)}
 
 
-def _summary(episodes: list[dict], calls: list[dict], tasks: list[dict], e: dict, ev: dict) -> dict:
-    """One model's means (the gate's keys), then every figure with its CI (`clap.agent.report.model_figures`)."""
+def _summary(episodes: list[dict], calls: list[dict], kind: dict[str, str], values: dict[str, dict], e: dict,
+             ev: dict) -> dict:
+    """One model's means (the gate's keys), then every figure with its CI (`clap.agent.report.model_figures`, from
+    the model's per-task `values`)."""
     greedy = [x for x in episodes if x["run"] == "greedy"]
-    kind = {t["task_id"]: t["kind"] for t in tasks}
     unanswerable = [x for x in greedy if kind[x["task_id"]] == "unanswerable"]
     answerable = [x for x in greedy if kind[x["task_id"]] != "unanswerable"]
     successes = {}
     for x in episodes:
         if x["run"] != "greedy":
             successes[x["task_id"]] = successes.get(x["task_id"], 0) + int(x["success"])
-    values = report.task_values(greedy, calls, kind)
     n = len(calls) or 1
     right_tool = [c for c in calls if c["tool_ok"]]
     return _means(greedy) | {

@@ -27,6 +27,7 @@ for GRPO. The step is a chain candidate like agent DPO and GRPO: evaluated, gate
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -76,16 +77,21 @@ def run_action(tools: ReportTools, text: str) -> dict:
 
 
 def rule_rewards(tools: ReportTools):
-    """The process and format rewards as TRL reward functions (logged as rewards/process/mean, rewards/format/mean)."""
+    """The process and format rewards as TRL reward functions (logged as rewards/process/mean, rewards/format/mean);
+    each action runs in the tools once for both (the tools are deterministic, so its step depends on its text)."""
+    @functools.lru_cache(maxsize=1024)
+    def step(text: str) -> dict:
+        return run_action(tools, text)
+
     def process(completions, state_json, **_):
         out = []
         for text, state in zip(completions, state_json):
             s = json.loads(state)
-            out.append(rewards.step_credit(s["prefix_steps"], run_action(tools, text), s["task"]))
+            out.append(rewards.step_credit(s["prefix_steps"], step(text), s["task"]))
         return out
 
     def format_(completions, **_):
-        return [float(run_action(tools, text)["valid"]) for text in completions]
+        return [float(step(text)["valid"]) for text in completions]
 
     format_.__name__ = "format"
     return [process, format_]
