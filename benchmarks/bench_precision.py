@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
+from clap.config import Params, load
 from clap.evaluate.generate import Engine
 from clap.integrity import pinned_expectation
 from clap.io import read_jsonl
@@ -27,12 +27,12 @@ from clap.retrieval import BM25Index, retrieve
 from clap.stages import replay
 
 
-def requests(cfg: dict, n: int) -> tuple[list, list]:
+def requests(cfg: Params, n: int) -> tuple[list, list]:
     chunks = pd.read_parquet("data/assets/chunks.parquet")
     by_id = {c["chunk_id"]: c for c in chunks.to_dict("records")}
-    cases = [c for b in cfg["data"]["batches"] for c in read_jsonl(Path("data/materialized") / b / "replay_cases.jsonl")]
+    cases = [c for b in cfg.data.batches for c in read_jsonl(Path("data/materialized") / b / "replay_cases.jsonl")]
     cases = cases[:n]
-    hits = retrieve(cfg, BM25Index.load(Path("data/index/bm25")), chunks, [c["question"] for c in cases])
+    hits = retrieve(cfg.retrieval, BM25Index.load(Path("data/index/bm25")), chunks, [c["question"] for c in cases])
     return replay.requests(cases, [[by_id[h] for h in hit] for hit in hits], constrained=True)
 
 
@@ -42,9 +42,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=10)
     ap.add_argument("--adapter", type=Path, default=Path("models/sft/adapter"))
     args = ap.parse_args()
-    cfg = yaml.safe_load(Path("params.yaml").read_text())
+    cfg = load()
     convs, schemas = requests(cfg, args.n)
-    base = resolve(cfg["model"])
+    base = resolve(cfg.model)
     expected = pinned_expectation(Path("."), args.adapter)
     answers, report = {}, {"n": len(convs), "batch_size": args.batch_size}
     for dtype in ("float32", "bfloat16"):
@@ -52,7 +52,7 @@ def main() -> None:
         engine.generate(convs[:2], use_adapter=False, max_new_tokens=16, batch_size=2, progress=False)  # warm-up
         for arm, use_adapter in (("A base+RAG", False), ("B candidate+RAG", True)):
             t = time.perf_counter()
-            gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=cfg["replay"]["max_new_tokens"],
+            gens = engine.generate(convs, use_adapter=use_adapter, max_new_tokens=cfg.replay.max_new_tokens,
                                    batch_size=args.batch_size, progress=False, schemas=schemas)
             seconds = time.perf_counter() - t
             answers[dtype, arm] = [g.text for g in gens]

@@ -37,7 +37,7 @@ def train(cfg: dict, base: Path, rows: list[dict], out: Path, start: Path | None
     from peft import PeftModel
     from trl import SFTTrainer
 
-    s = dict(cfg["train"]["sft"], save_steps=10**6)  # no checkpoints: nothing resumes here
+    s = cfg.train.sft.model_copy(update={"save_steps": 10**6})  # no checkpoints: nothing resumes here
     cuda = torch.cuda.is_available()
     tok = base_model.load_tokenizer(base)
     rows, too_long = train_sft.split_by_length(rows, tok, s["max_length"])
@@ -45,7 +45,7 @@ def train(cfg: dict, base: Path, rows: list[dict], out: Path, start: Path | None
     model = base_model.load_model(base)
     if start is not None:
         model = PeftModel.from_pretrained(model, str(start), is_trainable=True, use_safetensors=True)
-    args = train_sft.sft_config(s, cfg["train"]["seed"], out / "ckpt", padding_free=False,
+    args = train_sft.sft_config(s, cfg.train.seed, out / "ckpt", padding_free=False,
                                 bf16=base_model.use_bf16(s["bf16"]), cuda=cuda)
     trainer = SFTTrainer(model=model, args=args, train_dataset=train_sft.build_dataset(rows), processing_class=tok,
                          peft_config=None if start is not None else lora_config(s))
@@ -64,8 +64,8 @@ def main() -> None:
     ap.add_argument("--eval-per-batch", type=int, default=None, help="default: the whole holdout")
     args = ap.parse_args()
     cfg = load(Path("params.yaml"))
-    cfg["evaluate"]["unconstrained_format_check"] = False  # the format question is not this benchmark's
-    base = base_model.resolve(cfg["model"])
+    cfg.evaluate.unconstrained_format_check = False  # the format question is not this benchmark's
+    base = base_model.resolve(cfg.model)
     identity = base_model.identity(base)
     old, new = args.old.split(","), args.new.split(",")
     mat = Path("data/materialized")
@@ -89,7 +89,7 @@ def main() -> None:
                         prod_expected=adapter_manifest(prod_dir, identity), answer_store=work / "answers")
         per_batch = {}
         for b in old + new:
-            m = evaluate.run(cfg, samples[b], engine, work / mode / "eval" / b, b, work / mode / "metrics" / f"{b}.json")
+            m = evaluate.run(cfg.evaluate, samples[b], engine, work / mode / "eval" / b, b, work / mode / "metrics" / f"{b}.json", constrained=cfg.generate.constrained)
             d = m["deltas_vs_prod"]["overall_score"]
             prod, cand = m["metrics"]["prod"], m["metrics"]["candidate"]
             per_batch[b] = {"prod": prod["overall_score"], "candidate": cand["overall_score"],

@@ -41,7 +41,7 @@ if mode == "in-memory":
     t = time.perf_counter(); assetize.run(raw, out)
 else:
     from clap.config import load
-    t = time.perf_counter(); assetize.run(load(Path(sys.argv[4])), raw, out, engine=mode)
+    t = time.perf_counter(); assetize.run(load(Path(sys.argv[4])).assetize, raw, out, engine=mode)
 print(f"seconds {time.perf_counter() - t:.2f}")
 """
 

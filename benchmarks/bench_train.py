@@ -42,7 +42,7 @@ def plain_trl(cfg: dict, rows: list[dict], model_dir: Path, out: Path, steps: in
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    s = cfg["train"]["sft"]
+    s = cfg.train.sft
     ds = Dataset.from_list([{"messages": [{"role": "system", "content": r["system"]},
                                           {"role": "user", "content": r["prompt"]},
                                           {"role": "assistant", "content": r["target"]}]} for r in rows])
@@ -64,10 +64,10 @@ def plain_trl(cfg: dict, rows: list[dict], model_dir: Path, out: Path, steps: in
 def one(which: str, steps: int, model: Path, seed: int | None = None) -> dict:
     cfg = copy.deepcopy(load(Path("params.yaml")))
     if seed is not None:  # LoRA init and data order: the seed-to-seed spread of the loss
-        cfg["train"]["seed"] = seed
-    cfg["train"]["sft"].update(max_steps=steps, save_steps=10_000, logging_steps=1)
+        cfg.train.seed = seed
+    cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=steps, save_steps=10_000, logging_steps=1))
     if which == "clap_fp32":
-        cfg["train"]["sft"]["bf16"] = "off"
+        cfg.train.sft.bf16 = "off"
     if which == "clap_tiled":  # this process only: the project's trainer, TRL's own head
         from trl import SFTTrainer
 
@@ -80,7 +80,7 @@ def one(which: str, steps: int, model: Path, seed: int | None = None) -> dict:
             out = plain_trl(cfg, rows, model, Path(tmp) / "plain", steps)
         else:
             t = time.perf_counter()
-            m = train_sft.run(cfg, Path("data/materialized"), Path("data/admission"), cfg["data"]["batches"],
+            m = train_sft.run(cfg.train, Path("data/materialized"), Path("data/admission"), cfg.data.batches,
                               model, Path(tmp) / "clap", Path(tmp) / "ckpt")
             wall = time.perf_counter() - t
             out = {"steps": m["steps"], "tokens": m["tokens_seen"], "s": round(wall, 2), "loss": m["train_loss"],
@@ -106,7 +106,7 @@ def main() -> None:
                               capture_output=True, text=True, check=True)
         runs[which] = json.loads(next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))[7:])
     cfg = load(Path("params.yaml"))
-    samples = args.steps * cfg["train"]["sft"]["per_device_batch_size"] * cfg["train"]["sft"]["gradient_accumulation"]
+    samples = args.steps * cfg.train.sft.per_device_batch_size * cfg.train.sft.gradient_accumulation
     for r in runs.values():
         r["samples_s"] = round(samples / r["s"], 3)
     ratios = {f"samples_s_{which}_over_{peer}": round(runs[which]["samples_s"] / runs[peer]["samples_s"], 2)

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clap.config import compose  # noqa: E402
+from clap.config import Canary, compose, typed  # noqa: E402
 from clap.evaluate.stats import p95, paired_bootstrap  # noqa: E402
 from clap.feedback import canary_analysis  # noqa: E402
 
@@ -56,23 +56,23 @@ def coverage(k: int) -> list[dict]:
     return rows
 
 
-def old_rule_failed(requests: list[dict], c: dict) -> bool:
+def old_rule_failed(requests: list[dict], c: Canary) -> bool:
     """The replaced latency rule: p95 ratio over everything served so far, at every look, no minimum."""
     lat = {a: [r["latency_ms"] for r in requests if r["arm"] == a] for a in ("prod", "canary")}
-    return bool(lat["prod"] and lat["canary"] and p95(lat["canary"]) / p95(lat["prod"]) > c["max_latency_ratio"])
+    return bool(lat["prod"] and lat["canary"] and p95(lat["canary"]) / p95(lat["prod"]) > c.max_latency_ratio)
 
 
 def false_alarm(runs: int, horizon: int = 80) -> dict:
-    cfg = compose(conf=Path(__file__).resolve().parents[1] / "conf")
-    cfg["evaluate"]["bootstrap"] = 100
-    c = cfg["canary"]
+    cfg = typed(compose(conf=Path(__file__).resolve().parents[1] / "conf"))
+    cfg.evaluate.bootstrap = 100
+    c = cfg.canary
     rng = np.random.default_rng(11)
     clap_failed = old_failed = 0
     for _ in range(runs):
         rows = []
         for i in range(horizon):
             if rng.random() < 0.4:
-                canary = int(rng.random() < c["p_better"])
+                canary = int(rng.random() < c.p_better)
                 prod = 1 - canary
             else:
                 prod = canary = int(rng.random() < 0.5)
@@ -90,7 +90,7 @@ def false_alarm(runs: int, horizon: int = 80) -> dict:
                 old_done, old_failed = True, old_failed + 1
             if clap_done and old_done:
                 break
-    nominal = c["beta"] / (1 - c["alpha"]) + c["alpha"]
+    nominal = c.beta / (1 - c.alpha) + c.alpha
     return {"runs": runs, "looks": "after every request", "horizon_requests_per_arm": horizon,
             "nominal_bound": round(nominal, 3), "clap": round(clap_failed / runs, 3),
             "old_latency_rule_alone": round(old_failed / runs, 3)}

@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def params():
-    from clap.config import compose
+    """The repository's conf/ composed and typed (`clap.config.Params`): what every stage's command passes on.
+    Session-wide: a test that changes a value changes a `copy.deepcopy` of it."""
+    from clap.config import compose, typed
 
-    return compose(conf=ROOT / "conf")
+    return typed(compose(conf=ROOT / "conf"))
 
 
 @pytest.fixture(scope="session")
@@ -50,10 +52,10 @@ def small_loop(tmp_path_factory, params):
 
     root = tmp_path_factory.mktemp("loop")
     demo_data.write(root / "raw", seed=5, scale=0.3)
-    assetize.run(params, root / "raw", root / "assets")
+    assetize.run(params.assetize, root / "raw", root / "assets")
     for b in ("b1", "b2"):
-        materialize.run(params, root / "assets", b, root / "materialized" / b)
-        admit.run(params, root / "materialized" / b, root / "admission" / f"{b}.json")
+        materialize.run(params.materialize, root / "assets", b, root / "materialized" / b, rewards=params.rewards, retrieval_k=params.retrieval.k)
+        admit.run(params.admit, root / "materialized" / b, root / "admission" / f"{b}.json")
     return root
 
 
@@ -66,8 +68,8 @@ def sft_start(tmp_path_factory, params, small_loop, tiny_dir):
     from clap.stages import train_sft
 
     cfg = copy.deepcopy(params)
-    cfg["train"]["sft"].update(max_steps=3, logging_steps=1, save_steps=3, per_device_batch_size=2, gradient_accumulation=1)
+    cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=3, logging_steps=1, save_steps=3, per_device_batch_size=2, gradient_accumulation=1))
     root = tmp_path_factory.mktemp("sft")
-    train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, root / "sft", root / "ckpt")
+    train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, root / "sft", root / "ckpt")
     adapter = root / "sft" / "adapter"
     return adapter, json.loads((adapter / "manifest.json").read_text())

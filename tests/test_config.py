@@ -41,8 +41,8 @@ def test_the_switch_that_keeps_a_trainer_off_is_named(params, kind, switches, ex
     from clap.train.common import switched_off
 
     cfg = copy.deepcopy(params)
-    cfg["agent"]["enabled"] = switches.get("agent", True)
+    cfg.agent.enabled = switches.get("agent", True)
     for step in ("dpo", "grpo"):
-        cfg["train"][step]["enabled"] = switches.get(step, True)
-        cfg["agent"][step]["enabled"] = switches.get(f"agent_{step}", True)
+        getattr(cfg.train, step).enabled = switches.get(step, True)
+        getattr(cfg.agent, step).enabled = switches.get(f"agent_{step}", True)
     assert switched_off(cfg, kind.replace("-", "_")) == expected

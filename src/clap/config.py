@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationError,
@@ -39,8 +40,46 @@ class ConfigError(UserError, ValueError):
     """A configuration mistake the user can fix; the message names the file and the key."""
 
 
+_reads: set[str] | None = None  # the keys read, while `CLAP_PARAMS_TRACE` records them (see `load`)
+
+
 class _Section(BaseModel):
+    """A typed section of params.yaml. Stages receive these, never dicts: `cfg.train.sft.learning_rate`.
+
+    Each section knows its dotted key, so that while a trace runs every leaf read is recorded (a section
+    read whole, by iterating or `model_dump`, records its own key)."""
+
     model_config = ConfigDict(extra="forbid", strict=False)
+    _key: str | None = PrivateAttr(None)  # dotted place in params.yaml; None inside a list (read as one value)
+
+    def __getattribute__(self, name: str):
+        value = super().__getattribute__(name)
+        if _reads is not None and name[0] != "_" and name in type(self).model_fields and not isinstance(value, _Section):
+            key = super().__getattribute__("__pydantic_private__")["_key"]
+            if key is not None:
+                _reads.add(f"{key}{name}")
+        return value
+
+    def _read_whole(self) -> None:
+        key = self.__pydantic_private__["_key"]
+        if _reads is not None and key is not None:
+            _reads.add(key.rstrip(".") or "*")
+
+    def __iter__(self):
+        self._read_whole()
+        return super().__iter__()
+
+    def model_dump(self, **kwargs) -> dict:
+        self._read_whole()
+        return super().model_dump(**kwargs)
+
+    def _place(self, key: str) -> None:
+        """Name this section and every section under it by its dotted key (a list's items stay unnamed)."""
+        self.__pydantic_private__["_key"] = key
+        for name in type(self).model_fields:
+            value = BaseModel.__getattribute__(self, name)
+            if isinstance(value, _Section):
+                value._place(f"{key}{name}.")
 
 
 PosInt = Annotated[StrictInt, Field(ge=1)]
@@ -492,7 +531,7 @@ class Ingest(_Section):
 
 
 class Params(_Section):
-    """Every key of params.yaml, with its type and range."""
+    """Every key of params.yaml, with its type and range; `load` returns one, and each stage gets its sections."""
 
     gate: Gate
     demo: Demo | None = None  # the demo's corpus and rounds (`clap init --demo`, this repository)
@@ -512,6 +551,15 @@ class Params(_Section):
     human: Human
     canary: Canary
     agent: Agent
+
+    @model_validator(mode="after")
+    def _named(self):
+        self._place("")
+        return self
+
+    def as_yaml_dict(self) -> dict:
+        """The keys as params.yaml spells them (defaults the file left out stay out)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def conf_dir() -> Path:
@@ -564,61 +612,30 @@ def _describe(err: dict) -> str:
 TRACE_ENV = "CLAP_PARAMS_TRACE"
 
 
-class TracedParams(dict):
-    """params.yaml that records every key read from it (dotted; a whole section when iterated).
+def typed(params: dict, source: str = "params.yaml") -> Params:
+    """`params` checked (`check`) and typed: what every stage receives, section by section."""
+    return Params.model_validate(check(params, source))
 
-    With `CLAP_PARAMS_TRACE=FILE` each `clap` command appends {"argv", "reads"} to FILE at exit; the
+
+def _trace() -> None:
+    """With `CLAP_PARAMS_TRACE=FILE` each `clap` command appends {"argv", "reads"} to FILE at exit; the
     pipeline test compares the reads of every stage with the `params:` its dvc.yaml entry declares, so
-    a stage that reads an undeclared key (and would not re-run when it changes) fails the suite.
-    """
-
-    def __init__(self, data: dict, prefix: str = "", reads: set[str] | None = None):
-        reads = set() if reads is None else reads
-        super().__init__({k: TracedParams(v, f"{prefix}{k}.", reads) if isinstance(v, dict) else v
-                          for k, v in data.items()})
-        self.prefix, self.reads = prefix, reads
-
-    def __getitem__(self, key):
-        value = super().__getitem__(key)
-        if not isinstance(value, TracedParams):
-            self.reads.add(f"{self.prefix}{key}")
-        return value
-
-    def get(self, key, default=None):
-        return self[key] if key in self else default
-
-    def _whole(self) -> None:
-        self.reads.add(self.prefix.rstrip(".") or "*")
-
-    def items(self):
-        self._whole()
-        return super().items()
-
-    def values(self):
-        self._whole()
-        return super().values()
-
-    def __iter__(self):
-        self._whole()
-        return super().__iter__()
-
-
-def _traced(params: dict) -> dict:
+    a stage that reads an undeclared key (and would not re-run when it changes) fails the suite."""
+    global _reads
     trace = os.environ.get(TRACE_ENV)
-    if not trace:
-        return params
-    traced = TracedParams(params)
+    if not trace or _reads is not None:
+        return
+    _reads = set()
 
     def dump_reads() -> None:
         with open(trace, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"argv": sys.argv[1:], "reads": sorted(traced.reads)}) + "\n")
+            fh.write(json.dumps({"argv": sys.argv[1:], "reads": sorted(_reads)}) + "\n")
 
     atexit.register(dump_reads)
-    return traced
 
 
-def load(path: Path = Path("params.yaml")) -> dict:
-    """Load params.yaml and check it against the schema (unknown keys, types, ranges)."""
+def load(path: Path = Path("params.yaml")) -> Params:
+    """Load params.yaml, checked against the schema (unknown keys, types, ranges) and typed."""
     path = Path(path)
     try:
         params = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -626,4 +643,5 @@ def load(path: Path = Path("params.yaml")) -> dict:
         raise ConfigError(f"{path}: no such file (run `clap params` in the project root)") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return _traced(check(params, str(path)))
+    _trace()
+    return typed(params, str(path))

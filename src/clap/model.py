@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from clap.config import Model
 from clap.errors import UserError
 from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
 
@@ -114,16 +115,15 @@ def resolve_base(base: str, cache_dir: Path, download: bool = False, revision: s
     return _pin_in_place(base, kind, folder, cache_dir, revision)
 
 
-def resolve(model_section: dict, repin: bool = False) -> Path:
+def resolve(section: Model, repin: bool = False) -> Path:
     """`resolve_base` for the config's `model` section (`model.base`, `cache_dir`, `download`, `revision`)."""
-    return resolve_base(model_section["base"], Path(model_section["cache_dir"]), model_section.get("download", False),
-                        model_section.get("revision"), repin=repin)
+    return resolve_base(section.base, Path(section.cache_dir), section.download, section.revision, repin=repin)
 
 
-def base_folder(model_section: dict, root: Path = Path(".")) -> Path:
+def base_folder(section: Model, root: Path = Path(".")) -> Path:
     """Where the resolved base lies, read from its manifest without converting or fetching anything
     (what the release bundle pins): `cache_dir` for a dequantised GGUF, the folder itself otherwise."""
-    cache_dir = Path(root) / model_section["cache_dir"]
+    cache_dir = Path(root) / section.cache_dir
     manifest = _read_manifest(cache_dir) or {}
     return _pinned_folder(manifest, Path(root)) if manifest.get("kind") in ("folder", "hub") else cache_dir
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clap.config import Retrieval
 from clap.domain import quantities as nz
 
 _TOKEN = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[\u4e00-\u9fff]+")
@@ -104,14 +105,13 @@ def rrf(rankings: list[list[str]], k: int, rrf_k: int = 60) -> list[str]:
     return sorted(score, key=lambda c: -score[c])[:k]
 
 
-def retrieve(cfg: dict, bm25: BM25Index, chunks, queries: list[str]) -> list[list[str]]:
+def retrieve(r: Retrieval, bm25: BM25Index, chunks, queries: list[str]) -> list[list[str]]:
     """The top `retrieval.k` chunk ids per query: BM25, dense, or both fused by reciprocal rank (`retrieval.mode`);
     `chunks` (a DataFrame with chunk_id and text) feeds the dense index."""
-    r = cfg["retrieval"]
-    if r["mode"] == "bm25":
-        return bm25.search(queries, r["k"])
+    if r.mode == "bm25":
+        return bm25.search(queries, r.k)
     dense = DenseIndex(chunks["chunk_id"].tolist(), chunks["text"].tolist())
-    if r["mode"] == "dense":
-        return dense.search(queries, r["k"])
-    deep = 4 * r["k"]
-    return [rrf([a, b], r["k"], r["rrf_k"]) for a, b in zip(bm25.search(queries, deep), dense.search(queries, deep))]
+    if r.mode == "dense":
+        return dense.search(queries, r.k)
+    deep = 4 * r.k
+    return [rrf([a, b], r.k, r.rrf_k) for a, b in zip(bm25.search(queries, deep), dense.search(queries, deep))]

@@ -5,6 +5,7 @@ import torch
 
 from clap import model as base_model
 from clap.agent import reward_model
+from clap.config import AgentRmHuman
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def test_state_scores_equal_whole_texts_and_read_each_state_once(scorer):
     assert calls[0][1] == len(tok(state_a, add_special_tokens=False).input_ids)
 
 
-RULES = {"min_labels": 6, "min_spearman": 0.3, "max_ece": 0.2}
+RULES = AgentRmHuman(min_labels=6, min_spearman=0.3, max_ece=0.2)
 
 
 @pytest.mark.parametrize("scores, correct, passed, why", [

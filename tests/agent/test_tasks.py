@@ -9,10 +9,11 @@ import pytest
 
 from clap.agent import rewards, tasks
 from clap.agent.tools import ReportTools
+from clap.config import AgentTasks
 from clap.domain.contracts import AgentTask
 from clap.stages.agent_tasks import as_frame
 
-CFG = {"seed": "agent-test", "eval_fraction": 0.3, "max_tasks_per_batch": {"train": 3, "eval": 2}}
+CFG = AgentTasks(seed="agent-test", eval_fraction=0.3, max_tasks_per_batch={"train": 3, "eval": 2})
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """Streaming assetize (issue #15): the same bytes whatever the units, the blocks and the engine; a Ray
 cluster of two workers gives the local outputs and generations; a killed run leaves the last output."""
 
-import copy
 import hashlib
 import json
 import os
@@ -48,9 +47,7 @@ def corpus(tmp_path_factory):
 
 
 def _settings(params, **overrides):
-    cfg = copy.deepcopy(params)
-    cfg["assetize"].update(overrides)
-    return cfg
+    return params.assetize.model_copy(update=overrides)
 
 
 def _files(out: Path) -> dict[str, str]:
@@ -66,7 +63,7 @@ def _report(out: Path) -> dict:
 
 def test_units_and_blocks_change_no_byte_of_the_output(params, corpus, tmp_path, monkeypatch):
     raw, fixed = corpus
-    one = assetize.run(params, raw, tmp_path / "one", fixed)
+    one = assetize.run(params.assetize, raw, tmp_path / "one", fixed)
     monkeypatch.setattr(assetize, "MEMORY_PER_RAW_BYTE", 5e4)  # a budget far below the input: many units
     many = assetize.run(_settings(params, read_rows=37), raw, tmp_path / "many", fixed)
     assert one["units"] == 1 and many["units"] >= 4
@@ -159,7 +156,7 @@ def frozen(*args, **kwargs):
     time.sleep(3600)
 
 duck.connect = frozen
-assetize.run(load(Path(sys.argv[4])), Path(sys.argv[1]), Path(sys.argv[2]))
+assetize.run(load(Path(sys.argv[4])).assetize, Path(sys.argv[1]), Path(sys.argv[2]))
 """
 
 

@@ -10,7 +10,7 @@ from clap.stages import assetize
 def test_repaired_rows_reenter_assetize(params, tmp_path):
     raw = tmp_path / "raw"
     demo_data.write(raw, seed=11, scale=0.3)
-    first = assetize.run(params, raw, tmp_path / "data/assets")
+    first = assetize.run(params.assetize, raw, tmp_path / "data/assets")
     assert first["unverifiable_facts"] > 0
     import pandas as pd
 
@@ -32,7 +32,7 @@ def test_repaired_rows_reenter_assetize(params, tmp_path):
     fixed.mkdir(parents=True)
     (fixed / "batch.jsonl").write_text(json.dumps(raw_row | {"value": str(value), "unit": raw_row["unit"]},
                                                   ensure_ascii=False) + "\n")
-    second = assetize.run(params, raw, tmp_path / "assets2", fixed)
+    second = assetize.run(params.assetize, raw, tmp_path / "assets2", fixed)
     assert second["repaired_rows_in"] == 1
     e = second["inputs"]["facts"]
     assert e["rows_in"] == first["inputs"]["facts"]["rows_in"] + 1 and e["kept"] + e["quarantined"] == e["rows_in"]
@@ -50,9 +50,9 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
 
     raw = tmp_path / "raw"
     demo_data.write(raw, seed=11, scale=0.3)
-    first = assetize.run(params, raw, tmp_path / "data/assets")
+    first = assetize.run(params.assetize, raw, tmp_path / "data/assets")
     for b in ("b1", "b2"):
-        materialize.run(params, tmp_path / "data/assets", b, tmp_path / "data/materialized" / b)
+        materialize.run(params.materialize, tmp_path / "data/assets", b, tmp_path / "data/materialized" / b, rewards=params.rewards, retrieval_k=params.retrieval.k)
     repair.run(tmp_path, tmp_path / "repair/queue.jsonl")
     queue = [json.loads(line) for line in (tmp_path / "repair/queue.jsonl").read_text().splitlines()]
     truth = demo_data.generate(seed=11, scale=0.3)["truth"]
@@ -63,7 +63,7 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
     fixed = tmp_path / "repair/fixed"
     fixed.mkdir(parents=True)
     (fixed / "simulated_annotator.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in everything))
-    second = assetize.run(params, raw, tmp_path / "assets2", fixed)
+    second = assetize.run(params.assetize, raw, tmp_path / "assets2", fixed)
     assert second["repaired_rows_in"] == len(everything)
     assert second["repaired_rows_verifiable"] == len(everything)  # before: none of them was usable
     assert second["unverifiable_facts"] < first["unverifiable_facts"]
@@ -71,7 +71,7 @@ def test_simulated_annotator_turns_the_flywheel(params, tmp_path):
     assert set(facts.loc[facts["repaired"], "record_id"]) == {r["record_id"] for r in everything}
     assert not pd.read_parquet(tmp_path / "data/assets/facts.parquet")["repaired"].any()
     # the caps take repaired rows first: every repaired row of b1 lands in its training set or its holdout
-    out = materialize.run(params, tmp_path / "assets2", "b1", tmp_path / "materialized2/b1")
+    out = materialize.run(params.materialize, tmp_path / "assets2", "b1", tmp_path / "materialized2/b1", rewards=params.rewards, retrieval_k=params.retrieval.k)
     landed = {r["record_id"] for name in ("sft_train", "sft_eval")
               for r in read_jsonl(tmp_path / "materialized2/b1" / f"{name}.jsonl")}
     repaired_b1 = set(facts.loc[facts["repaired"] & (facts["batch"] == "b1"), "record_id"])

@@ -26,9 +26,9 @@ def project(tmp_path, params):
     write_jsonl(root / "data/eval/b1/records.jsonl", records)
     (root / "models/sft/adapter").mkdir(parents=True)
     (root / "models/sft/adapter/manifest.json").write_text('{"files": {}}')
-    cfg = copy.deepcopy(dict(params))
-    cfg["data"] = {"batches": ["b1"]}
-    cfg["human"] = dict(params["human"]) | {"items_per_batch": N_ITEMS}
+    cfg = copy.deepcopy(params)
+    cfg.data = cfg.data.model_copy(update={"batches": ["b1"]})
+    cfg.human = cfg.human.model_copy(update={"items_per_batch": N_ITEMS})
     return root, cfg
 
 

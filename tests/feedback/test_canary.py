@@ -194,7 +194,7 @@ def test_traffic_stops_once_the_analysis_is_conclusive(params, tmp_path, monkeyp
     from clap.feedback import canary, traffic
 
     params = copy.deepcopy(params)  # the stand-in answers in microseconds: its latency ratio is noise, not a rule
-    params["canary"]["max_latency_ratio"] = 1e9
+    params.canary.max_latency_ratio = 1e9
 
     class Engine:  # the canary answers right, prod wrong
         def generate(self, messages, use_adapter, **_):
@@ -215,13 +215,13 @@ def test_traffic_stops_once_the_analysis_is_conclusive(params, tmp_path, monkeyp
         monkeypatch.setattr(traffic, "requests_from_replay", lambda cfg, root, limit: questions[:limit])
         monkeypatch.setattr(traffic, "post", fake_post)
         monkeypatch.setattr(traffic, "parse_answer", lambda text: text)
-        monkeypatch.setattr(traffic, "score_case", lambda answer, gold, ctx: {params["canary"]["outcome"]: answer == "right"})
+        monkeypatch.setattr(traffic, "score_case", lambda answer, gold, ctx: {params.canary.outcome: answer == "right"})
         counts = traffic.send(params, tmp_path, "http://x", True, 60, lambda: canary_analysis.decided(logs, params))
         requests, feedback = canary_analysis.load_logs(logs)
         return counts, canary_analysis.analyze(requests, feedback, params)["verdict"]
 
     counts, verdict = run(canary_right=True)
-    assert verdict == "successful" and counts["canary"]["requests"] == params["canary"]["min_requests"] < 60
+    assert verdict == "successful" and counts["canary"]["requests"] == params.canary.min_requests < 60
     counts, verdict = run(canary_right=False)
     assert verdict == "inconclusive" and counts["canary"]["requests"] == 60
 
@@ -301,29 +301,31 @@ def test_false_alarm_rate_of_the_whole_analysis_under_repeated_looks(params):
     """A canary as good as prod (H1 on the discordant pairs, prod's latency distribution, noisy), analysed after every
     request as `clap canary traffic` does: it fails no more often than β/(1 − α) + α, and never on fewer than
     `min_requests` requests."""
-    cfg = json.loads(json.dumps(params))
-    cfg["evaluate"]["bootstrap"] = 100  # the CI is reported, never decides: keep the simulation quick
-    c = cfg["canary"]
+    import copy
+
+    cfg = copy.deepcopy(params)
+    cfg.evaluate.bootstrap = 100  # the CI is reported, never decides: keep the simulation quick
+    c = cfg.canary
     rng = np.random.default_rng(20261203)
     runs, horizon, failed = 200, 60, 0
     for _ in range(runs):
-        rows = _simulated_canary(rng, horizon, c["p_better"], sigma=0.6)
+        rows = _simulated_canary(rng, horizon, c.p_better, sigma=0.6)
         for n in range(1, horizon + 1):
             requests, feedback = [r for r, _ in rows[:2 * n]], [f for _, f in rows[:2 * n]]
             verdict = canary_analysis.analyze(requests, feedback, cfg)["verdict"]
             if verdict != "inconclusive":
-                assert n >= c["min_requests"], (n, verdict)
+                assert n >= c.min_requests, (n, verdict)
                 failed += verdict == "failed"
                 break
-    nominal = c["beta"] / (1 - c["alpha"]) + c["alpha"]
+    nominal = c.beta / (1 - c.alpha) + c.alpha
     assert failed / runs <= nominal + 3 * np.sqrt(nominal * (1 - nominal) / runs), failed / runs
 
 
 def test_latency_is_looked_at_once_on_the_first_min_requests(params):
     """A slow stretch after the first `min_requests` requests does not fail a canary (no optional stopping on p95);
     a canary slow from the start does, but only once `min_requests` have been served."""
-    c = params["canary"]
-    k = c["min_requests"]
+    c = params.canary
+    k = c.min_requests
     requests, feedback = _logs({"prod": [1, 0] * k, "canary": [1, 0] * k}, paired=True)
     for r in requests:
         if r["arm"] == "canary" and int(r["request_id"].split("-")[1]) >= k:

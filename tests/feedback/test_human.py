@@ -101,7 +101,7 @@ def _clap(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_import_mistakes_are_one_line_errors(project, params):
     root, cfg = project
     tasks, key = _export(root, cfg)
-    (root / "params.yaml").write_text(json.dumps(cfg))  # YAML reads JSON
+    (root / "params.yaml").write_text(json.dumps(cfg.as_yaml_dict()))  # YAML reads JSON
     tampered = _ls_export(tasks, key)
     tampered[3]["data"]["answer"] = '{"value": 12345}'
     (root / "tampered.json").write_text(json.dumps(tampered))

@@ -31,7 +31,7 @@ if __name__ == "__main__":
     loop, tiny, out = map(Path, sys.argv[1:4])
     out.mkdir(parents=True, exist_ok=True)
     cfg = compose()
-    cfg["train"]["sft"].update(max_steps=3, logging_steps=1, save_steps=100, per_device_batch_size=2,
-                               gradient_accumulation=1)
-    train_sft.run(cfg, loop / "materialized", loop / "admission", ["b1"], tiny, out / "sft", out / "ckpt",
+    cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=3, logging_steps=1, save_steps=100, per_device_batch_size=2,
+                               gradient_accumulation=1))
+    train_sft.run(cfg.train, loop / "materialized", loop / "admission", ["b1"], tiny, out / "sft", out / "ckpt",
                   callbacks=[RankHash(out)])

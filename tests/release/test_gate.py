@@ -1,10 +1,10 @@
 import pytest
 from tests.conftest import ROOT
 
-from clap.config import compose
+from clap.config import compose, typed
 from clap.release.gate import decide
 
-POLICY = compose(conf=ROOT / "conf")["gate"]
+POLICY = typed(compose(conf=ROOT / "conf")).gate
 ADMIT = {f"b{i}": {"decision": "admit", "trainable": ["sft", "dpo", "grpo"]} for i in range(1, 6)}
 OK = {"status": "ok", "trip": None}
 
@@ -102,9 +102,9 @@ def with_prod(ev: dict, cand_vs_prod: float, prod_vs_base: float) -> dict:
 ])
 def test_candidate_is_judged_against_prod(cand_vs_base, cand_vs_prod, prod_vs_base, rollback_on, expected):
     ev = with_prod(evaluation([cand_vs_base] * 5), cand_vs_prod, prod_vs_base)
-    d = decide(POLICY | {"rollback_on_prod_regression": rollback_on}, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
+    d = decide(POLICY.model_copy(update={"rollback_on_prod_regression": rollback_on}), ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
     assert d.decision == expected, d.reasons
-    if prod_vs_base < POLICY["min_prod_delta_vs_base"]:
+    if prod_vs_base < POLICY.min_prod_delta_vs_base:
         assert sum(r.rule == "prod_regressed_vs_base" for r in d.reasons) == 5
 
 
@@ -120,7 +120,7 @@ def test_the_adapter_in_prod_cannot_replace_itself(candidate_is_prod, prod_vs_ba
     ev = with_prod(evaluation([prod_vs_base] * 5), 0.0, prod_vs_base)
     for rec in ev.values():
         rec["candidate_is_prod"] = candidate_is_prod
-    policy = POLICY | {"ci_lower_must_exceed": -1.0, "min_prod_delta_vs_base": min_prod_delta}
+    policy = POLICY.model_copy(update={"ci_lower_must_exceed": -1.0, "min_prod_delta_vs_base": min_prod_delta})
     d = decide(policy, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
     assert d.decision == expected, d.reasons
     fired = [r for r in d.reasons if r.rule == "prod_regressed_vs_base"]
@@ -285,7 +285,7 @@ def _human(delta, ci, alpha=0.7, manifest="m1"):
      "human_agreement_usefulness"),
 ])
 def test_human_verdict_table(case, require, human, expected, rule):
-    policy = POLICY | {"require_human": require}
+    policy = POLICY.model_copy(update={"require_human": require})
     d = decide(policy, ADMIT, {"sft": OK}, evaluation([0.03] * 5), REPLAY_GOOD, human=human, candidate_manifest="m1")
     assert d.decision == expected, (case, d.reasons)
     fired = [r.rule for r in d.reasons]
@@ -297,10 +297,10 @@ def test_release_via_canary_turns_promote_into_canary_only():
 
     promote = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5), REPLAY_GOOD)
     assert via_canary(POLICY, promote).decision == "promote"
-    shipped = via_canary(POLICY | {"release_via_canary": True}, promote)
+    shipped = via_canary(POLICY.model_copy(update={"release_via_canary": True}), promote)
     assert shipped.decision == "canary" and shipped.reasons[-1].rule == "release_via_canary"
     held = decide(POLICY, ADMIT, {"sft": OK}, evaluation([-0.05] * 5), REPLAY_GOOD)
-    assert via_canary(POLICY | {"release_via_canary": True}, held).decision == "hold"
+    assert via_canary(POLICY.model_copy(update={"release_via_canary": True}), held).decision == "hold"
 
 
 def agent_metrics(delta, ci_half=0.05, halluc=0.05, tool_calls=0.8, vs_prod=None):

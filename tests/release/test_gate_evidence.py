@@ -136,7 +136,7 @@ def test_agent_evidence_that_is_not_a_number_holds(field, bad):
     ("interval", -0.01, 0.02, "canary", "batch_regression_not_significant"),
 ])
 def test_batch_rule_on_the_point_or_the_interval(acts_on, delta, half, expected, rule):
-    policy = POLICY | {"acts_on": POLICY["acts_on"] | {"batch": acts_on}}
+    policy = POLICY.model_copy(update={"acts_on": POLICY.acts_on.model_copy(update={"batch": acts_on})})
     ev = evaluation([delta, 0.10, 0.10], ci_half=half)
     d = decide(policy, ADMIT3, {"sft": OK}, ev, REPLAY_GOOD)
     assert d.decision == expected and any(r.rule == rule for r in d.reasons), d.reasons
@@ -147,7 +147,7 @@ def test_batch_rule_on_the_point_or_the_interval(acts_on, delta, half, expected,
     ("point", "promote", None),                                       # the gain itself is above 0
 ])
 def test_decision_rule_on_the_point_or_the_interval(acts_on, expected, rule):
-    policy = POLICY | {"acts_on": POLICY["acts_on"] | {"decision": acts_on}}
+    policy = POLICY.model_copy(update={"acts_on": POLICY.acts_on.model_copy(update={"decision": acts_on})})
     dec = decisions({"sft": 0.05}, {})
     dec["deltas"]["sft-base"]["decision_score"].update(ci_low=-0.1, ci_high=0.2)
     d = decide(policy, ADMIT3, {"sft": OK}, evaluation([0.05] * 3), REPLAY_GOOD, decisions=dec)

@@ -97,8 +97,8 @@ def repo(tmp_path, tiny_dir, params):
     sh(root, "dvc", "remote", "add", "-d", "local", str(tmp_path / "remote"))
     base = root / "models/base"
     shutil.copytree(tiny_dir, base)
-    (base / "manifest.json").write_text(json.dumps({"name": "tiny", "requested": params["model"]["base"]}))
-    p = json.loads(json.dumps(params))
+    (base / "manifest.json").write_text(json.dumps({"name": "tiny", "requested": params.model.base}))
+    p = params.as_yaml_dict()
     p["model"]["cache_dir"] = "models/base"
     p["data"]["batches"] = ["b1"]
     (root / "params.yaml").write_text(dump(p))
@@ -572,7 +572,7 @@ def test_verify_fails_when_the_bases_bytes_differ_for_each_kind_of_source(kind, 
     from clap import model
 
     root, params = repo
-    p = json.loads(json.dumps(params))
+    p = params.as_yaml_dict()
     if kind == "gguf":  # the repo's models/base stands for a dequantised GGUF: the weights inside the repository
         weights = root / "models/base/model.safetensors"
     else:

@@ -127,7 +127,7 @@ def test_clap_serve_refuses_an_adapter_no_pin_covers_in_one_line(sft_start, tmp_
 
     from clap.cli import app
 
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params.as_yaml_dict(), sort_keys=False))
     shutil.copytree(sft_start[0], tmp_path / "models" / "sft" / "adapter")
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(app, ["serve", "--adapter", "models/sft/adapter"])

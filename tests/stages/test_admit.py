@@ -3,12 +3,12 @@ import json
 import pytest
 from tests.conftest import ROOT
 
-from clap.config import compose
+from clap.config import compose, typed
 from clap.data.admission import NotAdmitted, decide, require
 from clap.demo import corpus as demo_data
 from clap.stages import admit, assetize, materialize
 
-CFG = compose(conf=ROOT / "conf")["admit"]
+CFG = typed(compose(conf=ROOT / "conf")).admit
 
 
 def quality(**after):
@@ -78,11 +78,11 @@ def test_a_poisoned_export_is_sent_to_repair_naming_the_rule(params, tmp_path):
     """Currency units shifted by 10⁴ on one batch: every number is still in its source, so only the
     unit check can tell; the clean batches are admitted."""
     demo_data.write(tmp_path / "raw", seed=5, scale=0.3, poisoned_batch="b2")
-    assetize.run(params, tmp_path / "raw", tmp_path / "assets")
+    assetize.run(params.assetize, tmp_path / "raw", tmp_path / "assets")
     decisions = {}
     for b in ("b1", "b2"):
-        materialize.run(params, tmp_path / "assets", b, tmp_path / "mat" / b)
-        decisions[b] = admit.run(params, tmp_path / "mat" / b, tmp_path / "adm" / f"{b}.json")
+        materialize.run(params.materialize, tmp_path / "assets", b, tmp_path / "mat" / b, rewards=params.rewards, retrieval_k=params.retrieval.k)
+        decisions[b] = admit.run(params.admit, tmp_path / "mat" / b, tmp_path / "adm" / f"{b}.json")
     assert decisions["b1"].decision == "admit"
     assert decisions["b2"].decision == "repair" and decisions["b2"].trainable == []
     assert any(r.startswith("unit_mismatch_share=") for r in decisions["b2"].reasons)

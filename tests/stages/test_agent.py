@@ -10,6 +10,7 @@ from tests.stages.test_train import AtStart, _peft_key, assert_lora_trained, bas
 from clap.agent import report, reward_model, rewards
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
+from clap.config import AgentRmHuman
 from clap.evaluate.generate import Engine
 from clap.evaluate.summary import agent_table
 from clap.io import OUTPUT_MARKER, read_jsonl, write_jsonl
@@ -29,20 +30,20 @@ from clap.stages import (
 @pytest.fixture(scope="module")
 def agent_cfg(params):
     cfg = copy.deepcopy(params)
-    cfg["data"]["batches"] = ["b1", "b2"]
-    cfg["agent"]["tasks"].update(max_tasks_per_batch={"train": 1, "eval": 1})
-    cfg["agent"]["sft"].update(max_steps=3, logging_steps=1, save_steps=2, per_device_batch_size=2, gradient_accumulation=1)
-    cfg["agent"].update(max_steps=3, turn_tokens=24, max_new_tokens=60)
-    cfg["agent"]["evaluate"].update(samples=2, pass_k=[1, 2], batch_size=8, max_tasks=None)
-    cfg["agent"]["dpo"].update(mine_samples=1, max_steps=2, gradient_accumulation=1)
-    cfg["evaluate"]["bootstrap"] = 50
+    cfg.data.batches = ["b1", "b2"]
+    cfg.agent.tasks = cfg.agent.tasks.model_copy(update=dict(max_tasks_per_batch={"train": 1, "eval": 1}))
+    cfg.agent.sft = cfg.agent.sft.model_copy(update=dict(max_steps=3, logging_steps=1, save_steps=2, per_device_batch_size=2, gradient_accumulation=1))
+    cfg.agent = cfg.agent.model_copy(update=dict(max_steps=3, turn_tokens=24, max_new_tokens=60))
+    cfg.agent.evaluate = cfg.agent.evaluate.model_copy(update=dict(samples=2, pass_k=[1, 2], batch_size=8, max_tasks=None))
+    cfg.agent.dpo = cfg.agent.dpo.model_copy(update=dict(mine_samples=1, max_steps=2, gradient_accumulation=1))
+    cfg.evaluate.bootstrap = 50
     return cfg
 
 
 @pytest.fixture(scope="module")
 def tasks_dir(agent_cfg, small_loop, tmp_path_factory):
     out = tmp_path_factory.mktemp("agent") / "agent"
-    agent_tasks.run(agent_cfg, small_loop / "assets", agent_cfg["data"]["batches"], out)
+    agent_tasks.run(agent_cfg.agent.tasks, small_loop / "assets", agent_cfg.data.batches, out)
     return out
 
 
@@ -50,7 +51,7 @@ def tasks_dir(agent_cfg, small_loop, tmp_path_factory):
 def agent_adapter(agent_cfg, tasks_dir, tiny_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("agent_sft")
     before = base_weights(tiny_dir)
-    metrics = train_agent_sft.run(agent_cfg, tasks_dir, tiny_dir, root / "agent_sft", root / "ckpt")
+    metrics = train_agent_sft.run(agent_cfg.agent.sft, tasks_dir, tiny_dir, root / "agent_sft", root / "ckpt", train=agent_cfg.train)
     return root / "agent_sft", metrics, before
 
 
@@ -72,8 +73,8 @@ def test_agent_sft_trains_lora_on_the_agents_turns_and_leaves_the_base(agent_ada
 
 def test_a_trajectory_over_max_length_is_set_aside_by_name(agent_cfg, tasks_dir, tiny_dir, tmp_path):
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["sft"].update(max_length=900, max_steps=1)
-    metrics = train_agent_sft.run(cfg, tasks_dir, tiny_dir, tmp_path / "out", tmp_path / "ckpt")
+    cfg.agent.sft = cfg.agent.sft.model_copy(update=dict(max_length=900, max_steps=1))
+    metrics = train_agent_sft.run(cfg.agent.sft, tasks_dir, tiny_dir, tmp_path / "out", tmp_path / "ckpt", train=cfg.train)
     train = {t["task_id"]: t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train"}
     assert metrics["set_aside_too_long"] and set(metrics["set_aside_too_long"]) <= set(train)
     assert metrics["trajectories"] + len(metrics["set_aside_too_long"]) == len(train)
@@ -89,7 +90,7 @@ def mined(agent_cfg, tasks_dir, agent_adapter, small_loop, tiny_dir, tmp_path_fa
                     chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
     tools = ReportTools(pd.read_parquet(small_loop / "assets" / "chunks.parquet"))
     pairs_dir = tmp_path_factory.mktemp("pairs") / "agent_pairs"
-    return agent_pairs.run(agent_cfg, tasks_dir, engine, tools, pairs_dir), pairs_dir
+    return agent_pairs.run(agent_cfg.agent, tasks_dir, engine, tools, pairs_dir, constrained=agent_cfg.generate.constrained), pairs_dir
 
 
 def test_agent_pairs_are_the_adapters_own_wrong_actions_against_gold(mined, tasks_dir):
@@ -112,8 +113,8 @@ def test_agent_dpo_continues_the_sft_adapter_on_the_pairs(agent_cfg, mined, agen
     _, pairs_dir = mined
     out, _, before = agent_adapter
     start = out / "adapter"
-    metrics = train_agent_dpo.run(agent_cfg, pairs_dir, tiny_dir, tmp_path / "agent_dpo", tmp_path / "ckpt", start,
-                                  json.loads((start / "manifest.json").read_text()))
+    metrics = train_agent_dpo.run(agent_cfg.agent, pairs_dir, tiny_dir, tmp_path / "agent_dpo", tmp_path / "ckpt", start,
+                                  json.loads((start / "manifest.json").read_text()), train=agent_cfg.train)
     assert metrics["status"] == "ok" and metrics["steps"] == 2 and metrics["pairs"] > 0
     started = load_file(str(start / "adapter_model.safetensors"))
     trained = load_file(str(tmp_path / "agent_dpo" / "adapter" / "adapter_model.safetensors"))
@@ -131,13 +132,13 @@ def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(age
                                       ("agent_dpo", adapter, manifest)],
                     chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
     arms = [("base", False), ("agent_sft", "agent_sft"), ("agent_dpo", "agent_dpo")]
-    result = evaluate_agent.run(agent_cfg, tasks_dir, small_loop / "assets", engine, arms, tmp_path / "eval",
-                                tmp_path / "agent.json", prod=True)
+    result = evaluate_agent.run(agent_cfg.agent, tasks_dir, small_loop / "assets", engine, arms, tmp_path / "eval",
+                                tmp_path / "agent.json", prod=True, evaluate=agent_cfg.evaluate, batches=agent_cfg.data.batches, constrained=agent_cfg.generate.constrained)
     n = result["n_tasks"]
     assert n == len([t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval"])
     for m in result["models"].values():
         assert set(m["pass_hat_k"]) == {"1", "2"} and 0 <= m["tool_call_accuracy"] <= m["tool_selection_accuracy"] <= 1
-        assert m["n_steps"] <= agent_cfg["agent"]["max_steps"]
+        assert m["n_steps"] <= agent_cfg.agent.max_steps
     assert result["deltas_vs_base"]["agent_sft"]["success"]["n"] == n
     for same in (result["deltas_chain"]["agent_dpo-agent_sft"]["success"],  # one adapter under three names
                  result["deltas_vs_prod"]["agent_sft"]["success"], result["deltas_vs_prod"]["agent_dpo"]["success"]):
@@ -148,7 +149,7 @@ def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(age
     table = console.export_text()
     assert "Δ success vs prod" in table and "+0.00 [+0.00, +0.00]" in table
     episodes = read_jsonl(tmp_path / "eval" / "episodes.jsonl")
-    assert len(episodes) == n + 3 * n * (1 + agent_cfg["agent"]["evaluate"]["samples"])  # base: greedy alone
+    assert len(episodes) == n + 3 * n * (1 + agent_cfg.agent.evaluate.samples)  # base: greedy alone
     assert all(e["messages"][1]["role"] == "user" and len(e["steps"]) >= 1 for e in episodes)
     calls = read_jsonl(tmp_path / "eval" / "next_calls.jsonl")
     gold_turns = sum(t["gold_steps"] for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval")
@@ -174,8 +175,8 @@ def test_agent_dpo_without_pairs_keeps_its_start_and_says_so(agent_cfg, agent_ad
     start = out / "adapter"
     (tmp_path / "pairs").mkdir()
     (tmp_path / "pairs" / "pairs.jsonl").write_text("")
-    metrics = train_agent_dpo.run(agent_cfg, tmp_path / "pairs", tiny_dir, tmp_path / "agent_dpo", tmp_path / "ckpt",
-                                  start, json.loads((start / "manifest.json").read_text()))
+    metrics = train_agent_dpo.run(agent_cfg.agent, tmp_path / "pairs", tiny_dir, tmp_path / "agent_dpo", tmp_path / "ckpt",
+                                  start, json.loads((start / "manifest.json").read_text()), train=agent_cfg.train)
     assert metrics["pairs"] == 0 and metrics["steps"] == 0 and "no pair" in metrics["adapter_source"]
     copied = tmp_path / "agent_dpo" / "adapter" / "adapter_model.safetensors"
     assert copied.read_bytes() == (start / "adapter_model.safetensors").read_bytes()
@@ -204,15 +205,15 @@ def test_agent_grpo_trains_on_whole_episodes_from_the_sft_adapter(agent_cfg, tas
             self.rows.append(dict(logs or {}))
 
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["grpo"].update(max_steps=2, num_generations=4, save_steps=1, learning_rate=1e-2)
-    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    cfg.agent.grpo = cfg.agent.grpo.model_copy(update=dict(max_steps=2, num_generations=4, save_steps=1, learning_rate=1e-2))
+    cfg.train.guards = cfg.train.guards.model_copy(update=dict(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1))
     out, _, before = agent_adapter
     start_dir = out / "adapter"
     manifest = json.loads((start_dir / "manifest.json").read_text())
     sft = load_file(str(start_dir / "adapter_model.safetensors"))
     start, logs = AtStart(), Logs()
-    m = train_agent_grpo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "agent_grpo", tmp_path / "ckpt",
-                             start_dir, manifest, callbacks=[start, logs])
+    m = train_agent_grpo.run(cfg.agent, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "agent_grpo", tmp_path / "ckpt",
+                             start_dir, manifest, callbacks=[start, logs], train=cfg.train, batches=cfg.data.batches, constrained=cfg.generate.constrained)
     assert m["status"] == "ok" and m["steps"] == 2 and m["start_adapter_sha256"] == manifest["files"]["adapter_model.safetensors"]
     for name, w in start.default.items():
         assert torch.equal(w.cpu(), sft[_peft_key(name)]) and torch.equal(start.ref[name], w)
@@ -250,10 +251,10 @@ def test_an_episodes_completion_masks_the_tool_returns(tiny_dir):
 def reward_model_dir(agent_cfg, mined, tasks_dir, tiny_dir, tmp_path_factory):
     _, pairs_dir = mined
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["rm"].update(max_steps=2, gradient_accumulation=1, eval_fraction=0.5, min_agreement=0.0)
+    cfg.agent.rm = cfg.agent.rm.model_copy(update=dict(max_steps=2, gradient_accumulation=1, eval_fraction=0.5, min_agreement=0.0))
     root = tmp_path_factory.mktemp("agent_rm")
     before = base_weights(tiny_dir)
-    metrics = train_agent_rm.run(cfg, pairs_dir, tiny_dir, root / "agent_rm", root / "ckpt")
+    metrics = train_agent_rm.run(cfg.agent, pairs_dir, tiny_dir, root / "agent_rm", root / "ckpt", train=cfg.train)
     return root / "agent_rm", metrics, before, pairs_dir
 
 
@@ -262,10 +263,10 @@ def rm_checked(agent_cfg, reward_model_dir, tasks_dir, tiny_dir, tmp_path_factor
     """The reward model checked against six people-labelled episodes, thresholds relaxed (the rule is table-tested)."""
     rm_dir = reward_model_dir[0]
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["rm"]["human"] = {"min_labels": 4, "min_spearman": -1.0, "max_ece": 1.0}
+    cfg.agent.rm.human = AgentRmHuman(min_labels=4, min_spearman=-1.0, max_ece=1.0)
     root = tmp_path_factory.mktemp("rm_check")
     write_jsonl(root / "agent_labels.jsonl", people_labels(read_jsonl(tasks_dir / "tasks.jsonl")[:6]))
-    metrics = agent_rm_check.run(cfg, rm_dir, tiny_dir, root / "agent_labels.jsonl", root / "check", root / "check.json",
+    metrics = agent_rm_check.run(cfg.agent.rm.human, rm_dir, tiny_dir, root / "agent_labels.jsonl", root / "check", root / "check.json",
                                  json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
     return root / "check", metrics
 
@@ -322,7 +323,7 @@ def test_the_reward_model_is_checked_against_peoples_labels_in_its_own_stage(rm_
 
 def test_without_peoples_labels_the_reward_model_is_not_trusted(agent_cfg, reward_model_dir, tiny_dir, tmp_path):
     rm_dir = reward_model_dir[0]
-    m = agent_rm_check.run(agent_cfg, rm_dir, tiny_dir, tmp_path / "none.jsonl", tmp_path / "check", tmp_path / "c.json",
+    m = agent_rm_check.run(agent_cfg.agent.rm.human, rm_dir, tiny_dir, tmp_path / "none.jsonl", tmp_path / "check", tmp_path / "c.json",
                            json.loads((rm_dir / "adapter" / "manifest.json").read_text()))
     assert m["usable_as_reward"] is False and m["failed"] == "people"
     assert m["against_people"]["n"] == 0 and "fewer than agent.rm.human.min_labels" in m["against_people"]["why_not"]
@@ -367,14 +368,14 @@ def test_agent_grpo_adds_the_reward_model_as_one_reward(agent_cfg, tasks_dir, ag
     rm_dir = reward_model_dir[0]
     check_dir, _ = rm_checked
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["grpo"].update(max_steps=1, num_generations=2, save_steps=1)
-    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    cfg.agent.grpo = cfg.agent.grpo.model_copy(update=dict(max_steps=1, num_generations=2, save_steps=1))
+    cfg.train.guards = cfg.train.guards.model_copy(update=dict(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1))
     out, _, _ = agent_adapter
     logs = Logs()
-    m = train_agent_grpo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "g", tmp_path / "ckpt",
+    m = train_agent_grpo.run(cfg.agent, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "g", tmp_path / "ckpt",
                              out / "adapter", json.loads((out / "adapter" / "manifest.json").read_text()), callbacks=[logs],
                              rm_dir=rm_dir, rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()),
-                             rm_check=check_dir)
+                             rm_check=check_dir, train=cfg.train, batches=cfg.data.batches, constrained=cfg.generate.constrained)
     assert m["status"] == "ok" and m["reward_model"].startswith("reward model used")
     scored = [r["rewards/reward_model/mean"] for r in logs.rows if "rewards/reward_model/mean" in r]
     assert scored and all(0.0 < s < 1.0 for s in scored)  # mean sigmoid over turns
@@ -416,16 +417,16 @@ def test_agent_rloo_trains_per_turn_with_the_reward_model_and_moves_only_the_lor
 
     logs = Logs()
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["rloo"].update(max_steps=2, num_generations=2, states_per_step=1, save_steps=1, learning_rate=1e-2)
-    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    cfg.agent.rloo = cfg.agent.rloo.model_copy(update=dict(max_steps=2, num_generations=2, states_per_step=1, save_steps=1, learning_rate=1e-2))
+    cfg.train.guards = cfg.train.guards.model_copy(update=dict(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1))
     out, _, before = agent_adapter
     start_dir = out / "adapter"
     sft = load_file(str(start_dir / "adapter_model.safetensors"))
     rm_dir = reward_model_dir[0]
-    m = train_agent_rloo.run(cfg, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "agent_rloo", tmp_path / "ckpt",
+    m = train_agent_rloo.run(cfg.agent, tasks_dir, small_loop / "assets", tiny_dir, tmp_path / "agent_rloo", tmp_path / "ckpt",
                              start_dir, json.loads((start_dir / "manifest.json").read_text()), rm_dir=rm_dir,
                              rm_expected=json.loads((rm_dir / "adapter" / "manifest.json").read_text()), callbacks=[logs],
-                             rm_check=rm_checked[0])
+                             rm_check=rm_checked[0], train=cfg.train, batches=cfg.data.batches)
     train = [t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train"]
     assert m["status"] == "ok" and m["steps"] == 2 and m["tasks"] == len(train)
     assert m["states"] == sum(t["gold_steps"] for t in train)  # every turn of every train trajectory
@@ -445,8 +446,8 @@ def test_agent_rloo_trains_per_turn_with_the_reward_model_and_moves_only_the_lor
     ("two_stage", 3, -1, [("plan", "plan_labels", 2, -1), ("call", "call_labels", 1, -1)]),
     ("two_stage", 1, 5, [("plan", "plan_labels", 1, 3), ("call", "call_labels", 1, 2)]),      # a dose in steps
 ])
-def test_two_stage_sft_splits_the_dose_between_the_plan_and_the_call(policy, epochs, max_steps, expected):
-    assert train_agent_sft.phases({"policy": policy, "epochs": epochs, "max_steps": max_steps}) == expected
+def test_two_stage_sft_splits_the_dose_between_the_plan_and_the_call(policy, epochs, max_steps, expected, params):
+    assert train_agent_sft.phases(params.agent.sft.model_copy(update={"policy": policy, "epochs": epochs, "max_steps": max_steps})) == expected
 
 
 def test_the_plan_is_the_thought_and_tool_and_the_call_its_arguments(tasks_dir, tiny_dir):
@@ -470,9 +471,9 @@ def test_the_plan_is_the_thought_and_tool_and_the_call_its_arguments(tasks_dir, 
 def test_two_stage_agent_sft_trains_the_plan_then_the_call_and_moves_only_the_lora(agent_cfg, tasks_dir, tiny_dir,
                                                                                   tmp_path):
     cfg = copy.deepcopy(agent_cfg)
-    cfg["agent"]["sft"].update(policy="two_stage", max_steps=4)
+    cfg.agent.sft = cfg.agent.sft.model_copy(update=dict(policy="two_stage", max_steps=4))
     before = base_weights(tiny_dir)
-    m = train_agent_sft.run(cfg, tasks_dir, tiny_dir, tmp_path / "out", tmp_path / "ckpt")
+    m = train_agent_sft.run(cfg.agent.sft, tasks_dir, tiny_dir, tmp_path / "out", tmp_path / "ckpt", train=cfg.train)
     assert m["status"] == "ok" and m["policy"] == "two_stage" and m["steps_by_phase"] == {"plan": 2, "call": 2}
     assert_lora_trained(tmp_path / "out", tiny_dir, before)
     import torch

@@ -34,7 +34,7 @@ def _copy(corpus, dst):
 
 
 def test_demo_corpus_assetizes_and_conserves_rows(params, corpus, tmp_path):
-    report = assetize.run(params, corpus, tmp_path / "assets")
+    report = assetize.run(params.assetize, corpus, tmp_path / "assets")
     for name, e in report["inputs"].items():
         assert e["rows_in"] == e["kept"] + e["quarantined"], name
     manifest = json.loads((corpus / "manifest.json").read_text())["injected"]
@@ -60,7 +60,7 @@ def test_every_kind_of_bad_row_is_kept_or_quarantined(params, corpus, tmp_path):
     lines = [good[0], good[0], missing_col, wrong_type, empty_text, extra,
              b'{"record_id": "broken", \n', b'{"record_id": "\xff\xfe"}\n']
     _write(raw, "facts", lines)
-    report = assetize.run(params, raw, tmp_path / "out")
+    report = assetize.run(params.assetize, raw, tmp_path / "out")
     e = report["inputs"]["facts"]
     assert e["rows_in"] == 8 and e["kept"] + e["quarantined"] == 8
     q = {(x["rule"], x["row"]) for x in map(json.loads, (tmp_path / "out/quarantine.jsonl").read_text().splitlines())
@@ -77,7 +77,7 @@ def test_unreadable_file_fails_with_name_and_writes_nothing(params, corpus, tmp_
     _copy(corpus, raw)
     (raw / "facts.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputFileError, match="facts.parquet"):
-        assetize.run(params, raw, tmp_path / "out")
+        assetize.run(params.assetize, raw, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -86,11 +86,11 @@ def test_column_missing_everywhere_names_file_and_column(params, corpus, tmp_pat
     _copy(corpus, raw)
     _write(raw, "facts", [{k: v for k, v in f.items() if k != "period"} for f in _facts(corpus)[:3]])
     with pytest.raises(InputFileError, match=r"facts.jsonl.*period"):
-        assetize.run(params, raw, tmp_path / "out")
+        assetize.run(params.assetize, raw, tmp_path / "out")
 
 
 def test_csv_and_parquet_inputs_give_the_same_assets(params, corpus, tmp_path):
-    a = assetize.run(params, corpus, tmp_path / "a")
+    a = assetize.run(params.assetize, corpus, tmp_path / "a")
     raw = tmp_path / "raw"
     _copy(corpus, raw)
     facts = pd.DataFrame(_facts(corpus))
@@ -98,7 +98,7 @@ def test_csv_and_parquet_inputs_give_the_same_assets(params, corpus, tmp_path):
     facts.to_csv(raw / "facts.csv", index=False)
     (raw / "chunks.jsonl").unlink()
     pd.read_json(corpus / "chunks.jsonl", lines=True).to_parquet(raw / "chunks.parquet")
-    b = assetize.run(params, raw, tmp_path / "b")
+    b = assetize.run(params.assetize, raw, tmp_path / "b")
     assert a["inputs"]["facts"]["rows_in"] == b["inputs"]["facts"]["rows_in"]
     assert abs(a["verifiable_facts"] - b["verifiable_facts"]) <= a["noise"]["numeric_value"]
 
@@ -114,7 +114,7 @@ def test_inlined_row_hashes_are_io_content_hash(params, corpus, tmp_path):
     from clap.domain import quantities as nz
     from clap.io import content_hash
 
-    assetize.run(params, corpus, tmp_path / "assets")
+    assetize.run(params.assetize, corpus, tmp_path / "assets")
     facts = pd.read_parquet(tmp_path / "assets" / "facts.parquet")
     chunks = pd.read_parquet(tmp_path / "assets" / "chunks.parquet")
     for r in facts.head(50).to_dict("records"):

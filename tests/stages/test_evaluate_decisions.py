@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from clap.config import Rewards
 from clap.domain import prompts
 from clap.evaluate.generate import Engine, Generation
 from clap.io import read_json, read_jsonl, write_jsonl
@@ -14,7 +15,7 @@ from clap.stages import evaluate_decisions as stage
 REF = {"action": "Expedite the delayed supplier", "cause": "supplier_delay_days", "risk_focus": "delivery"}
 NEAR = {**REF, "cause": "demand_drop_pct", "risk_focus": "cash"}
 REJ = {"action": "Cut the next purchase order", "cause": "demand_drop_pct", "risk_focus": "cash"}
-REWARDS = {"weights": {"outcome": 0.5, "format": 0.2, "grounding": 0.2, "efficiency": 0.1}, "max_chars": 400}
+REWARDS = Rewards(weights={"outcome": 0.5, "format": 0.2, "grounding": 0.2, "efficiency": 0.1}, max_chars=400)
 
 
 def case(i, batch="b1"):
@@ -86,7 +87,7 @@ def test_run_writes_metrics_deltas_and_regressions(params, tmp_path):
         files[b].parent.mkdir()
         write_jsonl(files[b], cases)
     engine = FakeEngine()
-    result = stage.run(params, files, engine, ["base", "sft", "dpo"], tmp_path / "out", tmp_path / "decisions.json")
+    result = stage.run(params.evaluate_decisions, files, engine, ["base", "sft", "dpo"], tmp_path / "out", tmp_path / "decisions.json", evaluate=params.evaluate, rewards=params.rewards, constrained=params.generate.constrained)
     assert result == read_json(tmp_path / "decisions.json") | {}
     m = result["models"]
     assert m["base"]["decision_pass"] == 0.0 and m["base"]["rank_accuracy"] == 0.0
@@ -112,7 +113,7 @@ def test_run_lists_a_step_that_fails_where_sft_passed(params, tmp_path):
 
     f = tmp_path / "b1.jsonl"
     write_jsonl(f, [case(0)])
-    result = stage.run(params, {"b1": f}, Worse(), ["base", "sft", "dpo"], tmp_path / "o", tmp_path / "m.json")
+    result = stage.run(params.evaluate_decisions, {"b1": f}, Worse(), ["base", "sft", "dpo"], tmp_path / "o", tmp_path / "m.json", evaluate=params.evaluate, rewards=params.rewards, constrained=params.generate.constrained)
     (row,) = read_jsonl(tmp_path / "o" / "regressed.jsonl")
     assert row["model"] == "dpo" and row["reason"] == "dpo_failed_where_sft_passed"
     assert result["regressed_cases"]["dpo"] == 1
@@ -140,8 +141,8 @@ def test_the_playbook_is_the_training_cases_actions_and_the_schema_offers_only_t
          "reference_json": json.dumps({**REF, "action": a})} for i, a in enumerate(["B act", "A act", "B act"])])
     assert stage.playbook({"b1": tmp_path / "b1" / "decision_eval.jsonl"}) == ["A act", "B act"]
     engine = FakeEngine()
-    result = stage.run(params, {"b1": tmp_path / "b1" / "decision_eval.jsonl"}, engine, ["base"], tmp_path / "o",
-                       tmp_path / "m.json")
+    result = stage.run(params.evaluate_decisions, {"b1": tmp_path / "b1" / "decision_eval.jsonl"}, engine, ["base"], tmp_path / "o",
+                       tmp_path / "m.json", evaluate=params.evaluate, rewards=params.rewards, constrained=params.generate.constrained)
     assert engine.calls[0][1][0]["properties"]["action"] == {"enum": ["A act", "B act"]}
     assert result["action_playbook"] == ["A act", "B act"]
 
@@ -178,13 +179,13 @@ def test_later_steps_are_scored_on_extraction_against_the_sft_answers_evaluate_r
         samples += batch
         write_jsonl(tmp_path / b / "sft_eval.jsonl", batch)
         sft_rows = [{"sample_id": s["sample_id"], "batch": b, "model": m, **score_sample(
-            {"entity": "Acme Co.", "value": 1}, json.loads(s["target"]), s["source"], params["evaluate"]["weights"],
-            params["evaluate"]["pass_rule"])} for s in batch for m in ("baseline", "candidate")]
+            {"entity": "Acme Co.", "value": 1}, json.loads(s["target"]), s["source"], params.evaluate.weights.model_dump(),
+            params.evaluate.pass_rule)} for s in batch for m in ("baseline", "candidate")]
         write_jsonl(tmp_path / b / "records.jsonl", sft_rows)
         extraction_files[b] = (tmp_path / b / "sft_eval.jsonl", tmp_path / b / "records.jsonl")
     engine = Engine()
-    result = stage.run(params, cases, engine, ["base", "sft", "dpo", "grpo"], tmp_path / "out", tmp_path / "m.json",
-                       extraction_files)
+    result = stage.run(params.evaluate_decisions, cases, engine, ["base", "sft", "dpo", "grpo"], tmp_path / "out", tmp_path / "m.json",
+                       extraction_files, evaluate=params.evaluate, rewards=params.rewards, constrained=params.generate.constrained)
     ext = result["extraction"]
     assert ext["n"] == 6 and [c for c in engine.calls if c[1] == "extraction"] == [
         ("dpo", "extraction"), ("grpo", "extraction")] * 2  # SFT is read, not generated
@@ -195,4 +196,4 @@ def test_later_steps_are_scored_on_extraction_against_the_sft_answers_evaluate_r
     assert len(records) == 12 and {r["model"] for r in records} == {"dpo", "grpo"}
     (tmp_path / "b2" / "records.jsonl").write_text("")
     with pytest.raises(stage.ExtractionRecordsMissing, match=r"b2/records.jsonl: the SFT adapter's answer to sb20"):
-        stage.run(params, cases, Engine(), ["base", "sft", "dpo"], tmp_path / "out", tmp_path / "m.json", extraction_files)
+        stage.run(params.evaluate_decisions, cases, Engine(), ["base", "sft", "dpo"], tmp_path / "out", tmp_path / "m.json", extraction_files, evaluate=params.evaluate, rewards=params.rewards, constrained=params.generate.constrained)

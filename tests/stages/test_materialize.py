@@ -22,7 +22,7 @@ def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(smal
         assert app and len(app) < len(train)  # app_share 0.5 mixes both tasks
         for r in app:
             shown = re.findall(r"\[chunk_id=(\S+) doc_id=(\S+) page=\d+\]", r["prompt"])
-            assert len(shown) == params["retrieval"]["k"] and r["chunk_id"] in {c for c, _ in shown}
+            assert len(shown) == params.retrieval.k and r["chunk_id"] in {c for c, _ in shown}
             assert not {d for _, d in shown} & holdout_docs
             assert set(prompts.LOCATION_KEYS) <= set(json.loads(r["target"]))
         assert all(r["system"] == prompts.SYSTEM_EXTRACT for r in holdout)

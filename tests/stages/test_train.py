@@ -19,10 +19,10 @@ from clap.stages import train_dpo, train_grpo, train_sft
 
 def tiny_cfg(params, **sft):
     cfg = copy.deepcopy(params)
-    cfg["train"]["sft"].update({"max_steps": 3, "logging_steps": 1, "save_steps": 2, "per_device_batch_size": 2,
+    cfg.train.sft = cfg.train.sft.model_copy(update={"max_steps": 3, "logging_steps": 1, "save_steps": 2, "per_device_batch_size": 2,
                                 "gradient_accumulation": 1, **sft})
-    cfg["train"]["dpo"].update(max_steps=2)
-    cfg["train"]["grpo"].update(max_steps=2, num_generations=2, per_device_batch_size=2, max_completion_length=8)
+    cfg.train.dpo = cfg.train.dpo.model_copy(update=dict(max_steps=2))
+    cfg.train.grpo = cfg.train.grpo.model_copy(update=dict(max_steps=2, num_generations=2, per_device_batch_size=2, max_completion_length=8))
     return cfg
 
 
@@ -49,8 +49,8 @@ def assert_lora_trained(out, tiny_dir, before):
 def test_sft_changes_lora_not_base(bf16, params, small_loop, tiny_dir, tmp_path):
     before = base_weights(tiny_dir)
     cfg = tiny_cfg(params)
-    cfg["train"]["sft"]["bf16"] = bf16  # bf16 autocast: the master weights, and the saved adapter, stay fp32
-    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
+    cfg.train.sft.bf16 = bf16  # bf16 autocast: the master weights, and the saved adapter, stay fp32
+    m = train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
                       tmp_path / "sft", tmp_path / "ckpt")
     assert m["steps"] >= 2 and m["status"] == "ok" and m["bf16"] is (bf16 == "on")
     assert_lora_trained(tmp_path / "sft", tiny_dir, before)
@@ -79,15 +79,17 @@ def _peft_key(name):
 def test_chain_step_starts_from_sft_and_moves_only_lora(trainer, kind, params, small_loop, tiny_dir, sft_start, tmp_path):
     """Step 0 = the SFT adapter (trained and reference copies); after training the LoRA moved, the base did not."""
     cfg = tiny_cfg(params)
-    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    cfg.train.guards = cfg.train.guards.model_copy(update=dict(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1))
     before = base_weights(tiny_dir)
     sft_adapter, sft_manifest = sft_start
     sft = load_file(str(sft_adapter / "adapter_model.safetensors"))
     # a random model earns the same decision reward for every completion (zero advantage, no update);
     # a length reward gives GRPO a signal to move on
-    extra = {"reward_funcs": [lambda completions, **_: [float(len(str(c))) for c in completions]]} if kind == "grpo" else {}
+    extra = {"reward_funcs": [lambda completions, **_: [float(len(str(c))) for c in completions]],
+             "rewards": cfg.rewards, "constrained": cfg.generate.constrained,
+             "action_playbook": cfg.evaluate_decisions.action_playbook} if kind == "grpo" else {}
     start = AtStart()
-    m = trainer.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / kind,
+    m = trainer.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / kind,
                     tmp_path / "ckpt", start_adapter=sft_adapter, start_expected=sft_manifest, callbacks=[start], **extra)
     assert m["steps"] >= 2 and m["status"] == "ok"
     assert m["start_adapter_sha256"] == sft_manifest["files"]["adapter_model.safetensors"]
@@ -108,7 +110,7 @@ def test_chain_step_refuses_a_tampered_start(params, small_loop, tiny_dir, sft_s
     sft_adapter, manifest = sft_start
     forged = {**manifest, "files": {**manifest["files"], "adapter_model.safetensors": "0" * 64}}
     with pytest.raises(AdapterRefused, match="adapter_model.safetensors"):
-        train_dpo.run(tiny_cfg(params), small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
+        train_dpo.run(tiny_cfg(params).train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir,
                       tmp_path / "o", tmp_path / "c", start_adapter=sft_adapter, start_expected=forged)
     assert not (tmp_path / "o").exists()
 
@@ -127,7 +129,7 @@ class Inject(TrainerCallback):
 @pytest.mark.parametrize("key, value, rule", [("loss", math.nan, "non_finite:loss"), ("loss", math.inf, "non_finite:loss")])
 def test_guard_stops_sft_on_nan_within_one_logging_step(key, value, rule, params, small_loop, tiny_dir, tmp_path):
     cfg = tiny_cfg(params, max_steps=6)
-    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+    m = train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
                       tmp_path / "c", callbacks=[Inject(key, value, 3)])
     report = json.loads((tmp_path / "o" / "guard_report.json").read_text())
     assert report["status"] == "stopped" and report["trip"]["rule"] == rule and report["trip"]["step"] == 3
@@ -137,11 +139,11 @@ def test_guard_stops_sft_on_nan_within_one_logging_step(key, value, rule, params
 
 def test_guard_stops_grpo_on_injected_kl_spike(params, small_loop, tiny_dir, sft_start, tmp_path):
     cfg = tiny_cfg(params)
-    cfg["train"]["grpo"].update(max_steps=4, save_steps=1)
-    cfg["train"]["guards"].update(reward_collapse_std=-1.0, max_clipped_ratio=1.1)
-    m = train_grpo.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+    cfg.train.grpo = cfg.train.grpo.model_copy(update=dict(max_steps=4, save_steps=1))
+    cfg.train.guards = cfg.train.guards.model_copy(update=dict(reward_collapse_std=-1.0, max_clipped_ratio=1.1))
+    m = train_grpo.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
                        tmp_path / "c", start_adapter=sft_start[0], start_expected=sft_start[1],
-                       callbacks=[Inject("kl", 6712.0, 2)])
+                       callbacks=[Inject("kl", 6712.0, 2)], rewards=cfg.rewards, constrained=cfg.generate.constrained, action_playbook=cfg.evaluate_decisions.action_playbook)
     report = json.loads((tmp_path / "o" / "guard_report.json").read_text())
     assert report["trip"]["rule"] == "kl_above_max" and report["trip"]["value"] == 6712.0
     assert m["steps"] == 2 and report["peaks"]["kl"] == 6712.0
@@ -157,10 +159,10 @@ class Kill(TrainerCallback):
 def test_killed_run_resumes_from_last_checkpoint(params, small_loop, tiny_dir, tmp_path):
     cfg = tiny_cfg(params, max_steps=4)
     with pytest.raises(KeyboardInterrupt):
-        train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+        train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
                       tmp_path / "c", callbacks=[Kill()])
     assert not (tmp_path / "o").exists(), "a killed run leaves no output DVC would accept"
-    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+    m = train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
                       tmp_path / "c")
     assert m["resumed_from"].endswith("checkpoint-2") and m["steps"] == 4
     log = (tmp_path / "o" / "train_log.csv").read_text().splitlines()
@@ -172,8 +174,8 @@ def test_a_run_already_at_its_last_step_is_taken_not_trained_again(params, small
     holds the last step. The adapter is that checkpoint's, byte for byte — the answers stored for it stay valid."""
     cfg = tiny_cfg(params, max_steps=2, save_steps=2)
     args = (small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir)
-    first = train_sft.run(cfg, *args, tmp_path / "o1", tmp_path / "c")
-    again = train_sft.run(cfg, *args, tmp_path / "o2", tmp_path / "c")
+    first = train_sft.run(cfg.train, *args, tmp_path / "o1", tmp_path / "c")
+    again = train_sft.run(cfg.train, *args, tmp_path / "o2", tmp_path / "c")
     assert first["steps"] == 2 and again["resumed_from"].endswith("checkpoint-2") and again["steps"] == 2
     assert first["tokens_per_s"] > 0 and again["tokens_per_s"] is None  # nothing trained the second time
     for name in ("adapter_model.safetensors", "adapter_config.json"):
@@ -190,14 +192,14 @@ def test_blocked_batch_is_refused(params, small_loop, tiny_dir, tmp_path):
     (blocked / "b1.json").write_text(json.dumps(rec | {"decision": "block", "trainable": [],
                                                        "reasons": ["train_eval_overlap=4 violates <= 0 → block"]}))
     with pytest.raises(NotAdmitted, match="train_eval_overlap=4"):
-        train_sft.run(tiny_cfg(params), small_loop / "materialized", blocked, ["b1"], tiny_dir, tmp_path / "o",
+        train_sft.run(tiny_cfg(params).train, small_loop / "materialized", blocked, ["b1"], tiny_dir, tmp_path / "o",
                       tmp_path / "c")
 
 
 def test_checkpoints_of_another_config_are_not_resumed(params, small_loop, tiny_dir, tmp_path):
     args = (small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o", tmp_path / "c")
-    first = train_sft.run(tiny_cfg(params, max_steps=2, save_steps=1), *args)
-    again = train_sft.run(tiny_cfg(params, max_steps=3, save_steps=1), *args)
+    first = train_sft.run(tiny_cfg(params, max_steps=2, save_steps=1).train, *args)
+    again = train_sft.run(tiny_cfg(params, max_steps=3, save_steps=1).train, *args)
     assert first["steps"] == 2 and again["resumed_from"] is None and again["steps"] == 3
 
 
@@ -206,11 +208,11 @@ def test_a_chain_step_tripped_before_its_first_checkpoint_keeps_the_sft_policy(p
     """The paper's pattern, early: KL spikes at step 1, before any checkpoint; the step writes the SFT
     adapter it started from (the last policy known good), never the tripped weights."""
     cfg = tiny_cfg(params)
-    cfg["train"]["grpo"].update(max_steps=4, save_steps=4)
-    cfg["train"]["guards"].update(reward_collapse_std=-1.0, max_clipped_ratio=1.1)
-    m = train_grpo.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
+    cfg.train.grpo = cfg.train.grpo.model_copy(update=dict(max_steps=4, save_steps=4))
+    cfg.train.guards = cfg.train.guards.model_copy(update=dict(reward_collapse_std=-1.0, max_clipped_ratio=1.1))
+    m = train_grpo.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "o",
                        tmp_path / "c", start_adapter=sft_start[0], start_expected=sft_start[1],
-                       callbacks=[Inject("kl", 168.2, 1)])
+                       callbacks=[Inject("kl", 168.2, 1)], rewards=cfg.rewards, constrained=cfg.generate.constrained, action_playbook=cfg.evaluate_decisions.action_playbook)
     assert m["status"] == "stopped" and m["steps"] == 1 and m["adapter_source"].startswith("start")
     written = (tmp_path / "o" / "adapter" / "adapter_model.safetensors").read_bytes()
     assert written == (sft_start[0] / "adapter_model.safetensors").read_bytes()
@@ -223,8 +225,8 @@ def test_grpo_rollouts_sample_under_the_decision_schema(params, small_loop, tiny
     from clap.domain.prompts import RISK_FOCUS, decision_cause_fields
 
     cfg = tiny_cfg(params)
-    cfg["train"]["grpo"].update(max_completion_length=160, max_steps=1)
-    cfg["train"]["guards"].update(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1)
+    cfg.train.grpo = cfg.train.grpo.model_copy(update=dict(max_completion_length=160, max_steps=1))
+    cfg.train.guards = cfg.train.guards.model_copy(update=dict(kl_max=1e9, kl_spike_ratio=1e9, reward_collapse_std=-1.0, max_clipped_ratio=1.1))
     seen = []
 
     def record(completions, prompts, **_):
@@ -232,8 +234,8 @@ def test_grpo_rollouts_sample_under_the_decision_schema(params, small_loop, tiny
         return [float(len(c[-1]["content"])) for c in completions]
 
     sft_adapter, manifest = sft_start
-    m = train_grpo.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "g",
-                       tmp_path / "ckpt", start_adapter=sft_adapter, start_expected=manifest, reward_funcs=[record])
+    m = train_grpo.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, tmp_path / "g",
+                       tmp_path / "ckpt", start_adapter=sft_adapter, start_expected=manifest, reward_funcs=[record], rewards=cfg.rewards, constrained=cfg.generate.constrained, action_playbook=cfg.evaluate_decisions.action_playbook)
     actions = playbook({"b1": small_loop / "materialized" / "b1" / "decision_eval.jsonl"})
     assert m["constrained_rollouts"] is True and m["playbook_actions"] == len(actions) > 0
     parsed = [(json.loads(text), causes) for text, causes in seen]
@@ -251,8 +253,8 @@ def test_a_disabled_chain_step_trains_nothing_and_says_so(kind, switch, params, 
     from clap.cli import app
 
     cfg = copy.deepcopy(params)
-    cfg[switch[0]][switch[1]]["enabled"] = False
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    getattr(getattr(cfg, switch[0]), switch[1]).enabled = False
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg.as_yaml_dict(), sort_keys=False))
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(app, ["train", kind], catch_exceptions=False)
     name = kind.replace("-", "_")
@@ -269,9 +271,9 @@ def test_a_switched_off_stage_does_not_import_the_training_stack(params, tmp_pat
     ≈ 13 s of a 2-core machine each time, for nothing. A fresh interpreter runs the switched-off commands and
     reports which of those libraries it loaded."""
     cfg = copy.deepcopy(params)
-    cfg["train"]["dpo"]["enabled"] = False
-    cfg["agent"]["enabled"] = False
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cfg.train.dpo.enabled = False
+    cfg.agent.enabled = False
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg.as_yaml_dict(), sort_keys=False))
     script = """
 import sys
 from typer.testing import CliRunner

@@ -2,10 +2,10 @@ import math
 
 import pytest
 
-from clap.config import compose
+from clap.config import compose, typed
 from clap.train.guards import check
 
-CFG = compose()["train"]["guards"]
+CFG = typed(compose()).train.guards
 
 
 def grpo_log(step, kl=0.5, reward=0.5, std=0.2, clipped=0.1, loss=0.1):

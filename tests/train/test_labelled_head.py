@@ -5,6 +5,7 @@ places, alone and as one micro-batch of a gradient-accumulation step (`num_items
 import pytest
 import torch
 
+from clap.config import Lora
 from clap.train.labelled_head import LabelledHeadSFTTrainer, labelled_loss, next_token_targets
 
 
@@ -35,7 +36,7 @@ def _trainer(tiny_dir, tmp_path):
     args = SFTConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=1, per_device_train_batch_size=2)
     rows = Dataset.from_list([{"input_ids": [1, 2, 3, 4, 5, 6], "labels": [-100, -100, -100, 4, 5, 6]}])
     model = load_model(tiny_dir)
-    lora = lora_config({"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": "auto"}, model)
+    lora = lora_config(Lora(lora_r=4, lora_alpha=8, lora_dropout=0.0, target_modules="auto"), model)
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=rows,
                                      processing_class=load_tokenizer(tiny_dir), peft_config=lora)
     for name, p in trainer.model.named_parameters():  # LoRA B starts at 0: give it weight so its gradient is not trivial

@@ -7,27 +7,38 @@ import json
 import pytest
 
 from clap import paths
+from clap.config import Mlflow, Train
 from clap.io import read_json, write_json
 from clap.stages import train_sft
 from clap.train import tracking
 from clap.train.tracking import Tracking, TrackingUnavailable
 
 
+def _train(report_to: list[str]) -> Train:
+    """A `train` section that logs to `report_to` (the trainer's own keys are not read by `Tracking`)."""
+    from tests.conftest import ROOT
+
+    from clap.config import compose, typed
+
+    train = typed(compose(conf=ROOT / "conf")).train
+    return train.model_copy(update={"report_to": report_to, "mlflow": Mlflow(tracking_uri="", experiment="x")})
+
+
 def _tiny(params, tmp_path, report_to):
     cfg = copy.deepcopy(params)
-    cfg["train"]["sft"].update(max_steps=3, logging_steps=1, save_steps=3, per_device_batch_size=2,
-                               gradient_accumulation=1)
-    cfg["train"]["report_to"] = report_to
-    cfg["train"]["mlflow"] = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "clap-test"}
+    cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=3, logging_steps=1, save_steps=3, per_device_batch_size=2,
+                               gradient_accumulation=1))
+    cfg.train.report_to = report_to
+    cfg.train.mlflow = Mlflow(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="clap-test")
     return cfg
 
 
 def test_a_tiny_sft_logs_each_step_to_dvclive_and_mlflow(params, small_loop, tiny_dir, tmp_path):
     mlflow = pytest.importorskip("mlflow")
     cfg = _tiny(params, tmp_path, ["dvclive", "mlflow"])
-    run = Tracking("sft", cfg["train"], root=tmp_path)
+    run = Tracking("sft", cfg.train, root=tmp_path)
     out = tmp_path / "models" / "sft"
-    m = train_sft.run(cfg, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, out,
+    m = train_sft.run(cfg.train, small_loop / "materialized", small_loop / "admission", ["b1"], tiny_dir, out,
                       tmp_path / "ckpt", callbacks=run.callbacks())
     manifest = read_json(out / "adapter" / "manifest.json")
     adapter_sha = manifest["files"]["adapter_model.safetensors"]
@@ -45,7 +56,7 @@ def test_a_tiny_sft_logs_each_step_to_dvclive_and_mlflow(params, small_loop, tin
     client = mlflow.MlflowClient(tracking_uri=record["mlflow_tracking_uri"])
     logged = client.get_run(record["mlflow_run_id"])
     assert logged.info.status == "FINISHED" and logged.info.run_name == "sft"
-    assert float(logged.data.params["learning_rate"]) == cfg["train"]["sft"]["learning_rate"]
+    assert float(logged.data.params["learning_rate"]) == cfg.train.sft.learning_rate
     assert len(client.get_metric_history(logged.info.run_id, "loss")) == 3  # one point per logged step
     assert logged.data.metrics["clap.steps"] == 3
     assert logged.data.tags["clap.adapter_sha256"] == adapter_sha
@@ -58,7 +69,7 @@ def test_a_tiny_sft_logs_each_step_to_dvclive_and_mlflow(params, small_loop, tin
 
 
 def test_no_tracker_still_writes_the_declared_dvclive_files(tmp_path):
-    run = Tracking("dpo", {"report_to": [], "mlflow": {"tracking_uri": "", "experiment": "x"}}, root=tmp_path)
+    run = Tracking("dpo", _train([]), root=tmp_path)
     assert run.callbacks() == []
     record = run.close({"status": "ok", "steps": 0})
     live = tmp_path / paths.dvclive("dpo")
@@ -79,7 +90,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_training(tmp_path, m
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_mlflow)
-    run = Tracking("sft", {"report_to": ["mlflow"], "mlflow": {"tracking_uri": "", "experiment": "x"}}, root=tmp_path)
+    run = Tracking("sft", _train(["mlflow"]), root=tmp_path)
     with pytest.raises(TrackingUnavailable, match=r"pip install 'clap\[mlflow\]'"):
         run.callbacks()
 
@@ -96,7 +107,7 @@ def test_a_run_that_logs_no_step_still_writes_what_the_stage_declares(params, tm
     """A run resumed from its finished checkpoint trains no step: DVCLive still writes its summary at the end, but
     no plot, and `dvc repro` would fail on the missing `plots/metrics` output without the stand-in."""
     pytest.importorskip("dvclive")
-    run = Tracking("sft", _tiny(params, tmp_path, ["dvclive"])["train"], root=tmp_path)
+    run = Tracking("sft", _tiny(params, tmp_path, ["dvclive"]).train, root=tmp_path)
     run.callbacks()  # the trainer would start here; a finished checkpoint means it has nothing to do
     run.close({"status": "ok", "steps": 0})
     live = tmp_path / paths.dvclive("sft")

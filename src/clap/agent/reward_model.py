@@ -15,6 +15,7 @@ from pathlib import Path
 
 from clap.agent import chat
 from clap.agent.tools import ReportTools
+from clap.config import AgentRmHuman
 
 
 def state_text(tok, prefix: list[dict]) -> str:
@@ -145,10 +146,10 @@ def reward_model_use(weight: float, check_dir: Path | None) -> tuple[bool, str]:
     return True, "reward model used (it agrees with the rule rewards and with people: metrics/agent_rm_check.json)"
 
 
-def human_check(scores: list[float], correct: list[float], rules: dict) -> dict:
+def human_check(scores: list[float], correct: list[float], rules: AgentRmHuman) -> dict:
     """The reward model against people: its episode scores (mean sigmoid over turns, `episode_reward`) beside the
     share of raters who called each episode correct — Spearman's ρ (does it rank episodes as people do) and the
-    expected calibration error of the score read as P(correct). `passed` needs at least `rules["min_labels"]`
+    expected calibration error of the score read as P(correct). `passed` needs at least `rules.min_labels`
     labelled episodes, ρ ≥ `min_spearman` and ECE ≤ `max_ece` (conf/ `agent.rm.human`); too few labels fail it."""
     from scipy.stats import spearmanr
 
@@ -160,10 +161,10 @@ def human_check(scores: list[float], correct: list[float], rules: dict) -> dict:
     varied = n >= 3 and len(set(scores)) > 1 and len(set(correct)) > 1
     rho = round(float(spearmanr(scores, correct).statistic), 6) if varied else None
     ece = expected_calibration_error(scores, correct)
-    why = (f"{n} labelled episodes, fewer than agent.rm.human.min_labels {rules['min_labels']}" if n < rules["min_labels"]
+    why = (f"{n} labelled episodes, fewer than agent.rm.human.min_labels {rules.min_labels}" if n < rules.min_labels
            else "no spread to rank (every score or every label the same)" if rho is None
-           else f"Spearman {rho} below agent.rm.human.min_spearman {rules['min_spearman']}" if rho < rules["min_spearman"]
-           else f"ECE {ece} above agent.rm.human.max_ece {rules['max_ece']}" if ece > rules["max_ece"] else None)
+           else f"Spearman {rho} below agent.rm.human.min_spearman {rules.min_spearman}" if rho < rules.min_spearman
+           else f"ECE {ece} above agent.rm.human.max_ece {rules.max_ece}" if ece > rules.max_ece else None)
     return {"n": n, "spearman": rho, "ece": ece, "passed": why is None, "why_not": why,
             "positive_share": round(sum(correct) / n, 6) if n else None}
 

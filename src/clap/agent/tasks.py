@@ -37,6 +37,7 @@ import pandas as pd
 
 from clap.agent import chat, rewards
 from clap.agent.tools import ABSTAIN, ReportTools
+from clap.config import AgentTasks
 from clap.domain import names
 from clap.domain import quantities as nz
 from clap.domain.prompts import json_number
@@ -258,15 +259,15 @@ def _candidates(facts: pd.DataFrame, rng: random.Random, split) -> list[tuple[st
     return out
 
 
-def build(facts: pd.DataFrame, tools: ReportTools, cfg: dict) -> tuple[list[dict], dict]:
-    """Tasks with checked gold trajectories, at most `cfg['max_tasks_per_batch'][split]` per batch,
+def build(facts: pd.DataFrame, tools: ReportTools, cfg: AgentTasks) -> tuple[list[dict], dict]:
+    """Tasks with checked gold trajectories, at most `cfg.max_tasks_per_batch[split]` per batch,
     split and kind, and a report of what was generated, kept and dropped (by layer)."""
-    rng = random.Random(cfg["seed"])
+    rng = random.Random(cfg.seed)
     facts = facts[facts["verifiable"] & facts["chunk_id"].notna() & facts["unit"].notna()]
     kept, dropped, counts = [], Counter(), Counter()
 
     def split_of_entity(entity: str) -> str:
-        return split_of(entity, cfg["eval_fraction"], cfg["seed"])
+        return split_of(entity, cfg.eval_fraction, cfg.seed)
 
     for kind, group in _candidates(facts, rng, split_of_entity):
         split = split_of_entity(group[0]["entity"])
@@ -275,7 +276,7 @@ def build(facts: pd.DataFrame, tools: ReportTools, cfg: dict) -> tuple[list[dict
         if split == "train" and kind in HELD_OUT_KINDS:
             continue  # a held-out composition is never trained on
         batch = max(f["batch"] for f in group)
-        if counts[(batch, split, kind)] >= cfg["max_tasks_per_batch"][split]:
+        if counts[(batch, split, kind)] >= cfg.max_tasks_per_batch[split]:
             continue
         template = phrasing(kind, group[0]["lang"], split, json.dumps([f["record_id"] for f in group]))
         planned = plan(kind, group, rng, template)

@@ -18,16 +18,16 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
     from clap.agent.engine import agent_engine
 
     cfg = _params()
-    if not cfg["agent"]["enabled"]:
+    if not cfg.agent.enabled:
         return _agent_off("agent-pairs", out, ("pairs.jsonl",))
     from clap.agent.tools import ReportTools
     from clap.stages import agent_pairs as stage
 
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
           (paths.adapter("agent_sft"), "dvc repro train_agent_sft"))
-    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
-    engine = agent_engine(cfg, ["agent_sft"])
-    report = stage.run(cfg, tasks, engine, tools, out)
+    tools = ReportTools.over_batches(assets, cfg.data.batches)
+    engine = agent_engine(cfg.generate, cfg.model, ["agent_sft"])
+    report = stage.run(cfg.agent, tasks, engine, tools, out, constrained=cfg.generate.constrained)
     _say_reused(engine)
     console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
                   f"by reason {report['by_reason']}")
@@ -51,7 +51,7 @@ def agent_rm_check(out: Path = typer.Option(paths.AGENT_RM_CHECK), metrics: Path
     """The agent reward model against people's labels on agent episodes (Spearman, calibration), and its verdict:
     may agent GRPO and RLOO use it (both its checks passed)?"""
     cfg = _params()
-    if not cfg["agent"]["enabled"]:
+    if not cfg.agent.enabled:
         return _agent_off("agent-rm-check", out, ("verdict.json",), metrics)
     from clap import model
     from clap.integrity import pinned_expectation
@@ -59,7 +59,7 @@ def agent_rm_check(out: Path = typer.Option(paths.AGENT_RM_CHECK), metrics: Path
 
     rm = paths.adapter("agent_rm")
     _need((rm.parent / paths.TRAIN_METRICS_FILE, "dvc repro train_agent_rm"))
-    m = stage.run(cfg, rm.parent, model.resolve(cfg["model"]), labels, out, metrics,
+    m = stage.run(cfg.agent.rm.human, rm.parent, model.resolve(cfg.model), labels, out, metrics,
                   pinned_expectation(Path("."), rm) if rm.exists() else None)
     people = m["against_people"] or {}
     console.print(f"agent reward model: {'usable' if m['usable_as_reward'] else 'not usable'} as a reward"
@@ -75,12 +75,12 @@ def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Opt
     """Agent tasks with gold trajectories from the verified facts, kept only if they pass the format,
     execution and answer checks, and the corrected trajectories in repair/agent/ that pass them too."""
     cfg = _params()
-    if not cfg["agent"]["enabled"]:
+    if not cfg.agent.enabled:
         return _agent_off("agent-tasks", out, ("tasks.jsonl",))
     from clap.stages import agent_tasks as stage
 
     _need((assets, "dvc repro assetize"))
-    report = stage.run(cfg, assets, cfg["data"]["batches"], out, corrections)
+    report = stage.run(cfg.agent.tasks, assets, cfg.data.batches, out, corrections)
     console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
     fixes = report["corrections"]
     if fixes["kept"] or fixes["refused"]:
@@ -100,20 +100,21 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     from clap.agent.engine import agent_engine
 
     cfg = _params()
-    if not cfg["agent"]["enabled"]:
+    if not cfg.agent.enabled:
         return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
     from clap.evaluate.summary import agent_table
     from clap.release.gate import agent_chain
     from clap.stages import evaluate_agent as stage
 
-    adapters = agent_chain(cfg)
+    adapters = agent_chain(cfg.agent)
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
           *[(paths.adapter(a), f"dvc repro train_{a}") for a in adapters])
     prod_dir, prod_expected = _prod(prod, "agent_adapter")
     in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
-    engine = agent_engine(cfg, adapters, in_prod)
-    result = stage.run(cfg, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
-                       prod=bool(in_prod))
+    engine = agent_engine(cfg.generate, cfg.model, adapters, in_prod)
+    result = stage.run(cfg.agent, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
+                       prod=bool(in_prod), evaluate=cfg.evaluate, batches=cfg.data.batches,
+                       constrained=cfg.generate.constrained)
     _say_reused(engine)
     console.print(agent_table(result))
 

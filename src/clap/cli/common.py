@@ -20,6 +20,7 @@ from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
+from clap.config import Params
 from clap.errors import UserError  # noqa: E402
 
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
@@ -48,7 +49,7 @@ class _UserErrorsInOneLine(TyperGroup):
             _fail(exc)
 
 
-def _params() -> dict:
+def _params() -> Params:
     from clap.config import load
 
     return load(Path("params.yaml"))
@@ -73,12 +74,12 @@ def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict |
     return folder, expected
 
 
-def _engine(cfg: dict, adapter: Path | None, prod: Path | None = None):
+def _engine(cfg: Params, adapter: Path | None, prod: Path | None = None):
     """The extraction engine (`clap.evaluate.engines.extraction_engine`) with prod as its baseline."""
     from clap.evaluate.engines import extraction_engine
 
     prod_dir, prod_expected = _prod(prod)
-    engine, backend = extraction_engine(cfg, adapter, prod_dir, prod_expected)
+    engine, backend = extraction_engine(cfg.generate, cfg.model, adapter, prod_dir, prod_expected)
     console.print(f"generation backend: {backend}")
     return engine
 

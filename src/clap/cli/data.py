@@ -15,14 +15,14 @@ from clap.cli.common import _need, _params, app, console
 def ingest(docs: Path = typer.Option(None, help="folder of documents (default: ingest.docs in params.yaml)"),
            out: Path = typer.Option(paths.RAW)) -> None:
     """Your documents and mapped tables into the raw contract: chunks, facts (inline XBRL, tables), decisions."""
-    from clap.config import ConfigError, Ingest
+    from clap.config import ConfigError
     from clap.stages import ingest as stage
 
     params = _params()
-    if params.get("ingest") is None:
+    if params.ingest is None:
         raise ConfigError("params.yaml: no ingest section; a project made by `clap init` has conf/ingest/default.yaml")
-    section = Ingest.model_validate(params["ingest"])
-    report = stage.run(section, Path(docs or section.docs), out, list(params["data"]["batches"]))
+    section = params.ingest
+    report = stage.run(section, Path(docs or section.docs), out, list(params.data.batches))
     d = report["documents"]
     console.print(f"documents {d['seen']}: ingested {d['ingested']} ({', '.join(f'{v} {k}' for k, v in d['by_format'].items())}"
                   f"; {d['pages']} pages, {d['ixbrl']} inline XBRL), not readable {len(d['bad'])}")
@@ -49,7 +49,7 @@ def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths
 
     if engine is not None and engine not in ENGINES:
         raise typer.BadParameter(f"{engine!r}: choose from {', '.join(ENGINES)}", param_hint="--engine")
-    report = stage.run(_params(), raw, out, repaired, engine)
+    report = stage.run(_params().assetize, raw, out, repaired, engine)
     for name, e in report["inputs"].items():
         console.print(f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}")
     console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}; "
@@ -68,7 +68,9 @@ def materialize(batch: str, assets: Path = typer.Option(paths.ASSETS),
     """Build one batch's SFT/holdout/DPO/GRPO/replay sets and its data-quality report."""
     from clap.stages import materialize as stage
 
-    q = stage.run(_params(), assets, batch, out or paths.MATERIALIZED / batch)
+    cfg = _params()
+    q = stage.run(cfg.materialize, assets, batch, out or paths.MATERIALIZED / batch, rewards=cfg.rewards,
+                  retrieval_k=cfg.retrieval.k)
     console.print(f"{batch}: train {q['train_size']}, holdout {q['holdout_size']}, replay {q['replay_cases']}, "
                   f"dpo {q['dpo_pairs']}, grpo {q['grpo_groups']}, repair {q['repair_queue']}; overlap before "
                   f"{q['before']['exact_input_overlap']}/{q['before']['near_duplicate_overlap']} after "
@@ -81,7 +83,7 @@ def admit(batch: str, materialized: Path = typer.Option(paths.MATERIALIZED),
     """Admission gate for one batch: admit / sft_only / repair / block, with every check."""
     from clap.stages import admit as stage
 
-    rec = stage.run(_params(), materialized / batch, out or paths.admission(batch))
+    rec = stage.run(_params().admit, materialized / batch, out or paths.admission(batch))
     console.print(f"{batch}: {rec.decision}" + (f" ({'; '.join(rec.reasons)})" if rec.reasons else ""))
 
 
@@ -93,8 +95,8 @@ def index(assets: Path = typer.Option(paths.ASSETS),
     from clap.stages import index as stage
 
     cfg = _params()
-    _need((assets, "dvc repro assetize"), *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg["data"]["batches"]])
-    for b, r in stage.run(cfg, assets, materialized, out).items():
+    _need((assets, "dvc repro assetize"), *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg.data.batches])
+    for b, r in stage.run(cfg.retrieval, assets, materialized, out, cfg.data.batches).items():
         console.print(f"{b}: " + ", ".join(f"{k}={v}" for k, v in r.items()))
 
 

@@ -33,9 +33,11 @@ def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
 
     if not queue.exists():
         _fail(FileNotFoundError(f"{queue}: no repair queue (run `dvc repro` first)"))
-    demo = _params()["demo"]
-    truth = corpus.generate(seed=demo["seed"], scale=demo["scale"])["truth"]
-    rows = annotator.annotate(read_jsonl(queue), truth, share, seed=demo["seed"])
+    demo = _params().demo
+    if demo is None:
+        _fail(ValueError("params.yaml: no demo section; the simulated annotator corrects the demo corpus only"))
+    truth = corpus.generate(seed=demo.seed, scale=demo.scale)["truth"]
+    rows = annotator.annotate(read_jsonl(queue), truth, share, seed=demo.seed)
     write_jsonl(out, rows)
     console.print(f"simulated annotator: {len(rows)} corrected fact rows → {out} (from the generator's ground truth)")
 
@@ -51,7 +53,7 @@ def demo_label(tasks: Path = typer.Option(paths.HUMAN_EXPORT / "tasks.json"),
 
     if not tasks.exists():
         _fail(FileNotFoundError(f"{tasks}: no exported tasks (run `clap human export`)"))
-    gold = simulated_raters.gold_answers(Path("."), _params()["data"]["batches"])
+    gold = simulated_raters.gold_answers(Path("."), _params().data.batches)
     export = simulated_raters.label(json.loads(tasks.read_text(encoding="utf-8")), gold, raters, noise, seed)
     out.write_text(json.dumps(export, ensure_ascii=False, indent=1), encoding="utf-8")
     console.print(f"simulated raters: {raters} × {len(export)} tasks → {out} (Label Studio export format)")
@@ -75,7 +77,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
 
     def after_round(k: int) -> None:
         summary.print_summary(console, Path("."))
-        summary.print_loop_summary(console, Path("."), _params()["data"]["batches"])
+        summary.print_loop_summary(console, Path("."), _params().data.batches)
 
     def run_canary(k: int) -> dict:
         from clap.release import registry as rel

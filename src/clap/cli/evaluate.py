@@ -22,8 +22,8 @@ def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
     cfg = _params()
     _need((materialized / batch / "sft_eval.jsonl", f"dvc repro materialize@{batch}"), (adapter, "dvc repro train_sft"))
     engine = _engine(cfg, adapter, prod)
-    r = stage.run(cfg, materialized / batch / "sft_eval.jsonl", engine, out or paths.EVAL / batch, batch,
-                  metrics / f"{batch}.json")
+    r = stage.run(cfg.evaluate, materialized / batch / "sft_eval.jsonl", engine, out or paths.EVAL / batch, batch,
+                  metrics / f"{batch}.json", constrained=cfg.generate.constrained)
     _say_reused(engine)
     d = r["deltas"]["overall_score"]
     console.print(f"{batch}: overall base {r['metrics']['baseline']['overall_score']:.4f} → candidate "
@@ -47,18 +47,19 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     from clap.stages import evaluate_decisions as stage
 
     cfg = _params()
-    steps = [s for s in CHAIN if s == "sft" or cfg["train"][s]["enabled"]]
-    _need(*[(materialized / b / f, f"dvc repro materialize@{b}") for b in cfg["data"]["batches"]
+    steps = [s for s in CHAIN if s == "sft" or getattr(cfg.train, s).enabled]
+    _need(*[(materialized / b / f, f"dvc repro materialize@{b}") for b in cfg.data.batches
             for f in ("decision_eval.jsonl", "sft_eval.jsonl")],
-          *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in cfg["data"]["batches"]],
+          *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in cfg.data.batches],
           *[(paths.adapter(s), f"dvc repro train_{s}") for s in steps])
     prod_dir, prod_expected = _prod(prod)
-    engine = chain_engine(cfg, steps, prod_dir, prod_expected)
+    engine = chain_engine(cfg.generate, cfg.model, steps, prod_dir, prod_expected)
     models = ["base"] + (["prod"] if prod_dir else []) + steps
-    result = stage.run(cfg, {b: materialized / b / "decision_eval.jsonl" for b in cfg["data"]["batches"]},
+    result = stage.run(cfg.evaluate_decisions, {b: materialized / b / "decision_eval.jsonl" for b in cfg.data.batches},
                        engine, models, out, metrics,
                        {b: (materialized / b / "sft_eval.jsonl", paths.EVAL / b / "records.jsonl")
-                        for b in cfg["data"]["batches"]})
+                        for b in cfg.data.batches},
+                       evaluate=cfg.evaluate, rewards=cfg.rewards, constrained=cfg.generate.constrained)
     _say_reused(engine)
     console.print(decision_table(result))
 
@@ -76,9 +77,10 @@ def replay(adapter: Path = typer.Option(paths.adapter("sft")),
 
     cfg = _params()
     _need((assets, "dvc repro assetize"), (index_dir, "dvc repro index"), (adapter, "dvc repro train_sft"),
-          *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg["data"]["batches"]])
+          *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg.data.batches])
     engine = _engine(cfg, adapter, prod)
-    result = stage.run(cfg, assets, materialized, index_dir, engine, out, metrics)
+    result = stage.run(cfg.replay, assets, materialized, index_dir, engine, out, metrics, retrieval=cfg.retrieval,
+                       evaluate=cfg.evaluate, batches=cfg.data.batches, constrained=cfg.generate.constrained)
     _say_reused(engine)
     console.print(abcd_table(result["arms"]))
     for name, line in contrast_lines(result).items():
@@ -91,5 +93,5 @@ def report(base: str = typer.Option(None, help="git revision to diff metrics aga
     """Write reports/report.md (for the pull request) and reports/report.html (with plots)."""
     from clap.evaluate.report import write_reports
 
-    md, page = write_reports(Path("."), out, _params()["data"]["batches"], base)
+    md, page = write_reports(Path("."), out, _params().data.batches, base)
     console.print(f"report → {md}, {page}")

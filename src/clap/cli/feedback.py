@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from clap import paths
 from clap.cli.common import _fail, _need, _params, canary_app, console, human_app
+from clap.config import Params
 from clap.evaluate.intervals import ci_text
 
 
@@ -18,7 +19,7 @@ def human_export(out: Path = typer.Option(paths.HUMAN_EXPORT), keys: Path = type
     from clap.feedback import human
 
     cfg = _params()
-    _need(*[(paths.eval_metrics(b), f"dvc repro evaluate@{b}") for b in cfg["data"]["batches"]],
+    _need(*[(paths.eval_metrics(b), f"dvc repro evaluate@{b}") for b in cfg.data.batches],
           (paths.REPLAY_METRICS, "dvc repro replay"))
     r = human.export(cfg, Path("."), out, keys)
     if r["stale_left_out"]:
@@ -69,7 +70,7 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
     if upstream:
         console.print("the adapters passed the serving check; vLLM must serve exactly these folders:\n  "
                       + shlex.join(service.engine.command))
-    srv = server(service, port or cfg["canary"]["port"])
+    srv = server(service, port or cfg.canary.port)
     arms = ", ".join(f"{n}={a.version or 'base model'}" for n, a in service.arms.items())
     console.print(f"serving {arms} "
                   f"on http://127.0.0.1:{srv.server_address[1]} (canary share {service.share}); logs → {logs}")
@@ -79,8 +80,8 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
         srv.server_close()
 
 
-def _print_traffic(cfg: dict, counts: dict) -> None:
-    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg['canary']['outcome']}"
+def _print_traffic(cfg: Params, counts: dict) -> None:
+    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg.canary.outcome}"
                                           for a, c in counts.items()))
 
 
@@ -95,7 +96,7 @@ def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1
 
     cfg = _params()
     stop = (lambda: canary_analysis.decided(until_decided, cfg)) if until_decided else None
-    counts = traffic.send(cfg, Path("."), url or f"http://127.0.0.1:{cfg['canary']['port']}", paired, limit, stop)
+    counts = traffic.send(cfg, Path("."), url or f"http://127.0.0.1:{cfg.canary.port}", paired, limit, stop)
     _print_traffic(cfg, counts)
 
 

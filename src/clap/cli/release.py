@@ -25,7 +25,8 @@ def gate(out: Path = typer.Option(paths.GATE)) -> None:
     """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
     from clap.stages import gate as stage
 
-    d = stage.run(_params(), Path("."), out)
+    cfg = _params()
+    d = stage.run(cfg.gate, Path("."), out, batches=cfg.data.batches, train=cfg.train, agent=cfg.agent)
     console.print(f"gate decision: [bold]{d.decision}[/]")
     for r in d.reasons:
         console.print(escape(f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else "")))
@@ -36,9 +37,12 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
            each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
            ) -> None:
     """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
+    import yaml
+
     from clap.stages import bundle as stage
 
-    result = stage.run(Path("."), _params(), out, each)
+    _params()  # checked against the schema first; the bundle pins the file as written
+    result = stage.run(Path("."), yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8")), out, each)
     for c, res in result["written"].items():
         console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
                       f"verdict {result['verdicts'].get(c, res.decision['decision'])}")

@@ -8,6 +8,7 @@ import typer
 
 from clap import paths
 from clap.cli.common import _fail, _need, _params, app, console
+from clap.config import Params
 from clap.domain.names import trainer_name
 
 
@@ -17,7 +18,7 @@ def base_model_cmd() -> None:
     `model.cache_dir`; a local folder or Hub snapshot used in place, its files' hashes pinned there."""
     from clap.stages import base_model as stage
 
-    path, ident = stage.run(_params()["model"])
+    path, ident = stage.run(_params().model)
     console.print(f"base model ready: {ident['hub_id']} at {path} {ident['weights_sha256']}")
 
 
@@ -47,7 +48,7 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     if switch := switched_off(cfg, trainer_name(kind)):
         write_disabled(trainer_name(kind), switch, out or paths.MODELS / trainer_name(kind))
         return console.print(f"{kind}: disabled ({switch} is false)")
-    _training_inputs(kind, (batches or cfg["data"]["batches"]) if kind in CHAIN else [],
+    _training_inputs(kind, (batches or cfg.data.batches) if kind in CHAIN else [],
                      materialized, admission, start)
     # torch, transformers, PEFT and TRL take ≈ 13 s to import here: a switched-off trainer does not pay it
     from clap import model
@@ -55,34 +56,36 @@ def train(kind: str = typer.Argument(..., help="sft | dpo | grpo | agent-sft | a
     from clap.io import check_output_dir
     from clap.stages import train_dpo, train_grpo, train_sft
 
-    base = model.resolve(cfg["model"])
+    base = model.resolve(cfg.model)
     if kind.startswith("agent-"):
         name = trainer_name(kind)
         return _train_agent(cfg, kind, base, out or paths.MODELS / name, checkpoints or paths.CHECKPOINTS / name)
     out = out or paths.MODELS / kind
     check_output_dir(out, (materialized, admission, base))
     tracking = _tracking(cfg, kind)
-    args = (cfg, materialized, admission, batches or cfg["data"]["batches"], base, out,
+    args = (cfg.train, materialized, admission, batches or cfg.data.batches, base, out,
             checkpoints or paths.CHECKPOINTS / kind)
     if kind == "sft":
         m = train_sft.run(*args, callbacks=tracking.callbacks())
     else:
         start = start or paths.adapter("sft")
         chain_step = train_dpo if kind == "dpo" else train_grpo
+        more = {} if kind == "dpo" else {"rewards": cfg.rewards, "constrained": cfg.generate.constrained,
+                                         "action_playbook": cfg.evaluate_decisions.action_playbook}
         m = chain_step.run(*args, start_adapter=start, start_expected=pinned_expectation(Path("."), start),
-                           callbacks=tracking.callbacks())
+                           callbacks=tracking.callbacks(), **more)
     _record_trained(kind, m, tracking, out)
 
 
-def _tracking(cfg: dict, kind: str):
+def _tracking(cfg: Params, kind: str):
     """The trackers of `train.report_to` for this run (`clap.train.tracking`); under `accelerate launch` rank 0's."""
     import os
 
     from clap.train.tracking import Tracking
 
     rank_zero = os.environ.get("RANK", "0") == "0"
-    return Tracking(trainer_name(kind), {"report_to": cfg["train"]["report_to"] if rank_zero else [],
-                                             "mlflow": cfg["train"]["mlflow"]})
+    train = cfg.train if rank_zero else cfg.train.model_copy(update={"report_to": []})
+    return Tracking(trainer_name(kind), train)
 
 
 def _record_trained(kind: str, m: dict, tracking, out: Path) -> None:
@@ -117,7 +120,7 @@ def _training_inputs(kind: str, batches: list[str], materialized: Path, admissio
     _need(*needed)
 
 
-def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
+def _train_agent(cfg: Params, kind: str, base: Path, out: Path, checkpoints: Path) -> None:
     from clap.integrity import pinned_expectation
     from clap.io import check_output_dir
     from clap.stages import train_agent_dpo, train_agent_grpo, train_agent_rloo, train_agent_rm, train_agent_sft
@@ -125,23 +128,27 @@ def _train_agent(cfg: dict, kind: str, base: Path, out: Path, checkpoints: Path)
     tracking = _tracking(cfg, kind)
     if kind == "agent-sft":
         check_output_dir(out, (paths.AGENT_TASKS, base))
-        m = train_agent_sft.run(cfg, paths.AGENT_TASKS, base, out, checkpoints, callbacks=tracking.callbacks())
+        m = train_agent_sft.run(cfg.agent.sft, paths.AGENT_TASKS, base, out, checkpoints, callbacks=tracking.callbacks(),
+                                train=cfg.train)
     elif kind == "agent-rm":
         check_output_dir(out, (paths.AGENT_PAIRS, base))
-        m = train_agent_rm.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks())
+        m = train_agent_rm.run(cfg.agent, paths.AGENT_PAIRS, base, out, checkpoints, callbacks=tracking.callbacks(),
+                               train=cfg.train)
     elif kind in ("agent-grpo", "agent-rloo"):
         check_output_dir(out, (paths.AGENT_TASKS, paths.ASSETS, base))
         start, rm = paths.adapter("agent_sft"), paths.adapter("agent_rm")
         step = train_agent_grpo if kind == "agent-grpo" else train_agent_rloo
-        m = step.run(cfg, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
+        more = {"constrained": cfg.generate.constrained} if kind == "agent-grpo" else {}
+        m = step.run(cfg.agent, paths.AGENT_TASKS, paths.ASSETS, base, out, checkpoints, start,
                      pinned_expectation(Path("."), start), rm_dir=rm.parent,
                      rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None,
-                     rm_check=paths.AGENT_RM_CHECK, callbacks=tracking.callbacks())
+                     rm_check=paths.AGENT_RM_CHECK, callbacks=tracking.callbacks(), train=cfg.train,
+                     batches=cfg.data.batches, **more)
     else:
         check_output_dir(out, (paths.AGENT_PAIRS, base))
         start = paths.adapter("agent_sft")
-        m = train_agent_dpo.run(cfg, paths.AGENT_PAIRS, base, out, checkpoints, start, pinned_expectation(Path("."), start),
-                                callbacks=tracking.callbacks())
+        m = train_agent_dpo.run(cfg.agent, paths.AGENT_PAIRS, base, out, checkpoints, start,
+                                pinned_expectation(Path("."), start), callbacks=tracking.callbacks(), train=cfg.train)
     _record_trained(kind, m, tracking, out)
 
 

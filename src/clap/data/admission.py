@@ -9,6 +9,7 @@ import json
 import statistics
 from pathlib import Path
 
+from clap.config import Admit
 from clap.domain import quantities as nz
 from clap.domain.contracts import AdmissionRecord, Check
 from clap.domain.names import CHAIN
@@ -23,10 +24,9 @@ def unit_mismatch_share(targets: list[dict]) -> float:
     return sum(nz.unit_agrees(t["value"], t["unit"], t["evidence"]) is False for t in targets) / len(targets)
 
 
-def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict,
+def decide(quality: dict, pairs: list[dict], groups: list[dict], a: Admit,
            targets: list[dict] | None = None) -> AdmissionRecord:
     """Pure admission policy over a batch's data-quality report, preference data and SFT targets."""
-    a = cfg
     mismatch = unit_mismatch_share(targets or [])
     after = quality["after"]
     overlap = after["id_overlap"] + after["exact_input_overlap"] + after["near_duplicate_overlap"]
@@ -40,20 +40,20 @@ def decide(quality: dict, pairs: list[dict], groups: list[dict], cfg: dict,
     margin = statistics.fmean(margins) if margins else None
     spread = statistics.pstdev(rewards) if len(rewards) > 1 else None
     checks = [
-        Check(name="train_eval_overlap", value=overlap, threshold=a["max_overlap"], op="<=",
-              passed=overlap <= a["max_overlap"], consequence="block"),
-        Check(name="unverifiable_share", value=round(unverifiable_share, 4), threshold=a["max_unverifiable_share"],
-              op="<=", passed=unverifiable_share <= a["max_unverifiable_share"], consequence="repair"),
-        Check(name="unit_mismatch_share", value=round(mismatch, 4), threshold=a["max_unit_mismatch_share"],
-              op="<=", passed=mismatch <= a["max_unit_mismatch_share"], consequence="repair"),
-        Check(name="train_samples", value=quality["train_size"], threshold=a["min_train_samples"], op=">=",
-              passed=quality["train_size"] >= a["min_train_samples"], consequence="block"),
-        Check(name="ranking_pass_rate", value=rank_rate, threshold=a["min_rank_pass_rate"], op=">=",
-              passed=rank_rate is not None and rank_rate >= a["min_rank_pass_rate"], consequence="sft_only"),
-        Check(name="reward_margin_mean", value=margin, threshold=a["min_reward_margin"], op=">=",
-              passed=margin is not None and margin >= a["min_reward_margin"], consequence="sft_only"),
-        Check(name="reward_std", value=spread, threshold=a["min_reward_std"], op=">=",
-              passed=spread is not None and spread >= a["min_reward_std"], consequence="sft_only"),
+        Check(name="train_eval_overlap", value=overlap, threshold=a.max_overlap, op="<=",
+              passed=overlap <= a.max_overlap, consequence="block"),
+        Check(name="unverifiable_share", value=round(unverifiable_share, 4), threshold=a.max_unverifiable_share,
+              op="<=", passed=unverifiable_share <= a.max_unverifiable_share, consequence="repair"),
+        Check(name="unit_mismatch_share", value=round(mismatch, 4), threshold=a.max_unit_mismatch_share,
+              op="<=", passed=mismatch <= a.max_unit_mismatch_share, consequence="repair"),
+        Check(name="train_samples", value=quality["train_size"], threshold=a.min_train_samples, op=">=",
+              passed=quality["train_size"] >= a.min_train_samples, consequence="block"),
+        Check(name="ranking_pass_rate", value=rank_rate, threshold=a.min_rank_pass_rate, op=">=",
+              passed=rank_rate is not None and rank_rate >= a.min_rank_pass_rate, consequence="sft_only"),
+        Check(name="reward_margin_mean", value=margin, threshold=a.min_reward_margin, op=">=",
+              passed=margin is not None and margin >= a.min_reward_margin, consequence="sft_only"),
+        Check(name="reward_std", value=spread, threshold=a.min_reward_std, op=">=",
+              passed=spread is not None and spread >= a.min_reward_std, consequence="sft_only"),
     ]
     failed = [c for c in checks if not c.passed]
     for decision in ("block", "repair", "sft_only"):

@@ -13,18 +13,19 @@ import importlib.util
 from pathlib import Path
 
 from clap import model, paths
+from clap.config import Generate, Model
 from clap.integrity import pinned_expectation
 from clap.io import read_json_if_exists
 
 
-def answer_store(cfg: dict) -> Path | None:
+def answer_store(generate: Generate) -> Path | None:
     """Where greedy answers are reused by content (`generate.reuse_answers`), or None."""
-    return paths.ANSWER_STORE if cfg["generate"]["reuse_answers"] else None
+    return paths.ANSWER_STORE if generate.reuse_answers else None
 
 
-def decoding(cfg: dict) -> dict:
+def decoding(generate: Generate) -> dict:
     """The HF engine's decoding settings every command passes alike (`generate.dtype`, `.jump_forward`, `.merge_adapters`)."""
-    return {k: cfg["generate"][k] for k in ("dtype", "jump_forward", "merge_adapters")}
+    return {"dtype": generate.dtype, "jump_forward": generate.jump_forward, "merge_adapters": generate.merge_adapters}
 
 
 def pinned_adapters(names: list[str]) -> list[tuple[str, Path, dict]]:
@@ -48,7 +49,8 @@ def prod_baseline(prod: Path | None, role: str = "adapter") -> tuple[Path | None
     return folder, pinned_expectation(Path("."), folder, tag, role), line
 
 
-def extraction_engine(cfg: dict, adapter: Path | None, prod_dir: Path | None, prod_expected: dict | None):
+def extraction_engine(generate: Generate, base_section: Model, adapter: Path | None, prod_dir: Path | None,
+                      prod_expected: dict | None):
     """(engine, backend): the candidate verified against the hashes dvc.lock pins, the adapter in prod against the
     bundle at its release tag; vLLM when `generate.backend` and the machine allow it, on `generate.ray_workers`
     Ray actors when asked."""
@@ -57,12 +59,12 @@ def extraction_engine(cfg: dict, adapter: Path | None, prod_dir: Path | None, pr
     from clap.evaluate.generate import Engine
     from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
 
-    base = model.resolve(cfg["model"])
+    base = model.resolve(base_section)
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
-    backend = choose_backend(cfg["generate"]["backend"], importlib.util.find_spec("vllm") is not None,
+    backend = choose_backend(generate.backend, importlib.util.find_spec("vllm") is not None,
                              torch.cuda.is_available())
-    gpu_share = cfg["generate"]["gpu_memory_utilization"]
-    if cfg["generate"]["ray_workers"]:  # the same engine on each of N Ray actors (clap.evaluate.generate_ray)
+    gpu_share = generate.gpu_memory_utilization
+    if generate.ray_workers:  # the same engine on each of N Ray actors (clap.evaluate.generate_ray)
         from clap.evaluate.generate_ray import RayEngine
 
         args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
@@ -70,19 +72,20 @@ def extraction_engine(cfg: dict, adapter: Path | None, prod_dir: Path | None, pr
         if backend == "vllm":
             args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share}
         else:
-            args |= decoding(cfg)
-        return RayEngine(args, cfg["generate"]["ray_workers"], backend), backend
+            args |= decoding(generate)
+        return RayEngine(args, generate.ray_workers, backend), backend
     if backend == "vllm":
         return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
                           prod_dir=prod_dir, prod_expected=prod_expected), backend
-    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=answer_store(cfg),
-                  **decoding(cfg)), backend
+    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=answer_store(generate),
+                  **decoding(generate)), backend
 
 
-def chain_engine(cfg: dict, steps: list[str], prod_dir: Path | None, prod_expected: dict | None):
+def chain_engine(generate: Generate, base_section: Model, steps: list[str], prod_dir: Path | None,
+                 prod_expected: dict | None):
     """One base model holding every chain step's adapter (`models/<step>/adapter`, each through the serving check)
     and the adapter in prod."""
     from clap.evaluate.generate import Engine
 
-    return Engine(model.resolve(cfg["model"]), prod_dir=prod_dir, prod_expected=prod_expected, others=pinned_adapters(steps),
-                  answer_store=answer_store(cfg), **decoding(cfg))
+    return Engine(model.resolve(base_section), prod_dir=prod_dir, prod_expected=prod_expected, others=pinned_adapters(steps),
+                  answer_store=answer_store(generate), **decoding(generate))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clap import paths
+from clap.config import Params
 from clap.errors import UserError
 from clap.evaluate.metrics import parse_answer
 from clap.io import read_jsonl
@@ -170,7 +171,7 @@ def vllm_command(base: Path, adapters: dict[str, Path], port: int = 8000) -> lis
             "--enable-lora", "--max-lora-rank", str(slot), "--lora-modules", *modules]
 
 
-def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None = None,
+def from_registry(root: Path, cfg: Params, log_dir: Path, candidate: Path | None = None,
                   upstream: str | None = None) -> CanaryService:
     """The service for the registry's canary beside its prod (the base model when nothing is in prod):
     both adapters restored from the DVC cache into models/serving/<version>/ and checked against the
@@ -198,12 +199,12 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
         if holder is not None and holder["version"] not in folders:
             folders[holder["version"]] = restore_version_adapter(
                 root, holder["version"], root / paths.MODELS / "serving" / holder["version"] / "adapter")
-    base = model.resolve(cfg["model"])
+    base = model.resolve(cfg.model)
     c_dir, c_expected = folders[canary["version"]]
     p_dir, p_expected = folders[prod["version"]] if prod else (None, None)
     if upstream is None:
-        engine = Engine(base, c_dir, c_expected, p_dir, p_expected, dtype=cfg["generate"]["dtype"],
-                        jump_forward=cfg["generate"]["jump_forward"], merge_adapters=cfg["generate"]["merge_adapters"])
+        engine = Engine(base, c_dir, c_expected, p_dir, p_expected, dtype=cfg.generate.dtype,
+                        jump_forward=cfg.generate.jump_forward, merge_adapters=cfg.generate.merge_adapters)
     else:
         identity = model.identity(base)
         for folder, expected in folders.values():
@@ -214,4 +215,4 @@ def from_registry(root: Path, cfg: dict, log_dir: Path, candidate: Path | None =
     arms = {"prod": Arm("prod", "prod" if prod else False, prod["version"] if prod else None,
                         p_expected["files"]["adapter_model.safetensors"] if prod else None),
             "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}
-    return CanaryService(engine, arms, cfg["canary"]["share"], log_dir, cfg["canary"]["max_new_tokens"])
+    return CanaryService(engine, arms, cfg.canary.share, log_dir, cfg.canary.max_new_tokens)

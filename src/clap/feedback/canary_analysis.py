@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clap.config import Params
 from clap.errors import UserError
 from clap.evaluate.stats import p95, paired_bootstrap
 from clap.feedback.canary import FEEDBACK, REQUESTS
@@ -79,8 +80,8 @@ def usable_evidence(requests: list[dict], feedback: list[dict]) -> tuple[list[di
     return kept_requests, kept_feedback, problems
 
 
-def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
-    c = cfg["canary"]
+def analyze(requests: list[dict], feedback: list[dict], cfg: Params) -> dict:
+    c = cfg.canary
     requests, feedback, invalid = usable_evidence(requests, feedback)
     outcome = {f["request_id"]: int(f["outcome"]) for f in feedback}  # the last feedback on a request counts
     served = {a: [r for r in requests if r["arm"] == a] for a in ARMS}
@@ -97,24 +98,24 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
     else:
         pairing = "arrival_order"
         pairs = pairs_in_order([r["outcome"] for r in scored["prod"]], [r["outcome"] for r in scored["canary"]])
-    test = sprt(discordant(pairs), c["p_worse"], c["p_better"], c["alpha"], c["beta"])
+    test = sprt(discordant(pairs), c.p_worse, c.p_better, c.alpha, c.beta)
     latency = {a: p95([r["latency_ms"] for r in rows]) for a, rows in served.items()}
-    delta = paired_bootstrap([p for p, _ in pairs], [q for _, q in pairs], n=cfg["evaluate"]["bootstrap"],
-                             ci=cfg["evaluate"]["ci"], seed=11)
+    delta = paired_bootstrap([p for p, _ in pairs], [q for _, q in pairs], n=cfg.evaluate.bootstrap,
+                             ci=cfg.evaluate.ci, seed=11)
     reasons = [{"rule": "evidence_invalid", "observed": f"{len(invalid)} log row(s): {invalid[0]}",
                 "threshold": "finite numbers, outcomes 0/1", "outcome": "inconclusive"}] if invalid else []
-    few = min(len(scored["prod"]), len(scored["canary"])) < c["min_requests"]
+    few = min(len(scored["prod"]), len(scored["canary"])) < c.min_requests
     slow = latency_look(served, c)
     if slow is not None:
         reasons.append(slow)
     if test.outcome in ("accept_h0", "accept_h1"):
         ended = "failed" if test.outcome == "accept_h0" else "successful"
         reasons.append({"rule": "sprt", "observed": f"canary won {test.canary_wins} of {test.discordant_seen} discordant",
-                        "threshold": f"H{0 if ended == 'failed' else 1} p={c['p_worse' if ended == 'failed' else 'p_better']}",
+                        "threshold": f"H{0 if ended == 'failed' else 1} p={c.p_worse if ended == 'failed' else c.p_better}",
                         "outcome": "inconclusive" if few else ended})
     if few:  # neither a success nor a failure on fewer requests: a handful of answers never ends a canary
         reasons.append({"rule": "min_requests", "observed": min(len(scored['prod']), len(scored['canary'])),
-                        "threshold": c["min_requests"], "outcome": "inconclusive"})
+                        "threshold": c.min_requests, "outcome": "inconclusive"})
     if test.outcome == "continue":
         reasons.append({"rule": "sprt", "observed": f"llr {test.llr:.3f} within ({test.lower:.3f}, {test.upper:.3f})",
                         "threshold": "a bound", "outcome": "inconclusive"})
@@ -127,8 +128,8 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: dict) -> dict:
                              for a, rows in scored.items()},
             "pairing": pairing, "pairs": len(pairs), "delta_canary_minus_prod": delta, "mcnemar": mcnemar(pairs),
             "sprt": test.as_dict() | {"pairs_read": len(pairs) if test.outcome == "continue"
-                                      else pairs_until(pairs, test.discordant_seen), "p_worse": c["p_worse"], "p_better": c["p_better"], "alpha": c["alpha"],
-                                      "beta": c["beta"]},
+                                      else pairs_until(pairs, test.discordant_seen), "p_worse": c.p_worse, "p_better": c.p_better, "alpha": c.alpha,
+                                      "beta": c.beta},
             "p95_latency_ms": latency}
 
 
@@ -139,21 +140,21 @@ def latency_look(served: dict[str, list[dict]], c: dict) -> dict | None:
     latencies run higher. Before that many requests it says nothing; None when it passes."""
     from scipy.stats import mannwhitneyu
 
-    k = c["min_requests"]
+    k = c.min_requests
     if min(len(served["prod"]), len(served["canary"])) < k:
         return None
     first = {a: [r["latency_ms"] for r in served[a][:k]] for a in ARMS}
     ratio = p95(first["canary"]) / p95(first["prod"]) if p95(first["prod"]) else None
-    if ratio is None or ratio <= c["max_latency_ratio"]:
+    if ratio is None or ratio <= c.max_latency_ratio:
         return None
     p_value = float(mannwhitneyu(first["canary"], first["prod"], alternative="greater").pvalue)
-    if p_value >= c["alpha"]:
+    if p_value >= c.alpha:
         return None
     return {"rule": "p95_latency_ratio", "observed": f"{ratio:.3f} on the first {k} requests (Mann-Whitney p "
-            f"{p_value:.3g})", "threshold": c["max_latency_ratio"], "outcome": "failed"}
+            f"{p_value:.3g})", "threshold": c.max_latency_ratio, "outcome": "failed"}
 
 
-def decided(logs: Path, cfg: dict) -> bool:
+def decided(logs: Path, cfg: Params) -> bool:
     """True once the logged traffic ends the analysis (successful or failed): the demo's stopping rule."""
     requests, feedback = load_logs(logs)
     served = {r["arm"] for r in requests}

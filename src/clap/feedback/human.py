@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from clap import paths
+from clap.config import Params
 from clap.data.repair import replace_in_inbox
 from clap.domain.names import AGENT_CHAIN
 from clap.errors import UserError
@@ -157,18 +158,18 @@ def _rank(seed: str, key: str) -> str:
     return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
 
 
-def export(cfg: dict, root: Path, out: Path, keys: Path) -> dict:
+def export(cfg: Params, root: Path, out: Path, keys: Path) -> dict:
     """Write the Label Studio import file and config to `out`, the blind mapping to `keys`/<export_id>.json."""
-    root, h = Path(root), cfg["human"]
-    stale = stale_sources(root, cfg["data"]["batches"])
-    items = [i for i in _items(root, cfg["data"]["batches"]) if _source_stage(i) not in stale]
+    root, h = Path(root), cfg.human
+    stale = stale_sources(root, cfg.data.batches)
+    items = [i for i in _items(root, cfg.data.batches) if _source_stage(i) not in stale]
     if not items:
         raise HumanEvalError(f"{root / paths.EVAL}: no current evaluation or replay answers to export "
                              f"({', '.join(stale) or 'none recorded'} did not run on the current models/sft: `dvc repro`)")
     chosen = []
     for group in sorted({(i["batch"], i["kind"]) for i in items}):
-        pool = sorted((i for i in items if (i["batch"], i["kind"]) == group), key=lambda i: _rank(h["seed"], i["item_id"]))
-        chosen += pool[:h["items_per_batch"]]
+        pool = sorted((i for i in items if (i["batch"], i["kind"]) == group), key=lambda i: _rank(h.seed, i["item_id"]))
+        chosen += pool[:h.items_per_batch]
     export_id, salt = os.urandom(6).hex(), os.urandom(16).hex()
     tasks, mapping = [], {}
     for item in chosen:
@@ -213,14 +214,14 @@ def _key_for(tasks: list, keys: Path, file: Path) -> tuple[dict, Path]:
     return json.loads(path.read_text(encoding="utf-8")), path
 
 
-def _mean_ci(values: list[float], cfg: dict) -> dict:
+def _mean_ci(values: list[float], cfg: Params) -> dict:
     """Mean with its bootstrap CI (`stats.mean_interval`)."""
-    return mean_interval(values, n=cfg["evaluate"]["bootstrap"], ci=cfg["evaluate"]["ci"], seed=5)
+    return mean_interval(values, n=cfg.evaluate.bootstrap, ci=cfg.evaluate.ci, seed=5)
 
 
-def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Path) -> dict:
+def import_(cfg: Params, root: Path, file: Path, keys: Path, out: Path, inbox: Path) -> dict:
     """Check a Label Studio export against its key, then write `out` (metrics/human.json) and append flagged answers to `inbox`."""
-    h = cfg["human"]
+    h = cfg.human
     tasks = _load_export(file)
     try:
         parsed = parse_export(tasks, str(file))
@@ -249,7 +250,7 @@ def import_(cfg: dict, root: Path, file: Path, keys: Path, out: Path, inbox: Pat
         result["reference"] = ref
     result["deltas"] = _human_deltas(per_task, models, ref, cfg)
     result["agreement"] = _agreement(df)
-    result["calibration"] = _calibration(per_task, key, h["calibration_threshold"])
+    result["calibration"] = _calibration(per_task, key, h.calibration_threshold)
     inbox_rows = _flagged(per_task, key, h)
     replace_in_inbox(inbox, inbox_rows, f"human:{key['export_id']}")
     result["flagged_to_inbox"] = len(inbox_rows)
@@ -280,15 +281,15 @@ def _checked_labels(tasks: list[dict], parsed, key: dict, key_path: Path, file: 
     return labels, problems
 
 
-def _human_deltas(per_task: pd.DataFrame, models: list[str], ref: str, cfg: dict) -> dict:
+def _human_deltas(per_task: pd.DataFrame, models: list[str], ref: str, cfg: Params) -> dict:
     """Each compared pair's paired-bootstrap delta per scale, over the items both were rated on."""
     pivot = {s: per_task.pivot_table(index="item_id", columns="model", values=s) for s in [*SCALES, CORRECTNESS]}
     deltas = {}
     for model, against in ((m, a or ref) for m, a in COMPARED):
         if {model, against} <= set(models):
             deltas[f"{model}-{against}"] = {
-                s: paired_bootstrap(p[against].tolist(), p[model].tolist(), n=cfg["evaluate"]["bootstrap"],
-                                    ci=cfg["evaluate"]["ci"], seed=7)
+                s: paired_bootstrap(p[against].tolist(), p[model].tolist(), n=cfg.evaluate.bootstrap,
+                                    ci=cfg.evaluate.ci, seed=7)
                 for s, p in ((s, p.dropna(subset=[against, model])) for s, p in pivot.items()
                              if {against, model} <= set(p.columns))}
     return deltas
@@ -350,7 +351,7 @@ def _agent_labels(root: Path, per_task: pd.DataFrame, key: dict, df: pd.DataFram
 
 def _flagged(per_task: pd.DataFrame, key: dict, h: dict) -> list[dict]:
     """The inbox rows of answers people flagged: rated low, or no majority of its raters called it correct."""
-    flagged = per_task[(per_task["usefulness"] <= h["flag_usefulness_at_most"]) | (per_task[CORRECTNESS] <= 0.5)]
+    flagged = per_task[(per_task["usefulness"] <= h.flag_usefulness_at_most) | (per_task[CORRECTNESS] <= 0.5)]
     flagged = flagged[flagged["model"].isin(["candidate", "prod", "agent_prod", *AGENT_CHAIN])]
     return [{"source": "human_flagged", "export_id": key["export_id"], "uid": u,
              "reason": "rated incorrect" if r[CORRECTNESS] <= 0.5 else f"usefulness {r['usefulness']:.1f}",

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from clap import paths
+from clap.config import Params
 from clap.domain import prompts
 from clap.errors import UserError
 from clap.evaluate.decoding import answer_schema
@@ -44,30 +45,30 @@ def post(url: str, body: dict, timeout: float = 600.0) -> dict:
         raise TrafficError(f"{url}: no canary server answers ({exc.reason}); start `clap canary serve`") from None
 
 
-def requests_from_replay(cfg: dict, root: Path, limit: int | None) -> list[dict]:
+def requests_from_replay(cfg: Params, root: Path, limit: int | None) -> list[dict]:
     """The application's requests for the held-out replay cases: {case, messages, schema, context}."""
     root = Path(root)
-    cases = [c for b in cfg["data"]["batches"] for c in read_jsonl(root / paths.MATERIALIZED / b / "replay_cases.jsonl")]
+    cases = [c for b in cfg.data.batches for c in read_jsonl(root / paths.MATERIALIZED / b / "replay_cases.jsonl")]
     if limit and limit < len(cases):  # spread over every batch, not the first batch's cases
         cases = cases[::len(cases) // limit][:limit]
     chunks = pd.read_parquet(root / paths.ASSETS / "chunks.parquet")
     by_id = {c["chunk_id"]: c for c in chunks.to_dict("records")}
-    hits = retrieve(cfg, BM25Index.load(root / paths.INDEX / "bm25"), chunks, [c["question"] for c in cases])
+    hits = retrieve(cfg.retrieval, BM25Index.load(root / paths.INDEX / "bm25"), chunks, [c["question"] for c in cases])
     out = []
     for case, hit in zip(cases, hits):
         ctx = [by_id[h] for h in hit]
         out.append({"case": case, "context": ctx,
                     "messages": prompts.messages(prompts.SYSTEM_APP, prompts.app_prompt(case["question"], ctx)),
-                    "schema": answer_schema(ctx, with_location=True) if cfg["generate"]["constrained"] else None})
+                    "schema": answer_schema(ctx, with_location=True) if cfg.generate.constrained else None})
     return out
 
 
-def send(cfg: dict, root: Path, url: str, paired: bool, limit: int | None,
+def send(cfg: Params, root: Path, url: str, paired: bool, limit: int | None,
          decided: Callable[[], bool] | None = None) -> dict:
     """Send the traffic, score each answer with the replay's metric `canary.outcome`, post the outcome.
     `decided` is asked after every question: traffic stops once it answers True (the sequential
     analysis has reached a verdict), so a canary costs the requests its evidence needs, no more."""
-    metric = cfg["canary"]["outcome"]
+    metric = cfg.canary.outcome
     counts: dict[str, list[int]] = {"prod": [], "canary": []}
     for r in requests_from_replay(cfg, root, limit):
         body = {"messages": r["messages"]}

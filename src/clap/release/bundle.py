@@ -28,6 +28,7 @@ import subprocess
 from pathlib import Path, PurePosixPath
 
 from clap import paths
+from clap.config import Model
 from clap.domain.contracts import BundleFile, EvidenceBundle
 from clap.integrity import BundleMismatch, adapter_expectation, lock_outs
 from clap.io import OUTPUT_MARKER, atomic_dir, git_show, read_json, sha256_file, write_json
@@ -215,7 +216,7 @@ def base_files(folder: Path) -> dict[str, str]:
 def _base_dir(root: Path, params: dict) -> Path:
     from clap import model
 
-    return model.base_folder(params["model"], root)
+    return model.base_folder(Model.model_validate(params["model"]), root)
 
 
 def _config_sha256(params: dict) -> str:

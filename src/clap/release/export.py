@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from clap import paths
+from clap.config import Params
 from clap.errors import UserError
 from clap.io import atomic_dir, git_text, read_json_if_exists, sha256_file, write_json
 
@@ -53,7 +54,7 @@ def released_adapter(root: Path, version: str | None) -> tuple[str, Path, dict]:
     return version, folder, expected
 
 
-def export_merged(root: Path, cfg: dict, version: str | None, out: Path) -> dict:
+def export_merged(root: Path, cfg: Params, version: str | None, out: Path) -> dict:
     """The base with the version's adapter merged, as safetensors + tokenizer + model card in `out` (replaced only
     when an earlier `clap export` wrote it). Returns the export record."""
     import torch
@@ -64,7 +65,7 @@ def export_merged(root: Path, cfg: dict, version: str | None, out: Path) -> dict
     root, out = Path(root), Path(out)
     _refuse_foreign(out)
     version, folder, expected = released_adapter(root, version)
-    base = base_model.resolve(cfg["model"])
+    base = base_model.resolve(cfg.model)
     ident = base_model.identity(base)
     model = attach(base_model.load_model(base, dtype=torch.float32), "default", folder, expected, ident)
     merged = model.merge_and_unload()
@@ -82,16 +83,16 @@ def export_merged(root: Path, cfg: dict, version: str | None, out: Path) -> dict
     return record
 
 
-def export_gguf(root: Path, cfg: dict, version: str | None, out_file: Path, scratch: Path) -> dict:
+def export_gguf(root: Path, cfg: Params, version: str | None, out_file: Path, scratch: Path) -> dict:
     """The merged model as an F32 GGUF at `out_file`, round-trip checked (`check_gguf`). `scratch`: where the merged
     folder is written on the way (kept: it is the `--merged` export too)."""
     from clap import model as base_model
 
     out_file = Path(out_file)
-    base = base_model.resolve(cfg["model"])
+    base = base_model.resolve(cfg.model)
     manifest = read_json_if_exists(Path(base) / "manifest.json") or {}
     if not manifest.get("gguf_sha256"):
-        raise ExportRefused(f"model.base {cfg['model']['base']!r} did not come from a GGUF, whose tokenizer metadata "
+        raise ExportRefused(f"model.base {cfg.model.base!r} did not come from a GGUF, whose tokenizer metadata "
                             "the export reuses: export --merged and convert that folder with llama.cpp's "
                             "convert_hf_to_gguf.py")
     arch = (read_json_if_exists(Path(base) / "config.json") or {}).get("architectures", ["?"])[0]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import statistics
 
 from clap import paths
+from clap.config import Agent, Gate
 from clap.domain.contracts import GateDecision, Reason
 from clap.domain.names import AGENT_CHAIN, CHAIN
 from clap.evaluate.intervals import ci_text
@@ -36,7 +37,7 @@ from clap.release import evidence
 SEVERITY = ["promote", "canary", "hold", "rollback", "reject"]
 
 
-def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> None:
+def _decision_rules(fire, policy: Gate, decisions: dict | None, step: str) -> None:
     """The decision task's rules for `step`, on its decision_score against prod (else base), on the interval or
     the point as `acts_on.decision` says (`_delta_rule`). The decision holdout is small (≈ 20 cases in the
     demo): the default acts on the interval."""
@@ -47,8 +48,8 @@ def _decision_rules(fire, policy: dict, decisions: dict | None, step: str) -> No
     if d is None:
         fire(f"decision_eval_missing:{step}", None, "present", "hold")
         return
-    _delta_rule(fire, f"decision_score_{step}_minus_{ref}", d, policy["min_decision_delta"],
-                policy["decision_ci_lower_must_exceed"], policy["acts_on"]["decision"])
+    _delta_rule(fire, f"decision_score_{step}_minus_{ref}", d, policy.min_decision_delta,
+                policy.decision_ci_lower_must_exceed, policy.acts_on.decision)
 
 
 def _delta_rule(fire, rule: str, d: dict, floor: float, must_exceed: float | None, acts_on: str) -> None:
@@ -91,12 +92,12 @@ def _counted(reasons: list[Reason]) -> int:
     return len([r for r in reasons if r.outcome in SEVERITY])
 
 
-def _human_rules(fire, policy: dict, human: dict | None, candidate_manifest: str | None) -> None:
+def _human_rules(fire, policy: Gate, human: dict | None, candidate_manifest: str | None) -> None:
     """The human verdict (metrics/human.json) on the candidate it rated: its usefulness delta against
     the reference against `min_human_usefulness_delta` (`_delta_rule`, on what `acts_on.human` says), trusted only when the raters agree (Krippendorff's α ≥ `min_human_agreement`). A verdict on
     another adapter is stale. With `require_human`, a missing, stale or untrusted verdict keeps the
     candidate from promote; without it, those are recorded as info."""
-    required = policy["require_human"]
+    required = policy.require_human
     missing = "hold" if required else "info"
     if not human or not human.get("imported"):
         fire("human_eval_missing", None, "metrics/human.json imported", missing)
@@ -106,29 +107,29 @@ def _human_rules(fire, policy: dict, human: dict | None, candidate_manifest: str
              (candidate_manifest or "none")[:12], missing)
         return
     alpha = (human.get("agreement", {}).get("usefulness") or {}).get("krippendorff_alpha")
-    if alpha is None or alpha < policy["min_human_agreement"]:
-        fire("human_agreement_usefulness", alpha, policy["min_human_agreement"], "canary" if required else "info")
+    if alpha is None or alpha < policy.min_human_agreement:
+        fire("human_agreement_usefulness", alpha, policy.min_human_agreement, "canary" if required else "info")
         return
     ref = human.get("reference", "base")
     d = (human.get("deltas", {}).get(f"candidate-{ref}") or {}).get("usefulness")
     if d is None or d["delta"] is None:
         fire(f"human_usefulness_candidate_minus_{ref}", None, "rated", missing)
     else:
-        _delta_rule(fire, f"human_usefulness_candidate_minus_{ref}", d, policy["min_human_usefulness_delta"], None,
-                    policy["acts_on"]["human"])
+        _delta_rule(fire, f"human_usefulness_candidate_minus_{ref}", d, policy.min_human_usefulness_delta, None,
+                    policy.acts_on.human)
 
 
-def via_canary(policy: dict, decision: GateDecision) -> GateDecision:
+def via_canary(policy: Gate, decision: GateDecision) -> GateDecision:
     """With `release_via_canary`, a promote ships to canary first; `clap canary analyze` / `conclude` decide
     on prod from the logged traffic."""
-    if not policy["release_via_canary"] or decision.decision != "promote":
+    if not policy.release_via_canary or decision.decision != "promote":
         return decision
     reason = Reason(rule="release_via_canary", observed=True, threshold="policy", batch=None, outcome="canary")
     return decision.model_copy(update={"decision": "canary", "reasons": [*decision.reasons, reason],
                                        "summary": {**decision.summary, "decision_code": SEVERITY.index("canary")}})
 
 
-def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], evaluation: dict[str, dict],
+def decide(policy: Gate, admission: dict[str, dict], guards: dict[str, dict], evaluation: dict[str, dict],
            replay: dict | None, candidate: str = "sft", decisions: dict | None = None, human: dict | None = None,
            candidate_manifest: str | None = None) -> GateDecision:
     """`evaluation[batch]` = the batch's metrics/eval record: {"n", "baseline", "candidate", "deltas"}, plus "prod",
@@ -152,13 +153,13 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
         summary = {"decision_code": SEVERITY.index("hold"), "mean_overall_delta": None, "regressed_batches": None,
                    "reasons": _counted(reasons), "decision_score_delta": None}
         return GateDecision(decision="hold", reasons=reasons, per_batch={b: "hold" for b in {*evaluation} | {*admission}},
-                            requires_rag=False, policy=policy["name"], candidate=candidate, trainers=trainers,
+                            requires_rag=False, policy=policy.name, candidate=candidate, trainers=trainers,
                             summary=summary)
     per_batch, regressed = _batch_rules(fire, policy, evaluation)
     mean_delta = _pooled_rules(fire, policy, evaluation, regressed)
     parse = [ev["candidate"]["parse_ok"] for ev in evaluation.values()]
-    if parse and statistics.fmean(parse) < policy["min_parse_ok"]:
-        fire("parse_ok", round(statistics.fmean(parse), 4), policy["min_parse_ok"], "reject")
+    if parse and statistics.fmean(parse) < policy.min_parse_ok:
+        fire("parse_ok", round(statistics.fmean(parse), 4), policy.min_parse_ok, "reject")
     requires_rag = _replay_rules(fire, policy, replay)
     if decisions is not None and decisions["n"]:
         _decision_rules(fire, policy, decisions, candidate)
@@ -168,7 +169,7 @@ def decide(policy: dict, admission: dict[str, dict], guards: dict[str, dict], ev
                "regressed_batches": regressed, "reasons": _counted(reasons),
                "decision_score_delta": _decision_delta(decisions, candidate)}
     return GateDecision(decision=decision, reasons=reasons, per_batch=per_batch, requires_rag=requires_rag,
-                        policy=policy["name"], candidate=candidate, trainers=trainers, summary=summary)
+                        policy=policy.name, candidate=candidate, trainers=trainers, summary=summary)
 
 
 def _batch_of(file: str, evaluation: dict, admission: dict) -> str | None:
@@ -182,7 +183,7 @@ def _admission_rules(fire, admission: dict[str, dict]) -> None:
             fire("admission", (rec or {}).get("decision"), "admit|sft_only", "hold", b)
 
 
-def _guard_rules(fire, policy: dict, guards: dict[str, dict | None], candidate: str) -> dict[str, str]:
+def _guard_rules(fire, policy: Gate, guards: dict[str, dict | None], candidate: str) -> dict[str, str]:
     """Each trainer's guard report: a missing report or a trip holds the candidate; a probe's trip is recorded
     (info) and holds that probe only. Returns trainer → ok | hold."""
     trainers: dict[str, str] = {}
@@ -194,7 +195,7 @@ def _guard_rules(fire, policy: dict, guards: dict[str, dict | None], candidate: 
         elif g["status"] != "ok":
             trainers[name] = "hold"
             trip = g.get("trip") or {}
-            if policy["require_guards_ok"] or name == candidate:
+            if policy.require_guards_ok or name == candidate:
                 fire(f"guard:{name}:{trip.get('rule')}", trip.get("value"), trip.get("threshold"), scope)
         else:
             trainers[name] = "ok"
@@ -206,18 +207,18 @@ def _reference(ev: dict) -> tuple[str, dict, dict]:
     return ("prod", ev["prod"], ev["deltas_vs_prod"]) if "prod" in ev else ("baseline", ev["baseline"], ev["deltas"])
 
 
-def _batch_rules(fire, policy: dict, evaluation: dict) -> tuple[dict[str, str], int]:
+def _batch_rules(fire, policy: Gate, evaluation: dict) -> tuple[dict[str, str], int]:
     """Per batch, against the reference: the overall_score regression (on the point or on the interval, as
     `acts_on.batch` says), hallucination and wrong facts, and the paired latency ratio. Returns each batch's
     outcome and the number of regressed batches."""
     per_batch, regressed = {}, 0
-    on_interval = policy["acts_on"]["batch"] == "interval"
+    on_interval = policy.acts_on.batch == "interval"
     for b, ev in sorted(evaluation.items()):
         ref, base, d = _reference(ev)
         cand, o = ev["candidate"], d["overall_score"]
         outcome = "promote"
         below_zero = o["ci_high"] < 0 if on_interval else o["delta"] < 0
-        critical = (o["ci_high"] if on_interval else o["delta"]) < policy["max_batch_regression"]
+        critical = (o["ci_high"] if on_interval else o["delta"]) < policy.max_batch_regression
         if below_zero:
             regressed += 1
             outcome = "canary"
@@ -226,14 +227,14 @@ def _batch_rules(fire, policy: dict, evaluation: dict) -> tuple[dict[str, str], 
             outcome = "canary"
         if critical:
             fire("critical_batch_regression", ci_text(o, digits=4) if on_interval else o["delta"],
-                 policy["max_batch_regression"], "hold", b)
+                 policy.max_batch_regression, "hold", b)
             outcome = "hold"
         for rule, observed, limit in (
-                ("hallucination_rate", cand["hallucination_rate"], policy["max_hallucination_rate"]),
+                ("hallucination_rate", cand["hallucination_rate"], policy.max_hallucination_rate),
                 ("hallucination_increase", round(cand["hallucination_rate"] - base["hallucination_rate"], 4),
-                 policy["max_hallucination_increase"]),
+                 policy.max_hallucination_increase),
                 ("wrong_fact_increase", round(cand["wrong_fact_rate"] - base["wrong_fact_rate"], 4),
-                 policy["max_wrong_fact_increase"])):
+                 policy.max_wrong_fact_increase)):
             if observed > limit:
                 fire(rule, observed, limit, "hold", b)
                 outcome = "hold"
@@ -243,7 +244,7 @@ def _batch_rules(fire, policy: dict, evaluation: dict) -> tuple[dict[str, str], 
     return per_batch, regressed
 
 
-def _latency_rule(fire, policy: dict, latency: dict | None, ref: str, batch: str) -> bool:
+def _latency_rule(fire, policy: Gate, latency: dict | None, ref: str, batch: str) -> bool:
     """The candidate's p95 over its reference's, both timed in one interleaved run on the same requests
     (`evaluate.latency_requests`): canary above `max_p95_latency_ratio`. Without such a timing the rule abstains
     (info): stored latencies were measured at other times, under other loads, and are never compared."""
@@ -252,55 +253,55 @@ def _latency_rule(fire, policy: dict, latency: dict | None, ref: str, batch: str
         fire("p95_latency_ratio_abstained", (timing or {}).get("abstained") or "no paired timing", "paired timing",
              "info", batch)
         return False
-    if timing["p95_ratio"] > policy["max_p95_latency_ratio"]:
-        fire("p95_latency_ratio", round(timing["p95_ratio"], 3), policy["max_p95_latency_ratio"], "canary", batch)
+    if timing["p95_ratio"] > policy.max_p95_latency_ratio:
+        fire("p95_latency_ratio", round(timing["p95_ratio"], 3), policy.max_p95_latency_ratio, "canary", batch)
         return True
     return False
 
 
-def _pooled_rules(fire, policy: dict, evaluation: dict, regressed: int) -> float | None:
+def _pooled_rules(fire, policy: Gate, evaluation: dict, regressed: int) -> float | None:
     """Over all batches: too many regressed batches holds (one or more canaries); the mean overall_score delta
     holds below `min_overall_delta`; on the interval (`acts_on.pooled`), the mean of the batches' CI lower bounds —
     below the pooled mean's own lower bound, so the rule errs towards canary — must exceed
     `ci_lower_must_exceed`, on the point the mean itself must. Returns the mean delta."""
-    if regressed > policy["max_regressed_batches"]:
-        fire("regressed_batches", regressed, policy["max_regressed_batches"], "hold")
+    if regressed > policy.max_regressed_batches:
+        fire("regressed_batches", regressed, policy.max_regressed_batches, "hold")
     elif regressed:
-        fire("regressed_batches", regressed, policy["max_regressed_batches"], "canary")
+        fire("regressed_batches", regressed, policy.max_regressed_batches, "canary")
     overall = [_reference(ev)[2]["overall_score"] for ev in evaluation.values()]
     if not overall:
         fire("no_evaluation", None, "≥1 batch", "hold")
         return None
     mean_delta = round(statistics.fmean(o["delta"] for o in overall), 6)
-    if mean_delta < policy["min_overall_delta"]:
-        fire("overall_delta", mean_delta, policy["min_overall_delta"], "hold")
-    elif policy["acts_on"]["pooled"] == "interval":
+    if mean_delta < policy.min_overall_delta:
+        fire("overall_delta", mean_delta, policy.min_overall_delta, "hold")
+    elif policy.acts_on.pooled == "interval":
         pooled_low = statistics.fmean(o["ci_low"] for o in overall)
-        if pooled_low <= policy["ci_lower_must_exceed"]:
-            fire("overall_delta_ci_low", round(pooled_low, 6), policy["ci_lower_must_exceed"], "canary")
-    elif mean_delta <= policy["ci_lower_must_exceed"]:
-        fire("overall_delta_point", mean_delta, policy["ci_lower_must_exceed"], "canary")
+        if pooled_low <= policy.ci_lower_must_exceed:
+            fire("overall_delta_ci_low", round(pooled_low, 6), policy.ci_lower_must_exceed, "canary")
+    elif mean_delta <= policy.ci_lower_must_exceed:
+        fire("overall_delta_point", mean_delta, policy.ci_lower_must_exceed, "canary")
     return mean_delta
 
 
-def _replay_rules(fire, policy: dict, replay: dict | None) -> bool:
+def _replay_rules(fire, policy: Gate, replay: dict | None) -> bool:
     """The ABCD replay: with `require_replay_gain`, B (adapter + RAG) must not lose to the application's current
     answer (P: prod + RAG, else A: base + RAG) on core fields. Returns whether the adapter needs RAG (D recovers
     under half of B's values)."""
     if not replay:
-        if policy["require_replay_gain"]:
+        if policy.require_replay_gain:
             fire("replay_missing", None, "present", "hold")
         return False
     arms = replay["arms"]
     champion = "P" if "P" in arms else "A"
     gain = arms["B"]["core_fields_exact"] - arms[champion]["core_fields_exact"]
     ci = replay.get("contrasts", {}).get(f"B-{champion}", {}).get("core_fields_exact")
-    if policy["require_replay_gain"] and gain < 0:
+    if policy.require_replay_gain and gain < 0:
         fire(f"replay_core_fields_B_minus_{champion}", round(gain, 4) if ci is None else ci_text(ci, digits=4), 0.0, "hold")
     return arms["D"]["value_exact"] < 0.5 * max(arms["B"]["value_exact"], 1e-9)
 
 
-def _prod_regression_rules(fire, policy: dict, evaluation: dict, decision: str) -> str:
+def _prod_regression_rules(fire, policy: Gate, evaluation: dict, decision: str) -> str:
     """Prod against the base model on every batch of the evidence: below `min_prod_delta_vs_base` prod regressed.
     A promote replaces it (recorded only); otherwise, with `rollback_on_prod_regression`, the decision is rollback
     (prod's own adapter re-gated is no remedy)."""
@@ -308,17 +309,17 @@ def _prod_regression_rules(fire, policy: dict, evaluation: dict, decision: str) 
         if "prod_vs_base" not in ev:
             continue
         prod_delta = ev["prod_vs_base"]["overall_score"]["delta"]
-        if prod_delta < policy["min_prod_delta_vs_base"]:
+        if prod_delta < policy.min_prod_delta_vs_base:
             replaced = (decision == "promote" and not ev.get("candidate_is_prod")) \
-                or not policy["rollback_on_prod_regression"]
-            fire("prod_regressed_vs_base", prod_delta, policy["min_prod_delta_vs_base"],
+                or not policy.rollback_on_prod_regression
+            fire("prod_regressed_vs_base", prod_delta, policy.min_prod_delta_vs_base,
                  "info" if replaced else "rollback", b)
             if not replaced:
                 decision = "rollback"
     return decision
 
 
-def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDecision,
+def decide_chain_step(policy: Gate, step: str, guard: dict | None, start: GateDecision,
                       decisions: dict | None) -> GateDecision:
     """SFT→`step` (dpo or grpo) as a candidate: its own guards, the verdict of the SFT adapter it
     continues (`start`), its decision_score against prod / base, and — with
@@ -347,7 +348,7 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
     if not bad:
         _decision_rules(fire, policy, decisions, step)
         _chain_extraction_rules(fire, policy, (decisions or {}).get("extraction"), step)
-    if policy["chain_step_must_beat_start"] and decisions is not None and decisions["n"]:
+    if policy.chain_step_must_beat_start and decisions is not None and decisions["n"]:
         d = decisions["deltas"].get(f"{step}-sft", {}).get("decision_score")
         if d is None:
             fire(f"decision_eval_missing:{step}-sft", None, "present", "hold")
@@ -357,29 +358,29 @@ def decide_chain_step(policy: dict, step: str, guard: dict | None, start: GateDe
     summary = {"decision_code": SEVERITY.index(decision), "decision_score_delta": _decision_delta(decisions, step),
                "reasons": _counted(reasons)}
     return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=start.requires_rag,
-                        policy=policy["name"], candidate=step, trainers={step: "ok" if guard and guard["status"] == "ok"
+                        policy=policy.name, candidate=step, trainers={step: "ok" if guard and guard["status"] == "ok"
                                                                           else "hold"}, summary=summary)
 
 
-def _chain_extraction_rules(fire, policy: dict, extraction: dict | None, step: str) -> None:
+def _chain_extraction_rules(fire, policy: Gate, extraction: dict | None, step: str) -> None:
     """A chain step on the extraction holdouts against the SFT adapter it continues (evaluate_decisions)."""
     d = ((extraction or {}).get("deltas", {}).get(f"{step}-sft") or {}).get("overall_score")
     if d is None or step not in extraction.get("models", {}):
         fire(f"extraction_eval_missing:{step}-sft", None, "present", "hold")
         return
-    _delta_rule(fire, f"extraction_overall_{step}_minus_sft", d, policy["max_chain_extraction_regression"], None,
-                policy["acts_on"]["chain_extraction"])
+    _delta_rule(fire, f"extraction_overall_{step}_minus_sft", d, policy.max_chain_extraction_regression, None,
+                policy.acts_on.chain_extraction)
     rate = extraction["models"][step]["hallucination_rate"]
-    if rate > policy["max_hallucination_rate"]:
-        fire(f"extraction_hallucination_rate:{step}", rate, policy["max_hallucination_rate"], "hold")
+    if rate > policy.max_hallucination_rate:
+        fire(f"extraction_hallucination_rate:{step}", rate, policy.max_hallucination_rate, "hold")
 
 
-def agent_chain(cfg: dict) -> list[str]:
+def agent_chain(agent: Agent) -> list[str]:
     """The agent adapters this configuration trains and judges: agent SFT, then each enabled step continuing it."""
-    return [AGENT_CHAIN[0]] + [s for s in AGENT_CHAIN[1:] if cfg["agent"][s.removeprefix("agent_")]["enabled"]]
+    return [AGENT_CHAIN[0]] + [s for s in AGENT_CHAIN[1:] if getattr(agent, s.removeprefix("agent_")).enabled]
 
 
-def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:
+def decide_agent(policy: Gate, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:
     """A tool-calling agent adapter (its own track: `evaluate_agent` → metrics/agent.json) against the agent
     adapter in prod (the base model before a release shipped one) on the held-out agent tasks: its guards;
     task success against `agent_min_success_delta` and `agent_ci_lower_must_exceed` (`_delta_rule`, on what
@@ -402,12 +403,12 @@ def decide_agent(policy: dict, agent: dict | None, guard: dict | None, candidate
                "success_delta": None if d is None else d["delta"],
                "success": None if model is None else model["success"],
                "tool_call_accuracy": None if model is None else model["tool_call_accuracy"]}
-    return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=False, policy=policy["name"],
+    return GateDecision(decision=decision, reasons=reasons, per_batch={}, requires_rag=False, policy=policy.name,
                         candidate=candidate, trainers={candidate: "ok" if guard and guard["status"] == "ok" else "hold"},
                         summary=summary)
 
 
-def _agent_rules(fire, policy: dict, agent: dict | None, candidate: str) -> tuple[dict | None, dict | None]:
+def _agent_rules(fire, policy: Gate, agent: dict | None, candidate: str) -> tuple[dict | None, dict | None]:
     """`decide_agent`'s rules on metrics/agent.json, once its evidence checked: task success against the reference,
     hallucination, tool-call accuracy, and a later step against agent SFT. Returns (the candidate's scores, its
     success delta), None for what the evidence does not hold."""
@@ -422,13 +423,13 @@ def _agent_rules(fire, policy: dict, agent: dict | None, candidate: str) -> tupl
     if model is None or d is None or not all(k in model for k in ("hallucinated", "tool_call_accuracy", "success")):
         fire("agent_eval_missing", None, "metrics/agent.json with the candidate", "hold")
         return None, d
-    _delta_rule(fire, f"agent_success_minus_{reference}", d, policy["agent_min_success_delta"],
-                policy["agent_ci_lower_must_exceed"], policy["acts_on"]["agent"])
-    if model["hallucinated"] > policy["agent_max_hallucination_rate"]:
-        fire("agent_hallucination_rate", model["hallucinated"], policy["agent_max_hallucination_rate"], "hold")
-    if model["tool_call_accuracy"] < policy["agent_min_tool_call_accuracy"]:
-        fire("agent_tool_call_accuracy", model["tool_call_accuracy"], policy["agent_min_tool_call_accuracy"], "hold")
-    if candidate != AGENT_CHAIN[0] and policy["chain_step_must_beat_start"]:
+    _delta_rule(fire, f"agent_success_minus_{reference}", d, policy.agent_min_success_delta,
+                policy.agent_ci_lower_must_exceed, policy.acts_on.agent)
+    if model["hallucinated"] > policy.agent_max_hallucination_rate:
+        fire("agent_hallucination_rate", model["hallucinated"], policy.agent_max_hallucination_rate, "hold")
+    if model["tool_call_accuracy"] < policy.agent_min_tool_call_accuracy:
+        fire("agent_tool_call_accuracy", model["tool_call_accuracy"], policy.agent_min_tool_call_accuracy, "hold")
+    if candidate != AGENT_CHAIN[0] and policy.chain_step_must_beat_start:
         vs = (agent.get("deltas_chain", {}).get(f"{candidate}-{AGENT_CHAIN[0]}") or {}).get("success")
         if vs is None:
             fire(f"agent_eval_missing:{candidate}-{AGENT_CHAIN[0]}", None, "present", "hold")

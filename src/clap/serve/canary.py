@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from clap import paths
+from clap.config import Params
 from clap.feedback.canary import CanaryService, from_registry
 from clap.serve.app import create_app
 
@@ -62,7 +63,7 @@ def server(service: CanaryService, port: int, host: str = "127.0.0.1") -> Server
     return Server(canary_app(service), port, host)
 
 
-def simulated_canary(root: Path, cfg: dict, logs: Path, limit: int, candidate: Path | None = None,
+def simulated_canary(root: Path, cfg: Params, logs: Path, limit: int, candidate: Path | None = None,
                      fail_when_exhausted: bool = False) -> tuple[dict, dict]:
     """One canary end to end on SIMULATED traffic: serve prod and the canary in this process, replay the held-out
     replay questions as paired requests (scored against gold, outcomes posted back) until the sequential analysis

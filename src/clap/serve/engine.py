@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
+from clap.config import Params
 from clap.errors import UserError
 
 
@@ -36,22 +37,22 @@ def adapter_to_serve(root: Path, version: str | None = None, adapter: Path | Non
     return f"{paths.ARTIFACT}@{version}", folder, expected
 
 
-def cpu_engine(cfg: dict, folder: Path, expected: dict):
+def cpu_engine(cfg: Params, folder: Path, expected: dict):
     """The transformers engine with the adapter attached through the serving check (`serving.attach`)."""
     from clap import model
     from clap.evaluate.generate import Engine
 
-    generate = cfg["generate"]
-    return Engine(model.resolve(cfg["model"]), folder, expected, dtype=generate["dtype"],
-                  jump_forward=generate["jump_forward"], merge_adapters=generate["merge_adapters"])
+    generate = cfg.generate
+    return Engine(model.resolve(cfg.model), folder, expected, dtype=generate.dtype,
+                  jump_forward=generate.jump_forward, merge_adapters=generate.merge_adapters)
 
 
-def vllm_command(cfg: dict, name: str, folder: Path, expected: dict, host: str, port: int) -> list[str]:
+def vllm_command(cfg: Params, name: str, folder: Path, expected: dict, host: str, port: int) -> list[str]:
     """`vllm serve` over the base with the verified adapter as its one LoRA module, named as `clap serve` names it."""
     from clap import model
     from clap.feedback.canary import vllm_command as canary_vllm_command
     from clap.integrity import verify_adapter
 
-    base = model.resolve(cfg["model"])
+    base = model.resolve(cfg.model)
     verify_adapter(folder, expected, model.identity(base))
     return [*canary_vllm_command(base, {name: folder}, port), "--host", host]

@@ -14,13 +14,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clap.config import Admit
 from clap.data.admission import decide
 from clap.domain.contracts import AdmissionRecord
 from clap.domain.prompts import SYSTEM_DECIDE
 from clap.io import read_json, read_jsonl, require_inputs, write_json
 
 
-def run(cfg: dict, batch_dir: Path, out: Path) -> AdmissionRecord:
+def run(section: Admit, batch_dir: Path, out: Path) -> AdmissionRecord:
+    """Admit the batch in `batch_dir` (or not) for each trainer under the `admit` rules; the record goes to `out`."""
     batch_dir = Path(batch_dir)
     require_inputs([(batch_dir / f, f"dvc repro materialize@{batch_dir.name}")
                     for f in ("data_quality.json", "dpo_pairs.jsonl", "grpo_groups.jsonl")])
@@ -28,6 +30,6 @@ def run(cfg: dict, batch_dir: Path, out: Path) -> AdmissionRecord:
                if (batch_dir / f).exists() for r in read_jsonl(batch_dir / f)
                if r["system"] != SYSTEM_DECIDE]  # extraction targets; decision rows carry no unit
     record = decide(read_json(batch_dir / "data_quality.json"), read_jsonl(batch_dir / "dpo_pairs.jsonl"),
-                    read_jsonl(batch_dir / "grpo_groups.jsonl"), cfg["admit"], targets)
+                    read_jsonl(batch_dir / "grpo_groups.jsonl"), section, targets)
     write_json(out, record.model_dump())
     return record

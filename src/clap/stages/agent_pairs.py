@@ -20,19 +20,22 @@ import torch
 from clap.agent import chat
 from clap.agent.episode import engine_policy, next_calls
 from clap.agent.tasks import load
+from clap.config import Agent
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
 
 
-def run(cfg: dict, tasks_dir: Path, engine, tools, out: Path) -> dict:
+def run(a: Agent, tasks_dir: Path, engine, tools, out: Path, *, constrained: bool) -> dict:
+    """`a`: the `agent` section (the mining draws, turn size and sampling); `constrained`: actions under the action
+    grammar (`generate.constrained`)."""
     check_output_dir(out, (Path(tasks_dir),))
-    a, d = cfg["agent"], cfg["agent"]["dpo"]
+    d = a.dpo
     tasks = load(tasks_dir, "train")
     by_id = {t["task_id"]: t for t in tasks}
-    schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
-    draws = [("greedy", engine_policy(engine, "agent_sft", a["turn_tokens"], a["evaluate"]["batch_size"], schema))]
-    for k in range(d["mine_samples"]):  # seeded per request by the draw's seed below: the same draws every run
-        draws.append((f"sample{k}", engine_policy(engine, "agent_sft", a["turn_tokens"], a["evaluate"]["batch_size"], schema,
-                                                  a["evaluate"]["temperature"], seed=2000 + len(draws))))
+    schema = chat.action_schema(tools.schemas) if constrained else None
+    draws = [("greedy", engine_policy(engine, "agent_sft", a.turn_tokens, a.evaluate.batch_size, schema))]
+    for k in range(d.mine_samples):  # seeded per request by the draw's seed below: the same draws every run
+        draws.append((f"sample{k}", engine_policy(engine, "agent_sft", a.turn_tokens, a.evaluate.batch_size, schema,
+                                                  a.evaluate.temperature, seed=2000 + len(draws))))
     pairs, seen, checked = [], set(), 0
     for k, (draw, policy) in enumerate(draws):
         torch.manual_seed(2000 + k)

@@ -24,12 +24,14 @@ from pathlib import Path
 from clap import model as base_model
 from clap import paths
 from clap.agent import reward_model
+from clap.config import AgentRmHuman
 from clap.io import atomic_dir, read_json, read_jsonl, write_json
 
 
-def run(cfg: dict, rm_dir: Path, base_dir: Path, labels: Path, out: Path, metrics_file: Path,
+def run(human: AgentRmHuman, rm_dir: Path, base_dir: Path, labels: Path, out: Path, metrics_file: Path,
         rm_expected: dict | None) -> dict:
-    """`rm_dir`: models/agent_rm; `rm_expected`: the manifest git pins for its adapter (None when it trained none)."""
+    """`human`: the thresholds of `agent.rm.human`; `rm_dir`: models/agent_rm; `rm_expected`: the manifest git pins
+    for its adapter (None when it trained none)."""
     rm_metrics = read_json(Path(rm_dir) / paths.TRAIN_METRICS_FILE)
     rows = [r for r in (read_jsonl(labels) if Path(labels).exists() else []) if r.get("correct") is not None]
     people = None
@@ -39,7 +41,7 @@ def run(cfg: dict, rm_dir: Path, base_dir: Path, labels: Path, out: Path, metric
             model = reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_model.identity(base_dir))
             tok = base_model.load_tokenizer(base_dir)
             scores = [reward_model.episode_reward(model, tok, r["messages"], r["steps"]) for r in rows]
-        people = reward_model.human_check(scores, [float(r["correct"]) for r in rows], cfg["agent"]["rm"]["human"])
+        people = reward_model.human_check(scores, [float(r["correct"]) for r in rows], human)
         people |= {"annotators": sorted({a for r in rows for a in r["annotators"]}),
                    "exports": sorted({r["export_id"] for r in rows})}
     verdict = reward_model.verdict(rm_metrics, people)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from clap.agent import tasks as agent_tasks
 from clap.agent.tools import ReportTools
+from clap.config import AgentTasks
 from clap.domain.contracts import AGENT_LIST_FIELDS, AgentTask
 from clap.io import atomic_dir, write_json, write_jsonl
 
@@ -60,13 +61,13 @@ def corrected(tools: ReportTools, folder: Path | None, rows: list[dict], compani
     return kept, ids, refused
 
 
-def run(cfg: dict, assets: Path, batches: list[str], out: Path, corrections: Path | None = None) -> dict:
-    """`corrections`: the folder of trajectories people corrected (repair/agent/); those that pass join training."""
+def run(section: AgentTasks, assets: Path, batches: list[str], out: Path, corrections: Path | None = None) -> dict:
+    """`section`: `agent.tasks`; `corrections`: the folder of trajectories people corrected (repair/agent/); those that pass join training."""
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     facts = pd.read_parquet(Path(assets) / "facts.parquet")
     chunks, facts = chunks[chunks["batch"].isin(batches)], facts[facts["batch"].isin(batches)]
     tools = ReportTools(chunks)
-    rows, report = agent_tasks.build(facts, tools, cfg["agent"]["tasks"])
+    rows, report = agent_tasks.build(facts, tools, section)
     if not rows:
         raise ValueError(f"agent-tasks: no task passed the checks in batches {', '.join(batches)}")
     fixed, ids, refused = corrected(tools, corrections, rows, sorted(set(facts["entity"].dropna())))

@@ -40,6 +40,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clap.config import Assetize
 from clap.data import duck, spill
 from clap.data.columnar import Chunks, pylist
 from clap.data.engine import map_units
@@ -93,14 +94,15 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def run(cfg: dict, raw: Path, out: Path, repaired: Path | None = None, engine: str | None = None) -> dict:
-    """Assetize `raw` into `out` (cfg: params, its `assetize` section). Returns the report (also `out/report.json`)."""
-    settings = dict(cfg["assetize"], **({"engine": engine} if engine else {}))
+def run(section: Assetize, raw: Path, out: Path, repaired: Path | None = None, engine: str | None = None) -> dict:
+    """Assetize `raw` into `out` under the `assetize` section (`engine` overrides its engine). Returns the report
+    (also `out/report.json`)."""
+    settings = section.model_copy(update={"engine": engine}) if engine else section
     with _gc_paused():
         return _run(settings, Path(raw), Path(out), None if repaired is None else Path(repaired))
 
 
-def _run(settings: dict, raw: Path, out: Path, repaired: Path | None) -> dict:
+def _run(settings: Assetize, raw: Path, out: Path, repaired: Path | None) -> dict:
     if not raw.is_dir():
         raise InputFileError(f"{raw}: no such folder (--raw)")
     if repaired is not None and not repaired.exists():
@@ -110,16 +112,16 @@ def _run(settings: dict, raw: Path, out: Path, repaired: Path | None) -> dict:
         ([repaired] if repaired is not None else [])
     sources["facts"] += fixes
     files = [str(p) for name in TABLES for p in sources[name]]
-    units = unit_count(sum(Path(f).stat().st_size for f in files), settings["memory_budget_mb"], settings["workers"])
+    units = unit_count(sum(Path(f).stat().st_size for f in files), settings.memory_budget_mb, settings.workers)
     with atomic_dir(out, (raw, repaired)) as tmp:
         work = tmp / "_work"  # inside the output's temporary folder: removed with it on a crash, and before it lands
         with _timed("read and spill"):
-            report = _read(sources, files, spill.Spill(work, units), settings["read_rows"])
+            report = _read(sources, files, spill.Spill(work, units), settings.read_rows)
         rows_in_by_file = report.pop("_rows_in_by_file")
         repaired_files = [files.index(str(f)) for f in fixes]
         if repaired is not None:
             report["repaired_rows_in"] = sum(rows_in_by_file[i] for i in repaired_files)
-        duck_mb = max(256, settings["memory_budget_mb"] // 2)
+        duck_mb = max(256, settings.memory_budget_mb // 2)
         with _timed("global steps"), duck.connect(work, duck_mb, os.cpu_count() or 1) as con:
             for name in TABLES:
                 duck.drops(con, work, name)
@@ -127,11 +129,11 @@ def _run(settings: dict, raw: Path, out: Path, repaired: Path | None) -> dict:
                 duck.borrowed_chunks(con, work)
         # this process waits while the units run: what the read phase and DuckDB held goes back first (≈ 400 MB at 10M)
         pa.default_memory_pool().release_unused()
-        with _timed(f"{units} unit(s) on {settings['engine']}"):
-            summaries = map_units(settings["engine"], units, functools.partial(assetize_unit, work, files, repaired_files),
-                                  settings["workers"])
+        with _timed(f"{units} unit(s) on {settings.engine}"):
+            summaries = map_units(settings.engine, units, functools.partial(assetize_unit, work, files, repaired_files),
+                                  settings.workers)
         with _timed("ordered write and quarantine"), duck.connect(work, duck_mb, os.cpu_count() or 1) as con:
-            _finish(con, work, tmp, summaries, report, settings["row_group_rows"], repaired is not None)
+            _finish(con, work, tmp, summaries, report, settings.row_group_rows, repaired is not None)
         shutil.rmtree(work)
         write_json(tmp / "report.json", report)
     return report

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import model
+from clap.config import Model
 
 
-def run(model_cfg: dict) -> tuple[Path, dict]:
+def run(section: Model) -> tuple[Path, dict]:
     """The base model's folder and its identity (name, hub id, weights sha256) after pinning it again."""
-    path = model.resolve(model_cfg, repin=True)
+    path = model.resolve(section, repin=True)
     return path, model.identity(path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clap.config import Evaluate
 from clap.domain import prompts
 from clap.evaluate.decoding import contract_valid
 from clap.evaluate.extraction import answer, extraction_schemas
@@ -33,22 +34,22 @@ from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_
 METRICS = [k for k in HIGHER_IS_BETTER if k != "p95_latency_ms"]
 
 
-def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, metrics_file: Path) -> dict:
+def run(e: Evaluate, samples_file: Path, engine: Engine, out: Path, batch: str, metrics_file: Path, *,
+        constrained: bool) -> dict:
+    """`e`: the `evaluate` section; `constrained`: answers decoded under the answer schema (`generate.constrained`)."""
     check_output_dir(out, (samples_file,))
-    e = cfg["evaluate"]
     samples = read_jsonl(samples_file)
     convs = [prompts.messages(s["system"], s["prompt"]) for s in samples]
-    constrained = cfg["generate"]["constrained"]
-    schemas = extraction_schemas(cfg, samples)
+    schemas = extraction_schemas(constrained, samples)
     records, per_model = [], {}
     models = [("baseline", False)] + ([("prod", "prod")] if "prod" in getattr(engine, "adapters", []) else []) \
         + [("candidate", True)]
     for name, use_adapter in models:
-        per_model[name] = answer(cfg, samples, engine, use_adapter, name, batch, schemas)
+        per_model[name] = answer(e, samples, engine, use_adapter, name, batch, schemas)
         records += per_model[name]
     metrics = {name: _aggregate(rows) for name, rows in per_model.items()}
-    if constrained and e["unconstrained_format_check"]:
-        free = engine.generate(convs, use_adapter=True, max_new_tokens=e["max_new_tokens"], batch_size=e["batch_size"])
+    if constrained and e.unconstrained_format_check:
+        free = engine.generate(convs, use_adapter=True, max_new_tokens=e.max_new_tokens, batch_size=e.batch_size)
         metrics["candidate"]["schema_valid_unconstrained"] = round(
             sum(contract_valid(parse_answer(g.text)) for g in free) / (len(free) or 1), 4)
     result = {"deltas": _deltas(per_model, metrics, "baseline", "candidate", e)}
@@ -56,8 +57,8 @@ def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, me
         result["deltas_vs_prod"] = _deltas(per_model, metrics, "prod", "candidate", e)
         result["prod_vs_base"] = _deltas(per_model, metrics, "baseline", "prod", e)
         result["candidate_is_prod"] = engine.same_adapter("candidate", "prod")  # promoting it would change nothing
-    result["latency"] = {ref: paired_latency(engine, convs, schemas, switch, True, e["latency_requests"],
-                                             e["max_new_tokens"])
+    result["latency"] = {ref: paired_latency(engine, convs, schemas, switch, True, e.latency_requests,
+                                             e.max_new_tokens)
                          for ref, switch in models if ref != "candidate"}
     reference = "prod" if "prod" in per_model else "baseline"
     regressed = [{"batch": batch, "sample_id": c["sample_id"], "reason": f"candidate_failed_where_{reference}_passed",
@@ -72,10 +73,10 @@ def run(cfg: dict, samples_file: Path, engine: Engine, out: Path, batch: str, me
     return {"metrics": metrics, **result, "regressed": len(regressed)}
 
 
-def _deltas(per_model: dict, metrics: dict, ref: str, new: str, e: dict) -> dict:
+def _deltas(per_model: dict, metrics: dict, ref: str, new: str, e: Evaluate) -> dict:
     """`new` − `ref` per metric, paired by sample, with bootstrap CIs (latency is timed apart: `latency`)."""
     return {m: paired_bootstrap([r[m] for r in per_model[ref]], [r[m] for r in per_model[new]],
-                                n=e["bootstrap"], ci=e["ci"], seed=17) for m in METRICS}
+                                n=e.bootstrap, ci=e.ci, seed=17) for m in METRICS}
 
 
 def _aggregate(rows: list[dict]) -> dict:

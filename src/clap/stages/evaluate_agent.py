@@ -30,48 +30,51 @@ from clap.agent import chat, report, scoring
 from clap.agent.episode import engine_policy, next_calls, rollout
 from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
+from clap.config import Agent, AgentEvaluate, Evaluate
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
 
 SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "n_calls", "n_steps")
 
 
-def run(cfg: dict, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, bool | str]], out: Path,
-        metrics_file: Path, prod: bool = False) -> dict:
+def run(a: Agent, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, bool | str]], out: Path,
+        metrics_file: Path, prod: bool = False, *, evaluate: Evaluate, batches: list[str], constrained: bool) -> dict:
     """`arms`: (name, use_adapter) per model: the base model first (`("base", False)`), then the chain
     in order (agent SFT, then the steps that continue it, each also compared with agent SFT). `prod`: the
-    engine also serves the agent adapter in prod (adapter `prod`), every chain step's reference."""
+    engine also serves the agent adapter in prod (adapter `prod`), every chain step's reference. `a`: the `agent`
+    section; `evaluate`: the intervals; `batches`: the tools' data (`data.batches`); `constrained`: actions under the
+    action grammar (`generate.constrained`)."""
     check_output_dir(out, (Path(tasks_dir),))
-    a, e = cfg["agent"], cfg["agent"]["evaluate"]
-    tasks = by_kind_round_robin(load(tasks_dir, "eval"), e["max_tasks"])
-    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
-    schema = chat.action_schema(tools.schemas) if cfg["generate"]["constrained"] else None
+    e, weights = a.evaluate, a.rewards.weights.model_dump()
+    tasks = by_kind_round_robin(load(tasks_dir, "eval"), e.max_tasks)
+    tools = ReportTools.over_batches(assets, batches)
+    schema = chat.action_schema(tools.schemas) if constrained else None
     by_id = {t["task_id"]: t for t in tasks}
     kinds = {t["task_id"]: t["kind"] for t in tasks}
     episodes, calls, per_arm, values = [], [], {}, {}
     chain = arms[1:]
     models = arms[:1] + ([("prod", "prod")] if prod else []) + chain
     for name, use_adapter in models:
-        greedy = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema)
-        runs = [("greedy", rollout(greedy, tools, tasks, a["max_steps"], a["max_new_tokens"]))]
-        draws = e["samples"] if name in e["sampled_models"] else 0
+        greedy = engine_policy(engine, use_adapter, a.turn_tokens, e.batch_size, schema)
+        runs = [("greedy", rollout(greedy, tools, tasks, a.max_steps, a.max_new_tokens))]
+        draws = e.samples if name in e.sampled_models else 0
         for k in range(draws):  # run k draws with seed 1000 + k per request: the same episodes every time
             torch.manual_seed(1000 + k)  # the draws without a grammar (generate.constrained off)
-            sampled = engine_policy(engine, use_adapter, a["turn_tokens"], e["batch_size"], schema, e["temperature"],
+            sampled = engine_policy(engine, use_adapter, a.turn_tokens, e.batch_size, schema, e.temperature,
                                     seed=1000 + k)
-            runs.append((f"sample{k}", rollout(sampled, tools, tasks, a["max_steps"], a["max_new_tokens"])))
+            runs.append((f"sample{k}", rollout(sampled, tools, tasks, a.max_steps, a.max_new_tokens)))
         for run_name, eps in runs:
             for ep in eps:
                 task = by_id[ep["task_id"]]
                 episodes.append({"model": name, "run": run_name, "batch": task["batch"], "kind": task["kind"],
-                                 **ep, **scoring.episode_scores(ep, task, a["rewards"]["per_extra_call"],
-                                                                a["rewards"]["weights"])})
+                                 **ep, **scoring.episode_scores(ep, task, a.rewards.per_extra_call,
+                                                                weights)})
         calls += [c | {"model": name} for c in next_calls(greedy, tools, tasks)]
         mine, my_calls = [x for x in episodes if x["model"] == name], [c for c in calls if c["model"] == name]
         values[name] = report.task_values([x for x in mine if x["run"] == "greedy"], my_calls, kinds)
-        per_arm[name] = _summary(mine, my_calls, kinds, values[name], e, cfg["evaluate"])
+        per_arm[name] = _summary(mine, my_calls, kinds, values[name], e, evaluate)
     result = {"n_tasks": len(tasks), "by_kind_tasks": {k: sum(t["kind"] == k for t in tasks)
                                                        for k in sorted({t["kind"] for t in tasks})},
-              "models": per_arm, **_deltas(values, kinds, models, chain, prod, cfg["evaluate"]),
+              "models": per_arm, **_deltas(values, kinds, models, chain, prod, evaluate),
               "per_batch": {b: {name: _means([x for x in episodes if x["model"] == name and x["run"] == "greedy"
                                               and x["batch"] == b]) for name, _ in models}
                             for b in sorted({t["batch"] for t in tasks})}}
@@ -115,15 +118,15 @@ def failure_reason(episode: dict) -> str:
 
 
 def _deltas(values: dict[str, dict], kinds: dict[str, str], models: list[tuple], chain: list[tuple], prod: bool,
-            ev: dict) -> dict:
+            ev: Evaluate) -> dict:
     """The delta tables (every task metric, paired by task: `values`, model → `report.task_values`) and task success
     per kind for each of them."""
     pairs = {"deltas_vs_base": {n: (models[0][0], n) for n, _ in models[1:]},
              "deltas_chain": {f"{n}-{chain[0][0]}": (chain[0][0], n) for n, _ in chain[1:]},
              **({"deltas_vs_prod": {n: ("prod", n) for n, _ in chain}} if prod else {})}
-    out = {table: {key: report.deltas(values[ref], values[new], ev["bootstrap"], ev["ci"]) for key, (ref, new) in rows.items()}
+    out = {table: {key: report.deltas(values[ref], values[new], ev.bootstrap, ev.ci) for key, (ref, new) in rows.items()}
            for table, rows in pairs.items()}
-    out["success_by_kind"] = {table: {key: report.kind_deltas(values[ref], values[new], kinds, ev["bootstrap"], ev["ci"])
+    out["success_by_kind"] = {table: {key: report.kind_deltas(values[ref], values[new], kinds, ev.bootstrap, ev.ci)
                                       for key, (ref, new) in rows.items()} for table, rows in pairs.items()}
     return out
 
@@ -133,8 +136,8 @@ def _means(rows: list[dict]) -> dict:
     return {m: round(sum(x[m] for x in rows) / n, 4) for m in SCORES} | {"n": len(rows)}
 
 
-def _summary(episodes: list[dict], calls: list[dict], kind: dict[str, str], values: dict[str, dict], e: dict,
-             ev: dict) -> dict:
+def _summary(episodes: list[dict], calls: list[dict], kind: dict[str, str], values: dict[str, dict], e: AgentEvaluate,
+             ev: Evaluate) -> dict:
     """One model's means (the gate's keys), then every figure with its CI (`clap.agent.report.model_figures`, from
     the model's per-task `values`)."""
     greedy = [x for x in episodes if x["run"] == "greedy"]
@@ -153,8 +156,8 @@ def _summary(episodes: list[dict], calls: list[dict], kind: dict[str, str], valu
         "abstention_accuracy": round(sum(x["abstained"] for x in unanswerable) / (len(unanswerable) or 1), 4),
         "false_abstention_rate": round(sum(x["abstained"] for x in answerable) / (len(answerable) or 1), 4),
         "finished": round(sum(x["finished"] for x in greedy) / (len(greedy) or 1), 4),
-        "pass_hat_k": {str(k): scoring.pass_hat_k(list(successes.values()), e["samples"], k) for k in e["pass_k"]},
+        "pass_hat_k": {str(k): scoring.pass_hat_k(list(successes.values()), e.samples, k) for k in e.pass_k},
         "by_kind": {k: _means([x for x in greedy if kind[x["task_id"]] == k])["success"]
                     for k in sorted(set(kind.values()))},
-        "with_ci": report.model_figures(values, greedy, kind, successes or None, e["samples"], e["pass_k"],
-                                        ev["bootstrap"], ev["ci"])}
+        "with_ci": report.model_figures(values, greedy, kind, successes or None, e.samples, e.pass_k,
+                                        ev.bootstrap, ev.ci)}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clap.config import Evaluate, EvaluateDecisions, Rewards
 from clap.data.playbook import playbook
 from clap.domain import prompts
 from clap.domain.names import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
@@ -51,9 +52,11 @@ class ExtractionRecordsMissing(UserError, FileNotFoundError):
     pass
 
 
-def extraction(cfg: dict, files: dict[str, tuple[Path, Path]], engine, steps: list[str]) -> tuple[dict, list[dict]]:
-    """The later chain `steps` on the extraction holdouts against SFT. `files`: batch → (sft_eval.jsonl,
-    the records `evaluate@<batch>` wrote, whose `candidate` rows are the SFT adapter's answers)."""
+def extraction(evaluate: Evaluate, constrained: bool, files: dict[str, tuple[Path, Path]], engine, steps: list[str]
+               ) -> tuple[dict, list[dict]]:
+    """The later chain `steps` on the extraction holdouts against SFT, asked and scored as `evaluate` does.
+    `files`: batch → (sft_eval.jsonl, the records `evaluate@<batch>` wrote, whose `candidate` rows are the SFT
+    adapter's answers)."""
     per_model: dict[str, list[dict]] = {"sft": []}
     for b, (samples_file, records_file) in files.items():
         samples = read_jsonl(samples_file)
@@ -68,27 +71,27 @@ def extraction(cfg: dict, files: dict[str, tuple[Path, Path]], engine, steps: li
             raise ExtractionRecordsMissing(f"{records_file}: the SFT adapter's answer to {missing[0]} is missing "
                                            f"({len(missing)} of {len(samples)}); `dvc repro evaluate@{b}`")
         per_model["sft"] += [sft[s["sample_id"]] for s in samples]
-        schemas = extraction_schemas(cfg, samples)
+        schemas = extraction_schemas(constrained, samples)
         for step in steps:
-            per_model.setdefault(step, []).extend(answer_extraction(cfg, samples, engine, step, step, b, schemas))
+            per_model.setdefault(step, []).extend(answer_extraction(evaluate, samples, engine, step, step, b, schemas))
     rows = per_model["sft"]
     batches = sorted({r["batch"] for r in rows})
     out = {"n": len(rows), "models": {m: _mean(r, EXTRACTION_METRICS) for m, r in per_model.items()},
-           "deltas": {f"{s}-sft": _deltas(rows, per_model[s], EXTRACTION_METRICS, cfg["evaluate"]) for s in steps},
+           "deltas": {f"{s}-sft": _deltas(rows, per_model[s], EXTRACTION_METRICS, evaluate) for s in steps},
            "per_batch_deltas": {b: {f"{s}-sft": _deltas([r for r in rows if r["batch"] == b],
                                                          [r for r in per_model[s] if r["batch"] == b],
-                                                         ("overall_score",), cfg["evaluate"]) for s in steps}
+                                                         ("overall_score",), evaluate) for s in steps}
                                 for b in batches}}
     return out, [r for s in steps for r in per_model[s]]
 
 
-def score_case(text: str, case: dict, logprobs: dict[str, float], rewards: dict) -> dict:
+def score_case(text: str, case: dict, logprobs: dict[str, float], rewards: Rewards) -> dict:
     """One model's answer and preferences on one case → every metric (pure)."""
     ref = json.loads(case["reference_json"])
-    parts = decision_parts(text, ref, rewards["max_chars"])
+    parts = decision_parts(text, ref, rewards.max_chars)
     hits = decision_hits(parse_answer(text), ref)
     c, n, r = logprobs["chosen"], logprobs["near_miss"], logprobs["rejected"]
-    return {"decision_score": round(decision_reward(text, ref, rewards["weights"], rewards["max_chars"]), 6),
+    return {"decision_score": round(decision_reward(text, ref, rewards.weights.model_dump(), rewards.max_chars), 6),
             "decision_pass": float(all(hits.values())), "action_accuracy": float(hits["action"]),
             "cause_accuracy": float(hits["cause"]), "risk_focus_accuracy": float(hits["risk_focus"]),
             "format_ok": float(parts["format"] == 1.0), "rank_accuracy": float(c > n > r),
@@ -102,22 +105,24 @@ def comparisons(models: list[str]) -> list[tuple[str, str]]:
     return out + [(m, "sft") for m in steps if m != "sft" and "sft" in models]
 
 
-def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: Path, metrics_file: Path,
-        extraction_files: dict[str, tuple[Path, Path]] | None = None) -> dict:
+def run(e: EvaluateDecisions, case_files: dict[str, Path], engine, models: list[str], out: Path, metrics_file: Path,
+        extraction_files: dict[str, tuple[Path, Path]] | None = None, *, evaluate: Evaluate, rewards: Rewards,
+        constrained: bool) -> dict:
     """`case_files`: batch → decision_eval.jsonl; `models`: the names the engine answers as ("base" is
-    the adapters switched off; the others are adapters it holds); `extraction_files`: see `extraction`."""
+    the adapters switched off; the others are adapters it holds); `extraction_files`: see `extraction`.
+    `e`: `evaluate_decisions`; `evaluate`: the intervals and the extraction scoring; `rewards`: the decision score;
+    `constrained`: answers decoded under the decision schema (`generate.constrained`)."""
     inputs = tuple(case_files.values()) + tuple(f for pair in (extraction_files or {}).values() for f in pair)
     check_output_dir(out, inputs)
-    e, rewards = cfg["evaluate_decisions"], cfg["rewards"]
     cases = [c for b in case_files for c in read_jsonl(case_files[b])]
     if not cases:  # nothing to judge DPO / GRPO on: the gate holds them (decision_eval_missing)
         print(f"clap: no held-out decision cases in {', '.join(map(str, case_files.values()))}; "
               "raise materialize.decision_eval_fraction to evaluate the chain")
         models = []
     convs = [prompts.messages(prompts.SYSTEM_DECIDE, c["prompt"]) for c in cases]
-    actions = playbook(case_files) if e["action_playbook"] else None
+    actions = playbook(case_files) if e.action_playbook else None
     schemas = [decision_schema(prompts.decision_cause_fields(c["prompt"]), actions) for c in cases] \
-        if cfg["generate"]["constrained"] else None
+        if constrained else None
     graded = [{g["role"]: g["text"] for g in json.loads(c["candidates_json"])} for c in cases]
     per_model = {name: answers(engine, name, cases, convs, graded, schemas, e, rewards) for name in models}
     batches = list(case_files)
@@ -129,12 +134,12 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
     regressed = []
     for new, ref in comparisons(models):
         key = f"{new}-{ref}"
-        result["deltas"][key] = _deltas(per_model[ref], per_model[new], METRICS, cfg["evaluate"])
+        result["deltas"][key] = _deltas(per_model[ref], per_model[new], METRICS, evaluate)
         for b in batches:
             sel = [i for i, c in enumerate(cases) if c["batch"] == b]
             result["per_batch_deltas"][b][key] = _deltas([per_model[ref][i] for i in sel],
                                                          [per_model[new][i] for i in sel], BATCH_DELTA_METRICS,
-                                                         cfg["evaluate"])
+                                                         evaluate)
         if ref == ("sft" if new != "sft" else ("prod" if "prod" in models else "base")):
             regressed += _regressed(cases, per_model[ref], per_model[new], new, ref)
     result["regressed_cases"] = {m: sum(r["model"] == m for r in regressed) for m in models if m in CHAIN}
@@ -143,7 +148,7 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
     later = [m for m in models if m in CHAIN and m != "sft"]
     extraction_records = []
     if extraction_files is not None and later:
-        result["extraction"], extraction_records = extraction(cfg, extraction_files, engine, later)
+        result["extraction"], extraction_records = extraction(evaluate, constrained, extraction_files, engine, later)
     with atomic_dir(out, inputs) as tmp:
         write_jsonl(tmp / "records.jsonl", [r for rows in per_model.values() for r in rows])
         write_jsonl(tmp / "regressed.jsonl", regressed)
@@ -152,13 +157,13 @@ def run(cfg: dict, case_files: dict[str, Path], engine, models: list[str], out: 
     return result
 
 
-def answers(engine, name: str, cases: list[dict], convs: list, graded: list[dict], schemas: list | None, e: dict,
-            rewards: dict) -> list[dict]:
+def answers(engine, name: str, cases: list[dict], convs: list, graded: list[dict], schemas: list | None,
+            e: EvaluateDecisions, rewards: Rewards) -> list[dict]:
     """Model `name`'s scored answer to every case ("base": the adapters switched off), with the summed
     log-probability it gives each graded answer (`graded`: role → text per case: chosen, near miss, rejected)."""
     use = False if name == "base" else name
-    gens = engine.generate(convs, use_adapter=use, max_new_tokens=e["max_new_tokens"],
-                           batch_size=e["batch_size"], schemas=schemas)
+    gens = engine.generate(convs, use_adapter=use, max_new_tokens=e.max_new_tokens,
+                           batch_size=e.batch_size, schemas=schemas)
     lps = {role: engine.completion_logprobs(convs, [g[role] for g in graded], use)
            for role in ("chosen", "near_miss", "rejected")}
     return [{"case_id": c["case_id"], "record_id": c["record_id"], "batch": c["batch"], "model": name,
@@ -177,8 +182,8 @@ def _regressed(cases: list[dict], ref_rows: list[dict], new_rows: list[dict], ne
             for c, a, z in zip(cases, ref_rows, new_rows) if a["decision_pass"] == 1.0 and z["decision_pass"] == 0.0]
 
 
-def _deltas(ref_rows: list[dict], new_rows: list[dict], metrics, e: dict) -> dict:
-    return {m: paired_bootstrap([r[m] for r in ref_rows], [r[m] for r in new_rows], n=e["bootstrap"], ci=e["ci"],
+def _deltas(ref_rows: list[dict], new_rows: list[dict], metrics, e: Evaluate) -> dict:
+    return {m: paired_bootstrap([r[m] for r in ref_rows], [r[m] for r in new_rows], n=e.bootstrap, ci=e.ci,
                                 seed=17) for m in metrics}
 
 

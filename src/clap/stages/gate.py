@@ -22,36 +22,39 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
+from clap.config import Agent, Gate, Train
 from clap.domain.contracts import GateDecision
 from clap.io import InputFileError, read_json, read_json_if_exists, sha256_file, write_json
 from clap.release.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 
 
-def run(cfg: dict, root: Path, out: Path, candidate: str = "sft") -> GateDecision:
+def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches: list[str], train: Train,
+        agent: Agent) -> GateDecision:
+    """Judge `candidate` and the chain steps that continue it under the `gate` policy, from the evidence under `root`.
+    `batches`: `data.batches`; `train`, `agent`: which steps are switched on (`*.enabled`)."""
     root = Path(root)
-    batches = cfg["data"]["batches"]
     admission = {b: read_json(root / paths.admission(b)) for b in batches}
-    trainers = [candidate] + [t for t in ("dpo", "grpo") if cfg["train"][t]["enabled"] and t != candidate]
+    trainers = [candidate] + [t for t in ("dpo", "grpo") if getattr(train, t).enabled and t != candidate]
     guards = {t: read_json_if_exists(root / paths.guard_report(t)) for t in trainers}
     evaluation = {b: _evidence(root / paths.eval_metrics(b), f"evaluate@{b}") for b in batches}
     replay = _evidence(root / paths.REPLAY_METRICS, "replay", optional=True)
     decisions = _evidence(root / paths.DECISION_METRICS, "evaluate_decisions", optional=True)
     human = _evidence(root / paths.HUMAN_METRICS, "clap human import", optional=True)
     manifest = root / paths.adapter(candidate) / "manifest.json"
-    judged = {candidate: decide(cfg["gate"], admission, guards, evaluation, replay, candidate=candidate,
+    judged = {candidate: decide(policy, admission, guards, evaluation, replay, candidate=candidate,
                                 decisions=decisions, human=human,
                                 candidate_manifest=sha256_file(manifest) if manifest.exists() else None)}
     for step in trainers[1:]:
-        judged[step] = decide_chain_step(cfg["gate"], step, guards[step], judged[candidate], decisions)
-    decision = via_canary(cfg["gate"], choose(judged))
-    if cfg["agent"]["enabled"]:
+        judged[step] = decide_chain_step(policy, step, guards[step], judged[candidate], decisions)
+    decision = via_canary(policy, choose(judged))
+    if agent.enabled:
         agent_metrics = _evidence(root / paths.AGENT_METRICS, "evaluate_agent", optional=True)
-        agent = choose_agent({s: decide_agent(cfg["gate"], agent_metrics,
+        judged_agent = choose_agent({s: decide_agent(policy, agent_metrics,
                                               read_json_if_exists(root / paths.guard_report(s)), s)
-                              for s in agent_chain(cfg)})
-        decision = decision.model_copy(update={"agent": agent, "summary": {
-            **decision.summary, "agent_decision_code": agent["summary"]["decision_code"],
-            "agent_success_delta": agent["summary"]["success_delta"]}})
+                              for s in agent_chain(agent)})
+        decision = decision.model_copy(update={"agent": judged_agent, "summary": {
+            **decision.summary, "agent_decision_code": judged_agent["summary"]["decision_code"],
+            "agent_success_delta": judged_agent["summary"]["success_delta"]}})
     write_json(out, decision.model_dump())
     return decision
 

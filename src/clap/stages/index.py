@@ -12,28 +12,30 @@ from pathlib import Path
 
 import pandas as pd
 
+from clap.config import Retrieval
 from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json
 from clap.retrieval import BM25Index, retrieve
 
 
-def run(cfg: dict, assets: Path, materialized: Path, out: Path) -> dict:
+def run(r: Retrieval, assets: Path, materialized: Path, out: Path, batches: list[str]) -> dict:
+    """`r`: the `retrieval` section (its recall is measured at `k`); `batches`: `data.batches`."""
     check_output_dir(out, (assets, materialized))
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     bm25 = BM25Index(chunks["chunk_id"].tolist(), chunks["text"].tolist())
     where = {c: (d, int(p)) for c, d, p in zip(chunks["chunk_id"], chunks["doc_id"], chunks["page"])}
     recall = {}
-    for b in cfg["data"]["batches"]:
+    for b in batches:
         cases = read_jsonl(Path(materialized) / b / "replay_cases.jsonl")
         if not cases:
             continue
-        hits = retrieve(cfg, bm25, chunks, [c["question"] for c in cases])
+        hits = retrieve(r, bm25, chunks, [c["question"] for c in cases])
         recall[b] = {
-            f"recall@{cfg['retrieval']['k']}_chunk": round(sum(c["gold_chunk_id"] in h for c, h in zip(cases, hits)) / len(cases), 4),
-            f"recall@{cfg['retrieval']['k']}_doc_page": round(sum((c["gold_doc_id"], c["gold_page"]) in {where[x] for x in h}
+            f"recall@{r.k}_chunk": round(sum(c["gold_chunk_id"] in h for c, h in zip(cases, hits)) / len(cases), 4),
+            f"recall@{r.k}_doc_page": round(sum((c["gold_doc_id"], c["gold_page"]) in {where[x] for x in h}
                                                                  for c, h in zip(cases, hits)) / len(cases), 4),
             "n": len(cases)}
     with atomic_dir(out, (assets, materialized)) as tmp:
         bm25.save(tmp / "bm25")
-        write_json(tmp / "retrieval_metrics.json", {"mode": cfg["retrieval"]["mode"], "k": cfg["retrieval"]["k"],
+        write_json(tmp / "retrieval_metrics.json", {"mode": r.mode, "k": r.k,
                                                     "per_batch": recall})
     return recall

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from clap.config import Materialize, Rewards
 from clap.data.near_dup import near_duplicates
 from clap.domain import prompts
 from clap.domain import quantities as nz
@@ -38,38 +39,39 @@ def _in_eval(key: str, fraction: float, seed: int) -> bool:
     return int(content_hash(seed, key)[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def overlap_counts(train: pd.DataFrame, holdout: pd.DataFrame, m: dict, work: Path) -> dict:
+def overlap_counts(train: pd.DataFrame, holdout: pd.DataFrame, m: Materialize, work: Path) -> dict:
     """Train rows overlapping the holdout: by ID, by exact normalised input, by near-duplicate input
     (m: the `materialize` params; `work`: where the near-duplicate search keeps its files while it runs)."""
     ids = set(holdout["record_id"])
     exact = set(holdout["input_norm"])
-    near = near_duplicates(train["input_norm"], holdout["input_norm"], m["near_dup_threshold"], m["num_perm"],
-                           m["engine"], m["workers"], work)
+    near = near_duplicates(train["input_norm"], holdout["input_norm"], m.near_dup_threshold, m.num_perm,
+                           m.engine, m.workers, work)
     return {"id_overlap": int(train["record_id"].isin(ids).sum()),
             "exact_input_overlap": int(train["input_norm"].isin(exact).sum()),
             "near_duplicate_overlap": int(sum(near)), "_near_mask": near}
 
 
-def run(cfg: dict, assets: Path, batch: str, out: Path) -> dict:
-    """Materialize one batch. Returns the data-quality report."""
+def run(m: Materialize, assets: Path, batch: str, out: Path, *, rewards: Rewards, retrieval_k: int) -> dict:
+    """Materialize one batch under the `materialize` section; `rewards` scores the decision preferences and
+    `retrieval_k` (`retrieval.k`) is how many chunks an application-style prompt shows. Returns the data-quality
+    report."""
     check_output_dir(out, (assets,))
-    m = cfg["materialize"]
     facts, chunks, decisions = _load(Path(assets), batch)
     chunk_by_id = {r["chunk_id"]: r for r in chunks.to_dict("records")}
     facts["input_norm"] = [nz.fold(f"{q} {chunk_by_id.get(c, {}).get('text', '')}").lower()
                            for q, c in zip(facts["question"], facts["chunk_id"])]
-    seed, frac = m["seed"], m["eval_fraction"]
+    seed, frac = m.seed, m.eval_fraction
     work = Path(out).parent  # beside the output: the near-duplicate units' files, on storage every Ray node sees
     work.mkdir(parents=True, exist_ok=True)
     split = _split(facts, m, work)
-    train = capped(split["train"], m["max_train_per_batch"], seed, "train")
-    holdout = capped(split["holdout"], m["max_eval_per_batch"], seed, "holdout")
+    train = capped(split["train"], m.max_train_per_batch, seed, "train")
+    holdout = capped(split["holdout"], m.max_eval_per_batch, seed, "holdout")
     contexts = _retrieved(train, chunks[~chunks["doc_id"].map(lambda d: _in_eval(d, frac, seed))],
-                          cfg["retrieval"]["k"])
-    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, seed, m["app_share"])
+                          retrieval_k)
+    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, seed, m.app_share)
     sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, seed, app_share=0.0)
-    replay = _replay_rows(capped(split["replay_pool"], m["max_replay_per_batch"], seed, "replay"))
-    pairs, groups, decision_eval = _decision_rows(decisions, batch, m, cfg["rewards"])
+    replay = _replay_rows(capped(split["replay_pool"], m.max_replay_per_batch, seed, "replay"))
+    pairs, groups, decision_eval = _decision_rows(decisions, batch, m, rewards)
     sft_train += _decision_sft_rows(groups, batch)
     repair = split["repair"]
     quality = {"batch": batch, "train_size": len(sft_train), "holdout_size": len(sft_eval),
@@ -97,11 +99,11 @@ def _load(assets: Path, batch: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
     return facts, pd.read_parquet(assets / "chunks.parquet"), pd.read_parquet(assets / "decisions.parquet")
 
 
-def _split(facts: pd.DataFrame, m: dict, work: Path) -> dict:
+def _split(facts: pd.DataFrame, m: Materialize, work: Path) -> dict:
     """Train and holdout split by document, after dropping unverifiable rows (to repair) and exact duplicates, with
     every train row that overlaps the holdout (same record, same normalised input, near duplicate) removed; the
     overlap a naive split by record would have had (`before`) and what is left (`after`, zero by construction)."""
-    seed, frac = m["seed"], m["eval_fraction"]
+    seed, frac = m.seed, m.eval_fraction
     naive_eval = facts["record_id"].map(lambda r: _in_eval(r, frac, seed))  # what the paper started from
     before = overlap_counts(facts[~naive_eval], facts[naive_eval], m, work)
     before.pop("_near_mask")
@@ -125,11 +127,11 @@ def _split(facts: pd.DataFrame, m: dict, work: Path) -> dict:
             "before": before, "after": after}
 
 
-def _decision_rows(decisions: pd.DataFrame, batch: str, m: dict, rewards: dict) -> tuple[list, list, list]:
+def _decision_rows(decisions: pd.DataFrame, batch: str, m: Materialize, rewards: Rewards) -> tuple[list, list, list]:
     """The batch's decision cases split by case: preference pairs and GRPO groups from the training cases, the
     held-out cases for `evaluate_decisions`."""
     batch_dec = decisions[decisions["batch"] == batch]
-    dec_eval = batch_dec["record_id"].map(lambda r: _in_eval(r, m["decision_eval_fraction"], m["seed"])).astype(bool)
+    dec_eval = batch_dec["record_id"].map(lambda r: _in_eval(r, m.decision_eval_fraction, m.seed)).astype(bool)
     pairs, groups = _preferences(batch_dec[~dec_eval], decisions, rewards)
     decision_eval = [{"case_id": f"dc-{g['record_id']}", "batch": batch, **{k: v for k, v in g.items() if k != "group_id"}}
                      for g in _preferences(batch_dec[dec_eval], decisions, rewards)[1]]
@@ -215,7 +217,7 @@ def _replay_rows(df: pd.DataFrame) -> list[dict]:
             for f in df.to_dict("records")]
 
 
-def _preferences(batch_dec: pd.DataFrame, all_dec: pd.DataFrame, rcfg: dict) -> tuple[list[dict], list[dict]]:
+def _preferences(batch_dec: pd.DataFrame, all_dec: pd.DataFrame, rcfg: Rewards) -> tuple[list[dict], list[dict]]:
     """Chosen = the original recommendation citing the real cause; near-miss = right action, wrong cause
     and risk focus; rejected = the action another case of the same type needed."""
     pairs, groups = [], []
@@ -233,8 +235,8 @@ def _preferences(batch_dec: pd.DataFrame, all_dec: pd.DataFrame, rcfg: dict) -> 
         near = json.dumps({"action": d["action"], "cause": other[0],
                            "risk_focus": next(r for r in prompts.RISK_FOCUS if r != d["risk_focus"])}, ensure_ascii=False)
         rejected = json.dumps({"action": wrong[0], "cause": wrong[2], "risk_focus": wrong[1]}, ensure_ascii=False)
-        w = rcfg["weights"]
-        r_c, r_n, r_r = (decision_reward(t, ref, w, rcfg["max_chars"]) for t in (chosen, near, rejected))
+        w = rcfg.weights.model_dump()
+        r_c, r_n, r_r = (decision_reward(t, ref, w, rcfg.max_chars) for t in (chosen, near, rejected))
         for kind, text, r in (("near_miss", near, r_n), ("rejected", rejected, r_r)):
             pairs.append({"pair_id": f"{d['record_id']}-{kind}", "record_id": d["record_id"], "prompt": prompt,
                           "chosen": chosen, "rejected": text, "kind": kind, "reward_chosen": r_c, "reward_rejected": r})

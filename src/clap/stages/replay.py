@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from clap.config import Evaluate, Replay, Retrieval
 from clap.domain import prompts
 from clap.domain.names import PROD_ARM, REPLAY_ANSWER_METRICS, REPLAY_ARMS, REPLAY_CONTRASTS, REPLAY_METRICS
 from clap.evaluate.decoding import answer_schema
@@ -37,22 +38,23 @@ def requests(cases: list[dict], contexts: list[list[dict]], constrained: bool) -
     return convs, [answer_schema(ctx, with_location=True) for ctx in contexts] if constrained else None
 
 
-def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: Engine, out: Path,
-        metrics_file: Path) -> dict:
+def run(r: Replay, assets: Path, materialized: Path, index_dir: Path, engine: Engine, out: Path,
+        metrics_file: Path, *, retrieval: Retrieval, evaluate: Evaluate, batches: list[str], constrained: bool) -> dict:
+    """`r`: the `replay` section; `retrieval` finds each case's chunks; `evaluate`: the intervals; `batches`: the
+    replay cases' batches (`data.batches`); `constrained`: answers under the answer schema (`generate.constrained`)."""
     check_output_dir(out, (assets, materialized, index_dir))
-    r = cfg["replay"]
     chunks = pd.read_parquet(Path(assets) / "chunks.parquet")
     by_id = {c["chunk_id"]: c for c in chunks.to_dict("records")}
-    cases = [c for b in cfg["data"]["batches"] for c in read_jsonl(Path(materialized) / b / "replay_cases.jsonl")]
+    cases = [c for b in batches for c in read_jsonl(Path(materialized) / b / "replay_cases.jsonl")]
     bm25 = BM25Index.load(Path(index_dir) / "bm25")
-    hits = retrieve(cfg, bm25, chunks, [c["question"] for c in cases])
+    hits = retrieve(retrieval, bm25, chunks, [c["question"] for c in cases])
     records, table = [], {}
     arms = REPLAY_ARMS | (PROD_ARM if "prod" in getattr(engine, "adapters", []) else {})
     for arm, (adapter, rag) in arms.items():
         contexts = [[by_id[h] for h in hit] if rag else [] for hit in hits]
-        convs, schemas = requests(cases, contexts, cfg["generate"]["constrained"])
-        gens = engine.generate(convs, use_adapter=adapter, max_new_tokens=r["max_new_tokens"],
-                               batch_size=r["batch_size"], schemas=schemas)
+        convs, schemas = requests(cases, contexts, constrained)
+        gens = engine.generate(convs, use_adapter=adapter, max_new_tokens=r.max_new_tokens,
+                               batch_size=r.batch_size, schemas=schemas)
         rows = []
         for c, ctx, g in zip(cases, contexts, gens):
             scores = score_case(parse_answer(g.text), json.loads(c["target"]), ctx)
@@ -63,9 +65,9 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
         table[arm]["p95_latency_ms"] = p95([x["latency_ms"] for x in rows])
         records += rows
     by_arm = {arm: [x for x in records if x["arm"] == arm] for arm in arms}
-    e = cfg["evaluate"]
+    e = evaluate
     contrasts = {name: {m: paired_bootstrap([x[m] for x in by_arm[ref]], [x[m] for x in by_arm[new]],
-                                            n=e["bootstrap"], ci=e["ci"], seed=17) for m in REPLAY_ANSWER_METRICS}
+                                            n=e.bootstrap, ci=e.ci, seed=17) for m in REPLAY_ANSWER_METRICS}
                  for name, (ref, new) in REPLAY_CONTRASTS.items() if ref in arms}
     failed = [{"case_id": b["case_id"], "batch": b["batch"], "reason": "adapter_with_rag_missed_core_fields",
                "output": b["output"], "target": c["target"]}
@@ -73,6 +75,6 @@ def run(cfg: dict, assets: Path, materialized: Path, index_dir: Path, engine: En
     with atomic_dir(out, (assets, materialized, index_dir)) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_jsonl(tmp / "failed_cases.jsonl", failed)
-    write_json(metrics_file, {"n_cases": len(cases), "constrained": cfg["generate"]["constrained"], "arms": table,
+    write_json(metrics_file, {"n_cases": len(cases), "constrained": constrained, "arms": table,
                               "contrasts": contrasts})
     return {"arms": table, "contrasts": contrasts}

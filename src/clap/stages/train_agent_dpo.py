@@ -18,6 +18,7 @@ from clap import model as base_model
 from clap import paths
 from clap.agent import chat
 from clap.agent.tools import ReportTools
+from clap.config import Agent, Train
 from clap.io import atomic_dir, read_jsonl, write_json
 from clap.train.common import finish, resume_point, run_training, start_from, write_untrained
 from clap.train.guards import GuardCallback
@@ -32,29 +33,30 @@ def build_dataset(rows: list[dict], tok):
         "chosen": r["chosen"] + end, "rejected": r["rejected"] + end} for r in rows])
 
 
-def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
-        start_expected: dict, callbacks: list | None = None) -> dict:
+def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
+        start_expected: dict, callbacks: list | None = None, *, train: Train) -> dict:
+    """`agent`: its `dpo` dose and `sft.max_length`; `train`: the seed and guards."""
     import torch
     from trl import DPOConfig, DPOTrainer
 
     started = time.time()
-    d, t = cfg["agent"]["dpo"], cfg["train"]
+    d, t = agent.dpo, train
     rows = read_jsonl(Path(pairs_dir) / "pairs.jsonl")
     tok = base_model.load_tokenizer(base_dir)
     base_identity = base_model.identity(base_dir)
     if not rows:
         return _unchanged(out, start_adapter, start_expected, base_identity, started)
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
-    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(d["bf16"])
-    args = DPOConfig(output_dir=str(checkpoints), max_steps=d["max_steps"], learning_rate=d["learning_rate"],
-                     beta=d["beta"], per_device_train_batch_size=1, gradient_accumulation_steps=d["gradient_accumulation"],
-                     logging_steps=1, save_steps=max(1, d["max_steps"] // 2), save_total_limit=2, report_to=[],
-                     seed=t["seed"], bf16=bf16, use_cpu=not cuda,
-                     max_length=cfg["agent"]["sft"]["max_length"], dataloader_num_workers=0)
-    guard = GuardCallback("agent_dpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(d.bf16)
+    args = DPOConfig(output_dir=str(checkpoints), max_steps=d.max_steps, learning_rate=d.learning_rate,
+                     beta=d.beta, per_device_train_batch_size=1, gradient_accumulation_steps=d.gradient_accumulation,
+                     logging_steps=1, save_steps=max(1, d.max_steps // 2), save_total_limit=2, report_to=[],
+                     seed=t.seed, bf16=bf16, use_cpu=not cuda,
+                     max_length=agent.sft.max_length, dataloader_num_workers=0)
+    guard = GuardCallback("agent_dpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows, tok), processing_class=tok,
                          callbacks=[*(callbacks or []), guard])
-    resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,
+    resume = resume_point(checkpoints, {"cfg": d, "seed": t.seed, "start": start_sha, "rows": rows,
                                         "base": base_identity})
     run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_dpo", base_identity,

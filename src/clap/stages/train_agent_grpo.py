@@ -38,6 +38,7 @@ from clap.agent import chat, reward_model, rewards
 from clap.agent.episode import rollout as run_episodes
 from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
+from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
 from clap.evaluate.decoding import GrammarCache
 from clap.train.common import finish, resume_point, run_training, start_from
@@ -96,7 +97,7 @@ def completion_of(tok, prompt_ids: list[int], messages: list[dict], last_turn_cl
     return ids[len(prompt_ids):end], mask[len(prompt_ids):end]
 
 
-def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: dict | None, agent: dict,
+def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: dict | None, agent: Agent,
                     temperature: float):
     """A TRL `rollout_func`: one sampled episode per prompt of the (already repeated) slice, all episodes
     stepped together (one batched generation per turn). Returns the completions with their `env_mask`
@@ -118,14 +119,14 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
             encoded = [render(tok, c, generation_prompt=True)["input_ids"] for c in conversations]
             if grammars is not None:  # the engine's grammar loop: a turn leaves the batch as its action closes
                 rows = sample_under_grammar(model, encoded, [grammars.compiled(schema)] * len(encoded),
-                                            agent["turn_tokens"], temperature, tok.pad_token_id)
+                                            agent.turn_tokens, temperature, tok.pad_token_id)
                 for conv, (_, closed) in zip(conversations, rows):
                     last_clipped[id(conv)] = not closed  # cut at agent.turn_tokens before its end-of-turn token
                 return [Turn(tok.decode(row, skip_special_tokens=True), len(row) + closed) for row, closed in rows]
             pad = tok.pad_token_id
             ids, mask = left_padded(encoded, pad, model.device)
             width = ids.shape[1]
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=agent["turn_tokens"],
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=agent.turn_tokens,
                                  do_sample=True, temperature=temperature, pad_token_id=pad, eos_token_id=sorted(stop))
             turns = []
             for conv, row in zip(conversations, out[:, width:].tolist()):
@@ -140,7 +141,7 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
         model.eval()
         try:
             with torch.no_grad():
-                episodes = run_episodes(policy, tools, tasks, agent["max_steps"], agent["max_new_tokens"])
+                episodes = run_episodes(policy, tools, tasks, agent.max_steps, agent.max_new_tokens)
         finally:
             model.train(was_training)
         prompt_ids, completion_ids, env_mask = [], [], []
@@ -156,55 +157,57 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
     return rollout
 
 
-def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
+def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
         start_expected: dict, callbacks: list | None = None, rm_dir: Path | None = None,
-        rm_expected: dict | None = None, rm_check: Path | None = None) -> dict:
+        rm_expected: dict | None = None, rm_check: Path | None = None, *, train: Train, batches: list[str],
+        constrained: bool) -> dict:
     """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it; `rm_dir`/
     `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter;
-    `rm_check`: its verdict (data/agent_rm_check, `clap agent-rm-check`)."""
+    `rm_check`: its verdict (data/agent_rm_check, `clap agent-rm-check`). `agent`: the `grpo` dose, episode limits
+    and rewards; `train`: seed and guards; `batches`: the tools' data (`data.batches`); `constrained`: actions
+    sampled under the action grammar (`generate.constrained`)."""
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
     started = time.time()
-    a, g, t = cfg["agent"], cfg["agent"]["grpo"], cfg["train"]
+    a, g, t = agent, agent.grpo, train
     tasks = load(tasks_dir, "train")
     if not tasks:
         raise NotAdmitted(f"agent-grpo: no train task in {tasks_dir}")
-    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
+    tools = ReportTools.over_batches(assets, batches)
     tok = base_model.load_tokenizer(base_dir)
     tok.padding_side = "left"
     base_identity = base_model.identity(base_dir)
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
-    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(g["bf16"])
-    weights = a["rewards"]["weights"]
-    funcs = [part_reward(p, a["rewards"]["per_extra_call"]) for p in REWARD_PARTS]
-    func_weights = [weights[p] for p in REWARD_PARTS]
-    use_rm, rm_note = reward_model.reward_model_use(g["reward_model_weight"], rm_check)
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(g.bf16)
+    weights = a.rewards.weights
+    funcs = [part_reward(p, a.rewards.per_extra_call) for p in REWARD_PARTS]
+    func_weights = [getattr(weights, p) for p in REWARD_PARTS]
+    use_rm, rm_note = reward_model.reward_model_use(g.reward_model_weight, rm_check)
     if use_rm:
         funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
                                     tok))  # scores() pads right whatever the policy's padding side
-        func_weights.append(g["reward_model_weight"])
+        func_weights.append(g.reward_model_weight)
     print(f"clap: agent-grpo: {rm_note}")
-    args = GRPOConfig(output_dir=str(checkpoints), max_steps=g["max_steps"], learning_rate=g["learning_rate"],
-                      beta=g["beta"], num_generations=g["num_generations"], temperature=g["temperature"],
-                      max_completion_length=a["max_new_tokens"], reward_weights=func_weights,
-                      per_device_train_batch_size=g["num_generations"], logging_steps=g["logging_steps"],
-                      save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
+    args = GRPOConfig(output_dir=str(checkpoints), max_steps=g.max_steps, learning_rate=g.learning_rate,
+                      beta=g.beta, num_generations=g.num_generations, temperature=g.temperature,
+                      max_completion_length=a.max_new_tokens, reward_weights=func_weights,
+                      per_device_train_batch_size=g.num_generations, logging_steps=g.logging_steps,
+                      save_steps=g.save_steps, save_total_limit=2, report_to=[], seed=t.seed,
                       bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
-    guard = GuardCallback("agent_grpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
-    constrained = cfg["generate"]["constrained"]
+    guard = GuardCallback("agent_grpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     grammars = GrammarCache(tok, model.config.vocab_size) if constrained else None
     schema = chat.action_schema(tools.schemas) if constrained else None
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(tasks), processing_class=tok,
                           reward_funcs=funcs,
                           callbacks=[*(callbacks or []), guard],
-                          rollout_func=episode_rollout(tools, grammars, schema, a, g["temperature"]))
-    resume = resume_point(checkpoints, {"cfg": g, "agent": {k: a[k] for k in ("max_steps", "max_new_tokens",
+                          rollout_func=episode_rollout(tools, grammars, schema, a, g.temperature))
+    resume = resume_point(checkpoints, {"cfg": g, "agent": {k: getattr(a, k) for k in ("max_steps", "max_new_tokens",
                                                                              "turn_tokens", "rewards")},
-                                        "seed": t["seed"], "start": start_sha, "tasks": [x["task_id"] for x in tasks],
+                                        "seed": t.seed, "start": start_sha, "tasks": [x["task_id"] for x in tasks],
                                         "base": base_identity, "constrained": constrained,
                                         "reward_model": rm_expected if use_rm else None})
     run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_grpo", base_identity,
-                  {"tasks": len(tasks), "resumed_from": resume, "beta": g["beta"], "start_adapter_sha256": start_sha,
+                  {"tasks": len(tasks), "resumed_from": resume, "beta": g.beta, "start_adapter_sha256": start_sha,
                    "constrained_rollouts": constrained, "reward_model": rm_note, "bf16": bf16}, started, start_adapter)

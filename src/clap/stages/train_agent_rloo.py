@@ -38,6 +38,7 @@ from clap import paths
 from clap.agent import chat, reward_model, rewards
 from clap.agent.tasks import execute, load
 from clap.agent.tools import ReportTools
+from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
 from clap.train.common import finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
@@ -106,47 +107,48 @@ def learned_reward(model, tok):
     return reward_model_score
 
 
-def run(cfg: dict, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
+def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, checkpoints: Path, start_adapter: Path,
         start_expected: dict, callbacks: list | None = None, rm_dir: Path | None = None,
-        rm_expected: dict | None = None, rm_check: Path | None = None) -> dict:
+        rm_expected: dict | None = None, rm_check: Path | None = None, *, train: Train, batches: list[str]) -> dict:
     """`start_adapter`/`start_expected`: the agent SFT adapter and the manifest git pins for it; `rm_dir`/
     `rm_expected`: the reward model's folder (models/agent_rm) and the manifest git pins for its adapter;
-    `rm_check`: its verdict (data/agent_rm_check, `clap agent-rm-check`)."""
+    `rm_check`: its verdict (data/agent_rm_check, `clap agent-rm-check`). `agent`: the `rloo` dose, `turn_tokens`
+    and the reward weights; `train`: seed and guards; `batches`: the tools' data (`data.batches`)."""
     import torch
     from trl import RLOOConfig, RLOOTrainer
 
     started = time.time()
-    a, r, t = cfg["agent"], cfg["agent"]["rloo"], cfg["train"]
+    a, r, t = agent, agent.rloo, train
     tasks = load(tasks_dir, "train")
     if not tasks:
         raise NotAdmitted(f"agent-rloo: no train task in {tasks_dir}")
-    tools = ReportTools.over_batches(assets, cfg["data"]["batches"])
+    tools = ReportTools.over_batches(assets, batches)
     rows = states(tools, tasks)
     tok = base_model.load_tokenizer(base_dir)
     tok.padding_side = "left"
     base_identity = base_model.identity(base_dir)
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
-    funcs, weights = rule_rewards(tools), [a["rewards"]["weights"]["process"], a["rewards"]["weights"]["format"]]
-    use_rm, rm_note = reward_model.reward_model_use(r["reward_model_weight"], rm_check)
+    funcs, weights = rule_rewards(tools), [a.rewards.weights.process, a.rewards.weights.format]
+    use_rm, rm_note = reward_model.reward_model_use(r.reward_model_weight, rm_check)
     if use_rm:
         funcs.append(learned_reward(reward_model.load(base_dir, Path(rm_dir) / "adapter", rm_expected, base_identity),
                                     tok))  # scores() pads right whatever the policy's padding side
-        weights.append(r["reward_model_weight"])
+        weights.append(r.reward_model_weight)
     print(f"clap: agent-rloo: {len(rows)} states from {len(tasks)} train tasks; {rm_note}")
-    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(r["bf16"])
-    args = RLOOConfig(output_dir=str(checkpoints), max_steps=r["max_steps"], learning_rate=r["learning_rate"],
-                      beta=r["beta"], num_generations=r["num_generations"], temperature=r["temperature"],
-                      max_completion_length=a["turn_tokens"], reward_weights=weights,
-                      per_device_train_batch_size=r["num_generations"] * r["states_per_step"],
-                      logging_steps=r["logging_steps"], save_steps=r["save_steps"], save_total_limit=2, report_to=[],
-                      seed=t["seed"], bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
-    guard = GuardCallback("agent_rloo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(r.bf16)
+    args = RLOOConfig(output_dir=str(checkpoints), max_steps=r.max_steps, learning_rate=r.learning_rate,
+                      beta=r.beta, num_generations=r.num_generations, temperature=r.temperature,
+                      max_completion_length=a.turn_tokens, reward_weights=weights,
+                      per_device_train_batch_size=r.num_generations * r.states_per_step,
+                      logging_steps=r.logging_steps, save_steps=r.save_steps, save_total_limit=2, report_to=[],
+                      seed=t.seed, bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
+    guard = GuardCallback("agent_rloo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = RLOOTrainer(model=model, args=args, train_dataset=build_dataset(tok, rows), processing_class=tok,
                           reward_funcs=funcs, callbacks=[*(callbacks or []), guard])
-    resume = resume_point(checkpoints, {"cfg": r, "turn_tokens": a["turn_tokens"], "weights": a["rewards"]["weights"],
-                                        "seed": t["seed"], "start": start_sha, "tasks": [x["task_id"] for x in tasks],
+    resume = resume_point(checkpoints, {"cfg": r, "turn_tokens": a.turn_tokens, "weights": a.rewards.weights,
+                                        "seed": t.seed, "start": start_sha, "tasks": [x["task_id"] for x in tasks],
                                         "base": base_identity, "reward_model": rm_expected if use_rm else None})
     run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_rloo", base_identity,
-                  {"tasks": len(tasks), "states": len(rows), "resumed_from": resume, "beta": r["beta"],
+                  {"tasks": len(tasks), "states": len(rows), "resumed_from": resume, "beta": r.beta,
                    "start_adapter_sha256": start_sha, "reward_model": rm_note, "bf16": bf16}, started, start_adapter)

@@ -25,6 +25,7 @@ from clap import model as base_model
 from clap import paths
 from clap.agent import chat, reward_model, scoring
 from clap.agent.tasks import split_of
+from clap.config import Agent, Train
 from clap.io import atomic_dir, read_jsonl
 from clap.train.common import finish, lora_config, resume_point, run_training, write_untrained
 from clap.train.guards import GuardCallback
@@ -55,43 +56,45 @@ def agreement(model, tok, pairs: list[dict]) -> dict:
     return scoring.pairwise_agreement(chosen, rejected, [p["reason"] for p in pairs])
 
 
-def run(cfg: dict, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None) -> dict:
+def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None, *,
+        train: Train) -> dict:
+    """`agent`: its `rm` dose, `tasks.seed` (the held-out split) and the LoRA shape of `sft`; `train`: seed, guards."""
     import torch
     from trl import RewardConfig, RewardTrainer
 
     started = time.time()
-    rm, t = cfg["agent"]["rm"], cfg["train"]
-    lora = {k: cfg["agent"]["sft"][k] for k in ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "max_length")}
+    rm, t = agent.rm, train
+    lora = {k: getattr(agent.sft, k) for k in ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "max_length")}
     pairs = read_jsonl(Path(pairs_dir) / "pairs.jsonl")
-    train, held = split_pairs(pairs, rm["eval_fraction"], cfg["agent"]["tasks"]["seed"])
+    train_pairs, held = split_pairs(pairs, rm.eval_fraction, agent.tasks.seed)
     base_identity = base_model.identity(base_dir)
-    if not train:
+    if not train_pairs:
         return _untrained(out, base_identity, started, len(pairs), len(held))
     tok = base_model.load_tokenizer(base_dir)
     model = reward_model.load_base(base_dir)
-    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(rm["bf16"])
-    args = RewardConfig(output_dir=str(checkpoints), max_steps=rm["max_steps"], learning_rate=rm["learning_rate"],
-                        per_device_train_batch_size=1, gradient_accumulation_steps=rm["gradient_accumulation"],
-                        logging_steps=1, save_steps=max(1, rm["max_steps"] // 2), save_total_limit=2, report_to=[],
-                        seed=t["seed"], bf16=bf16, use_cpu=not cuda,
+    cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(rm.bf16)
+    args = RewardConfig(output_dir=str(checkpoints), max_steps=rm.max_steps, learning_rate=rm.learning_rate,
+                        per_device_train_batch_size=1, gradient_accumulation_steps=rm.gradient_accumulation,
+                        logging_steps=1, save_steps=max(1, rm.max_steps // 2), save_total_limit=2, report_to=[],
+                        seed=t.seed, bf16=bf16, use_cpu=not cuda,
                         max_length=lora["max_length"], dataloader_num_workers=0)
-    peft = lora_config(lora, model, task_type="SEQ_CLS", modules_to_save=["score"])
-    guard = GuardCallback("agent_rm", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
-    trainer = RewardTrainer(model=model, args=args, train_dataset=build_dataset(train, tok), processing_class=tok,
+    peft = lora_config(agent.sft, model, task_type="SEQ_CLS", modules_to_save=["score"])
+    guard = GuardCallback("agent_rm", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    trainer = RewardTrainer(model=model, args=args, train_dataset=build_dataset(train_pairs, tok), processing_class=tok,
                             peft_config=peft, callbacks=[*(callbacks or []), guard])
-    resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t["seed"], "pairs": train, "base": base_identity})
+    resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t.seed, "pairs": train_pairs, "base": base_identity})
     run_training(trainer, resume)
     # Scored in full precision, as GRPO loads it: off accelerate's bf16 autocast wrapper, which on 40 held-out pairs
     # was no faster for this path and moved one pair's order (benchmarks/README.md § agent reward model)
     scorer = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
-    checked = {"train": agreement(scorer, tok, train), "held_out": agreement(scorer, tok, held)}
-    agrees = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm["min_agreement"]
+    checked = {"train": agreement(scorer, tok, train_pairs), "held_out": agreement(scorer, tok, held)}
+    agrees = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm.min_agreement
     logged = [h for h in trainer.state.log_history if "num_tokens" in h]  # RewardTrainer counts its own tokens
     tokens = int(float(logged[-1]["num_tokens"])) if logged else 0
     runtime = next((h["train_runtime"] for h in trainer.state.log_history if "train_runtime" in h), None)
     return finish(trainer, guard, out, "agent_rm", base_identity,
                   {"tokens_seen": tokens, "tokens_per_s": round(tokens / runtime, 2) if runtime else 0.0,
-                   "pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held),
+                   "pairs": len(pairs), "train_pairs": len(train_pairs), "held_out_pairs": len(held),
                    "agreement_with_rules": checked, "agrees_with_rules": agrees, "resumed_from": resume,
                    "bf16": bf16}, started)
 

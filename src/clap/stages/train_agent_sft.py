@@ -25,6 +25,7 @@ from clap import paths
 from clap.agent import chat
 from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
+from clap.config import AgentSft, Train
 from clap.data.admission import NotAdmitted
 from clap.train.common import finish, lora_config, resume_point, run_training
 from clap.train.guards import GuardCallback
@@ -41,18 +42,20 @@ def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
             "call_labels": [t if m else -100 for t, m in zip(ids, call)]}
 
 
-def phases(s: dict) -> list[tuple[str, str, int, int]]:
+def phases(s: AgentSft) -> list[tuple[str, str, int, int]]:
     """(phase, labels, epochs, max_steps) of each training phase: the whole action (`joint`), or the plan for
     the first half of the dose and then the call for the rest (`two_stage`), each at least one epoch or step."""
-    if s["policy"] == "joint":
-        return [("joint", "labels", s["epochs"], s["max_steps"])]
+    if s.policy == "joint":
+        return [("joint", "labels", s.epochs, s.max_steps)]
     def halves(n: int) -> tuple[int, int]:
         return (n, n) if n <= 1 else ((n + 1) // 2, n // 2)
-    epochs, steps = halves(s["epochs"]), halves(s["max_steps"]) if s["max_steps"] > 0 else (-1, -1)
+    epochs, steps = halves(s.epochs), halves(s.max_steps) if s.max_steps > 0 else (-1, -1)
     return [("plan", "plan_labels", epochs[0], steps[0]), ("call", "call_labels", epochs[1], steps[1])]
 
 
-def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None) -> dict:
+def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path, callbacks: list | None = None, *,
+        train: Train) -> dict:
+    """`sft`: `agent.sft`; `train`: its seed and guards (`train.seed`, `train.guards`)."""
     import torch
     from datasets import Dataset
     from trl import SFTConfig
@@ -60,7 +63,7 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     from clap.train.labelled_head import LabelledHeadSFTTrainer
 
     started = time.time()
-    s, t = cfg["agent"]["sft"], cfg["train"]
+    s, t = sft, train
     tasks = load(tasks_dir, "train")
     if not tasks:
         raise NotAdmitted(f"agent-sft: no train task in {tasks_dir}")
@@ -69,25 +72,25 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     rows, too_long = [], []
     for task in tasks:
         row = tokenize(tok, task["messages"], schemas)
-        (rows if len(row["input_ids"]) <= s["max_length"] else too_long).append(row | {"task_id": task["task_id"]})
+        (rows if len(row["input_ids"]) <= s.max_length else too_long).append(row | {"task_id": task["task_id"]})
     for r in too_long:
         print(f"clap: agent-sft sets aside {r['task_id']}: {len(r['input_ids'])} tokens > agent.sft.max_length "
-              f"{s['max_length']}")
+              f"{s.max_length}")
     if not rows:
-        raise NotAdmitted(f"agent-sft: every trajectory is longer than agent.sft.max_length {s['max_length']}")
+        raise NotAdmitted(f"agent-sft: every trajectory is longer than agent.sft.max_length {s.max_length}")
     cuda = torch.cuda.is_available()
-    bf16 = base_model.use_bf16(s["bf16"])
+    bf16 = base_model.use_bf16(s.bf16)
     model = base_model.load_model(base_dir)
-    guard = GuardCallback("agent_sft", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
+    guard = GuardCallback("agent_sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     base_identity = base_model.identity(base_dir)
     trainer, steps, resumed = None, {}, {}
     for phase, labels, epochs, max_steps in phases(s):
         folder = Path(checkpoints) if phase == "joint" else Path(checkpoints) / phase
         args = SFTConfig(
-            output_dir=str(folder), num_train_epochs=epochs, max_steps=max_steps, learning_rate=s["learning_rate"],
-            per_device_train_batch_size=s["per_device_batch_size"], gradient_accumulation_steps=s["gradient_accumulation"],
-            logging_steps=s["logging_steps"], save_steps=s["save_steps"], save_total_limit=2, max_length=None,
-            train_sampling_strategy="group_by_length", report_to=[], seed=t["seed"],
+            output_dir=str(folder), num_train_epochs=epochs, max_steps=max_steps, learning_rate=s.learning_rate,
+            per_device_train_batch_size=s.per_device_batch_size, gradient_accumulation_steps=s.gradient_accumulation,
+            logging_steps=s.logging_steps, save_steps=s.save_steps, save_total_limit=2, max_length=None,
+            train_sampling_strategy="group_by_length", report_to=[], seed=t.seed,
             bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
             lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
         dataset = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r[labels]} for r in rows])
@@ -95,7 +98,7 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
                                          train_dataset=dataset, processing_class=tok,
                                          peft_config=lora_config(s, model) if trainer is None else None,
                                          callbacks=[*(callbacks or []), guard])
-        resume = resume_point(folder, {"cfg": s, "seed": t["seed"], "rows": [r["input_ids"] for r in rows],
+        resume = resume_point(folder, {"cfg": s, "seed": t.seed, "rows": [r["input_ids"] for r in rows],
                                        "base": base_identity, **({} if phase == "joint" else {"phase": phase})})
         if resume:
             print(f"clap: resuming agent SFT ({phase}) from {resume}")
@@ -106,5 +109,5 @@ def run(cfg: dict, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: Path
     return finish(trainer, guard, out, "agent_sft", base_identity,
                   {"trajectories": len(rows), "set_aside_too_long": [r["task_id"] for r in too_long],
                    "assistant_tokens": sum(sum(x != -100 for x in r["labels"]) for r in rows),
-                   "policy": s["policy"], "steps_by_phase": steps,
+                   "policy": s.policy, "steps_by_phase": steps,
                    "resumed_from": resumed.get("joint", resumed.get("plan")), "bf16": bf16}, started)

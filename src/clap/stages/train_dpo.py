@@ -16,6 +16,7 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap import paths
+from clap.config import Train
 from clap.domain.prompts import SYSTEM_DECIDE, messages
 from clap.train.common import admitted_rows, finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
@@ -29,28 +30,28 @@ def build_dataset(rows: list[dict]):
                                "rejected": [{"role": "assistant", "content": r["rejected"]}]} for r in rows])
 
 
-def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
+def run(train: Train, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
         checkpoints: Path, start_adapter: Path, start_expected: dict, callbacks: list | None = None) -> dict:
     """`start_adapter`/`start_expected`: the SFT adapter and the manifest git pins for it."""
     import torch
     from trl import DPOConfig, DPOTrainer
 
     started = time.time()
-    d, t = cfg["train"]["dpo"], cfg["train"]
+    d, t = train.dpo, train
     rows, refused = admitted_rows(materialized, admission, batches, "dpo", "dpo_pairs.jsonl")
     tok = base_model.load_tokenizer(base_dir)
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
     cuda = torch.cuda.is_available()
-    args = DPOConfig(output_dir=str(checkpoints), max_steps=d["max_steps"], learning_rate=d["learning_rate"],
-                     beta=d["beta"], per_device_train_batch_size=d["per_device_batch_size"],
-                     logging_steps=d["logging_steps"], save_steps=max(1, d["max_steps"] // 2), save_total_limit=2,
-                     report_to=[], seed=t["seed"], bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
+    args = DPOConfig(output_dir=str(checkpoints), max_steps=d.max_steps, learning_rate=d.learning_rate,
+                     beta=d.beta, per_device_train_batch_size=d.per_device_batch_size,
+                     logging_steps=d.logging_steps, save_steps=max(1, d.max_steps // 2), save_total_limit=2,
+                     report_to=[], seed=t.seed, bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
                      max_length=512, dataloader_num_workers=0)
-    guard = GuardCallback("dpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
+    guard = GuardCallback("dpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
                          callbacks=[*(callbacks or []), guard])
-    resume = resume_point(checkpoints, {"cfg": d, "seed": t["seed"], "start": start_sha, "rows": rows,
+    resume = resume_point(checkpoints, {"cfg": d, "seed": t.seed, "start": start_sha, "rows": rows,
                                         "base": base_identity})
     run_training(trainer, resume)
     return finish(trainer, guard, out, "dpo", base_identity,

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap import paths
+from clap.config import Rewards, Train
 from clap.data.playbook import playbook
 from clap.domain.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.evaluate.decoding import GrammarCache, decision_schema
@@ -82,43 +83,45 @@ def constrained_rollout(grammars: GrammarCache, actions: list[str] | None, max_n
     return rollout
 
 
-def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
+def run(train: Train, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
         checkpoints: Path, start_adapter: Path, start_expected: dict, callbacks: list | None = None,
-        reward_funcs: list | None = None) -> dict:
+        reward_funcs: list | None = None, *, rewards: Rewards, constrained: bool, action_playbook: bool) -> dict:
     """`start_adapter`/`start_expected`: the SFT adapter and the manifest git pins for it;
-    `reward_funcs` replaces the decision reward (tests use one a random model can vary)."""
+    `reward_funcs` replaces the decision reward (tests use one a random model can vary); `constrained`
+    (`generate.constrained`) lets `train.grpo.constrained_rollouts` sample under the decision schema, and
+    `action_playbook` (`evaluate_decisions.action_playbook`) narrows it to the playbook's actions."""
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
     started = time.time()
-    g, t, r = cfg["train"]["grpo"], cfg["train"], cfg["rewards"]
+    g, t, r = train.grpo, train, rewards
     rows, refused = admitted_rows(materialized, admission, batches, "grpo", "grpo_groups.jsonl")
     tok = base_model.load_tokenizer(base_dir)
     tok.padding_side = "left"
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
     model, start_sha = start_from(base_dir, start_adapter, start_expected, base_identity)
     cuda = torch.cuda.is_available()
-    funcs = reward_funcs or [part_reward(p, r["max_chars"]) for p in REWARD_PARTS]
-    args = GRPOConfig(output_dir=str(checkpoints), max_steps=g["max_steps"], learning_rate=g["learning_rate"],
-                      beta=g["beta"], num_generations=g["num_generations"], temperature=g["temperature"],
-                      max_completion_length=g["max_completion_length"],
-                      reward_weights=None if reward_funcs else [r["weights"][p] for p in REWARD_PARTS],
-                      per_device_train_batch_size=g["per_device_batch_size"], logging_steps=g["logging_steps"],
-                      save_steps=g["save_steps"], save_total_limit=2, report_to=[], seed=t["seed"],
+    funcs = reward_funcs or [part_reward(p, r.max_chars) for p in REWARD_PARTS]
+    args = GRPOConfig(output_dir=str(checkpoints), max_steps=g.max_steps, learning_rate=g.learning_rate,
+                      beta=g.beta, num_generations=g.num_generations, temperature=g.temperature,
+                      max_completion_length=g.max_completion_length,
+                      reward_weights=None if reward_funcs else [getattr(r.weights, p) for p in REWARD_PARTS],
+                      per_device_train_batch_size=g.per_device_batch_size, logging_steps=g.logging_steps,
+                      save_steps=g.save_steps, save_total_limit=2, report_to=[], seed=t.seed,
                       bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
-    guard = GuardCallback("grpo", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
-    constrained = g["constrained_rollouts"] and cfg["generate"]["constrained"]
+    guard = GuardCallback("grpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    constrained = g.constrained_rollouts and constrained
     actions = playbook({b: Path(materialized) / b / "decision_eval.jsonl" for b in batches}) \
-        if constrained and cfg["evaluate_decisions"]["action_playbook"] else None
-    rollout = constrained_rollout(GrammarCache(tok, model.config.vocab_size), actions, g["max_completion_length"],
-                                  g["temperature"]) if constrained else None
+        if constrained and action_playbook else None
+    rollout = constrained_rollout(GrammarCache(tok, model.config.vocab_size), actions, g.max_completion_length,
+                                  g.temperature) if constrained else None
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
                           reward_funcs=funcs, callbacks=[*(callbacks or []), guard], rollout_func=rollout)
-    resume = resume_point(checkpoints, {"cfg": g, "seed": t["seed"], "start": start_sha, "rows": rows,
+    resume = resume_point(checkpoints, {"cfg": g, "seed": t.seed, "start": start_sha, "rows": rows,
                                         "rewards": r, "base": base_identity, "actions": actions,
                                         "constrained": constrained})
     run_training(trainer, resume)
     return finish(trainer, guard, out, "grpo", base_identity,
-                  {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g["beta"],
+                  {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g.beta,
                    "start_adapter_sha256": start_sha, "constrained_rollouts": constrained,
                    "playbook_actions": len(actions) if actions else None}, started, start_adapter)

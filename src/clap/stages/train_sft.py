@@ -17,6 +17,7 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap import paths
+from clap.config import Sft, Train
 from clap.data.admission import NotAdmitted
 from clap.domain import prompts
 from clap.train.common import admitted_rows, finish, lora_config, resume_point, run_training
@@ -48,7 +49,7 @@ def build_dataset(rows: list[dict]):
         "completion": [{"role": "assistant", "content": r["target"]}]} for r in rows])
 
 
-def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
+def run(train: Train, materialized: Path, admission: Path, batches: list[str], base_dir: Path, out: Path,
         checkpoints: Path, callbacks: list | None = None) -> dict:
     import torch
     from peft import prepare_model_for_kbit_training
@@ -56,29 +57,29 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
     from clap.train.labelled_head import LabelledHeadSFTTrainer
 
     started = time.time()
-    s, t = cfg["train"]["sft"], cfg["train"]
+    s, t = train.sft, train
     rows, refused = admitted_rows(materialized, admission, batches, "sft", "sft_train.jsonl")
-    qlora = base_model.use_qlora(s["qlora"])
+    qlora = base_model.use_qlora(s.qlora)
     tok = base_model.load_tokenizer(base_dir)
     cuda = torch.cuda.is_available()
-    padding_free = _padding_free(s["padding_free"], cuda)
-    bf16 = base_model.use_bf16(s["bf16"])
-    rows, too_long = split_by_length(rows, tok, None if padding_free else s["max_length"])
+    padding_free = _padding_free(s.padding_free, cuda)
+    bf16 = base_model.use_bf16(s.bf16)
+    rows, too_long = split_by_length(rows, tok, None if padding_free else s.max_length)
     for r in too_long:
         print(f"clap: sft sets aside {r['batch']}/{r['sample_id']}: {r['tokens']} tokens > train.sft.max_length "
-              f"{s['max_length']}")
+              f"{s.max_length}")
     if not rows:
-        raise NotAdmitted(f"sft: every admitted row is longer than train.sft.max_length {s['max_length']}")
+        raise NotAdmitted(f"sft: every admitted row is longer than train.sft.max_length {s.max_length}")
     dataset = build_dataset(rows)
     model = base_model.load_model(base_dir, quantize_4bit=qlora)
     if qlora:
         model = prepare_model_for_kbit_training(model)
-    args = sft_config(s, t["seed"], checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
-    guard = GuardCallback("sft", t["guards"], Path(out) / paths.GUARD_REPORT_FILE)
+    args = sft_config(s, t.seed, checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
+    guard = GuardCallback("sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                                      peft_config=lora_config(s, model), callbacks=[*(callbacks or []), guard])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
-    resume = resume_point(checkpoints, {"cfg": t["sft"], "seed": t["seed"], "rows": rows, "base": base_identity})
+    resume = resume_point(checkpoints, {"cfg": s, "seed": t.seed, "rows": rows, "base": base_identity})
     if resume:
         print(f"clap: resuming SFT from {resume}")
     run_training(trainer, resume)
@@ -88,21 +89,21 @@ def run(cfg: dict, materialized: Path, admission: Path, batches: list[str], base
                    "padding_free": padding_free, "bf16": bf16}, started)
 
 
-def sft_config(s: dict, seed: int, checkpoints: Path, padding_free: bool, bf16: bool, cuda: bool):
+def sft_config(s: Sft, seed: int, checkpoints: Path, padding_free: bool, bf16: bool, cuda: bool):
     """TRL's SFTConfig from `train.sft`: the stage's and `benchmarks/bench_rounds.py`'s one setting."""
     from trl import SFTConfig
 
     return SFTConfig(
-        output_dir=str(checkpoints), num_train_epochs=s["epochs"], max_steps=s["max_steps"],
-        learning_rate=s["learning_rate"], per_device_train_batch_size=s["per_device_batch_size"],
-        gradient_accumulation_steps=s["gradient_accumulation"], logging_steps=s["logging_steps"],
-        save_steps=s["save_steps"], save_total_limit=2,
-        max_length=None if padding_free else s["max_length"],  # padding-free: TRL cannot truncate; demo rows are short
+        output_dir=str(checkpoints), num_train_epochs=s.epochs, max_steps=s.max_steps,
+        learning_rate=s.learning_rate, per_device_train_batch_size=s.per_device_batch_size,
+        gradient_accumulation_steps=s.gradient_accumulation, logging_steps=s.logging_steps,
+        save_steps=s.save_steps, save_total_limit=2,
+        max_length=None if padding_free else s.max_length,  # padding-free: TRL cannot truncate; demo rows are short
         padding_free=padding_free, completion_only_loss=True,
-        train_sampling_strategy="group_by_length" if s["group_by_length"] else "random", report_to=[], seed=seed,
+        train_sampling_strategy="group_by_length" if s.group_by_length else "random", report_to=[], seed=seed,
         bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",
-        disable_tqdm=False, gradient_checkpointing=s["gradient_checkpointing"])
+        disable_tqdm=False, gradient_checkpointing=s.gradient_checkpointing)
 
 
 def _padding_free(setting, cuda: bool) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from clap import paths
+from clap.config import Lora, Params
 from clap.data.admission import NotAdmitted, require
 from clap.domain.names import AGENT_CHAIN, CHAIN, REWARD_MODEL
 from clap.integrity import adapter_manifest
@@ -43,15 +44,15 @@ def admitted_rows(materialized: Path, admission: Path, batches: list[str], train
     return rows, refused
 
 
-def lora_config(s: dict, model, task_type: str = "CAUSAL_LM", **extra):
+def lora_config(s: Lora, model, task_type: str = "CAUSAL_LM", **extra):
     """The LoRA config of trainer section `s` for `model`: its target modules found (or checked) by module type in
     the model's decoder layers (`clap.model.lora_targets`) before training starts."""
     from peft import LoraConfig
 
     from clap.model import lora_targets
 
-    return LoraConfig(r=s["lora_r"], lora_alpha=s["lora_alpha"], lora_dropout=s["lora_dropout"],
-                      target_modules=lora_targets(model, s["target_modules"]), task_type=task_type, bias="none", **extra)
+    return LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
+                      target_modules=lora_targets(model, s.target_modules), task_type=task_type, bias="none", **extra)
 
 
 def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity: dict):
@@ -66,6 +67,13 @@ def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity:
     return model, expected["files"]["adapter_model.safetensors"]
 
 
+def _plain(value):
+    """A config section in a run key is its values (`model_dump`), so the key is the one its dict had."""
+    from pydantic import BaseModel
+
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)
+
+
 def resume_point(folder: Path, run_key: dict) -> str | None:
     """The last checkpoint of *this* run, or None. Checkpoints left by a run with another config,
     data or base model are cleared: resuming them would continue a different run (with its
@@ -73,7 +81,7 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
     folder = Path(folder)
-    key = hashlib.sha256(json.dumps(run_key, sort_keys=True, default=str).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps(run_key, sort_keys=True, default=_plain).encode()).hexdigest()
     stamp = folder / "run_key.txt"
     if int(os.environ.get("RANK", "0")) != 0:  # data-parallel: rank 0 owns the folder; wait for its stamp
         deadline = time.time() + 120
@@ -224,14 +232,14 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
             "Load it only through `clap.integrity.load_adapter`, which checks its hashes against the ones git pins.\n")
 
 
-def switched_off(cfg: dict, trainer: str) -> str | None:
+def switched_off(cfg: Params, trainer: str) -> str | None:
     """The `enabled` switch that keeps `trainer` from running (`agent.enabled` for every agent trainer, then
     train.dpo, train.grpo, agent.dpo, agent.grpo for a chain step), or None when it runs."""
-    if trainer in (*AGENT_CHAIN, REWARD_MODEL) and not cfg["agent"]["enabled"]:
+    if trainer in (*AGENT_CHAIN, REWARD_MODEL) and not cfg.agent.enabled:
         return "agent.enabled"
-    if trainer in CHAIN[1:] and not cfg["train"][trainer]["enabled"]:
+    if trainer in CHAIN[1:] and not getattr(cfg.train, trainer).enabled:
         return f"train.{trainer}.enabled"
-    if trainer in AGENT_CHAIN[1:] and not cfg["agent"][trainer.removeprefix("agent_")]["enabled"]:
+    if trainer in AGENT_CHAIN[1:] and not getattr(cfg.agent, trainer.removeprefix("agent_")).enabled:
         return f"agent.{trainer.removeprefix('agent_')}.enabled"
     return None
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from clap.config import Guards
 from clap.domain.contracts import GuardReport, GuardTrip
 from clap.io import write_json
 
@@ -30,7 +31,7 @@ SIGNALS = {
 SIGNALS["agent_grpo"] = SIGNALS["agent_rloo"] = SIGNALS["grpo"]
 
 
-def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: dict) -> GuardTrip | None:
+def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: Guards) -> GuardTrip | None:
     """The first rule the new log violates, or None. `history` holds earlier values per signal."""
     step = int(log.get("step", 0))
     for key in SIGNALS[trainer].values():
@@ -41,27 +42,27 @@ def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: dict) -
             return GuardTrip(rule=f"non_finite:{key}", step=step, value=None, threshold=None)
     if "kl" in SIGNALS[trainer]:
         kl = float(log["kl"])
-        if kl > cfg["kl_max"]:
-            return GuardTrip(rule="kl_above_max", step=step, value=kl, threshold=cfg["kl_max"])
-        past = history.get("kl", [])[-cfg["kl_window"]:]
+        if kl > cfg.kl_max:
+            return GuardTrip(rule="kl_above_max", step=step, value=kl, threshold=cfg.kl_max)
+        past = history.get("kl", [])[-cfg.kl_window:]
         if len(past) >= 2:
             avg = statistics.fmean(past)
-            if kl >= cfg["kl_spike_min"] and avg > 1e-6 and kl > cfg["kl_spike_ratio"] * avg:
-                return GuardTrip(rule="kl_spike", step=step, value=kl, threshold=cfg["kl_spike_ratio"] * avg)
+            if kl >= cfg.kl_spike_min and avg > 1e-6 and kl > cfg.kl_spike_ratio * avg:
+                return GuardTrip(rule="kl_spike", step=step, value=kl, threshold=cfg.kl_spike_ratio * avg)
     if "reward_std" in SIGNALS[trainer]:
-        recent = history.get("reward_std", [])[-(cfg["collapse_patience"] - 1):] + [float(log["reward_std"])]
-        if len(recent) >= cfg["collapse_patience"] and max(recent) <= cfg["reward_collapse_std"]:
-            return GuardTrip(rule="reward_collapse", step=step, value=max(recent), threshold=cfg["reward_collapse_std"])
+        recent = history.get("reward_std", [])[-(cfg.collapse_patience - 1):] + [float(log["reward_std"])]
+        if len(recent) >= cfg.collapse_patience and max(recent) <= cfg.reward_collapse_std:
+            return GuardTrip(rule="reward_collapse", step=step, value=max(recent), threshold=cfg.reward_collapse_std)
     if "clipped" in SIGNALS[trainer]:
         clipped = float(log["completions/clipped_ratio"])
-        if clipped > cfg["max_clipped_ratio"]:
+        if clipped > cfg.max_clipped_ratio:
             return GuardTrip(rule="completion_length_clipped", step=step, value=clipped,
-                             threshold=cfg["max_clipped_ratio"])
+                             threshold=cfg.max_clipped_ratio)
     return None
 
 
 class GuardCallback(TrainerCallback):
-    def __init__(self, trainer: str, cfg: dict, report_path: Path):
+    def __init__(self, trainer: str, cfg: Guards, report_path: Path):
         self.trainer, self.cfg, self.report_path = trainer, cfg, Path(report_path)
         self.history: dict[str, list[float]] = {}
         self.trip: GuardTrip | None = None

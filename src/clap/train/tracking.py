@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from clap import paths
+from clap.config import Train
 from clap.errors import UserError
 
 TRACKERS = ("dvclive", "mlflow")
@@ -43,10 +44,10 @@ class Tracking:
     """The trackers of one training run: `callbacks()` before `trainer.train()`, `close(metrics, adapter_sha256)`
     after the run's outputs are written. Returns what the run's metrics record about where it was logged."""
 
-    def __init__(self, kind: str, train_cfg: dict, root: Path = Path(".")):
+    def __init__(self, kind: str, train_cfg: Train, root: Path = Path(".")):
         self.kind, self.root = kind, Path(root)
-        self.report_to = list(train_cfg["report_to"])
-        self.mlflow_cfg = train_cfg["mlflow"]
+        self.report_to = list(train_cfg.report_to)
+        self.mlflow_cfg = train_cfg.mlflow
         self.dvclive_dir = self.root / paths.dvclive(kind)
         self.run_id: str | None = None
         self._live = None
@@ -70,8 +71,8 @@ class Tracking:
             mlflow = _mlflow()
             from transformers.integrations import MLflowCallback
 
-            mlflow.set_tracking_uri(mlflow_uri(self.mlflow_cfg["tracking_uri"], self.root))
-            mlflow.set_experiment(self.mlflow_cfg["experiment"])
+            mlflow.set_tracking_uri(mlflow_uri(self.mlflow_cfg.tracking_uri, self.root))
+            mlflow.set_experiment(self.mlflow_cfg.experiment)
             run = mlflow.start_run(run_name=self.kind, tags={"clap.trainer": self.kind})
             self.run_id = run.info.run_id
             out.append(MLflowCallback())  # logs into the run started here; it leaves ending it to `close`
@@ -97,7 +98,7 @@ class Tracking:
             mlflow.set_tags(tags)
             mlflow.end_run(status="FINISHED" if metrics.get("status") == "ok" else "FAILED")
             record["tracking"] |= {"mlflow_run_id": self.run_id,
-                                   "mlflow_tracking_uri": mlflow_uri(self.mlflow_cfg["tracking_uri"], self.root)}
+                                   "mlflow_tracking_uri": mlflow_uri(self.mlflow_cfg.tracking_uri, self.root)}
         return record
 
 

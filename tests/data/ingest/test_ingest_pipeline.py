@@ -155,7 +155,7 @@ def test_assetize_takes_what_ingest_writes(tmp_path, params):
     from clap.stages import assetize
 
     ingest(section(), mixed_folder(tmp_path), tmp_path / "raw", ["b1"])
-    report = assetize.run(params, tmp_path / "raw", tmp_path / "assets")
+    report = assetize.run(params.assetize, tmp_path / "raw", tmp_path / "assets")
     assert report["inputs"]["chunks"]["quarantined"] == 0 and report["inputs"]["facts"]["quarantined"] == 0
     assert report["verifiable_facts"] == 4  # the balance sheet's rows; the paragraph facts' labels are not in them
 
