@@ -570,9 +570,10 @@ def test_verify_fails_when_the_bases_bytes_differ_for_each_kind_of_source(kind, 
     import huggingface_hub
 
     from clap import model
+    from clap.config import Model
 
     root, params = repo
-    p = params.as_yaml_dict()
+    p = json.loads(json.dumps(params))
     if kind == "gguf":  # the repo's models/base stands for a dequantised GGUF: the weights inside the repository
         weights = root / "models/base/model.safetensors"
     else:
@@ -583,7 +584,7 @@ def test_verify_fails_when_the_bases_bytes_differ_for_each_kind_of_source(kind, 
         shutil.rmtree(root / "models/base")
         p["model"] |= {"base": str(folder) if kind == "folder" else "acme/tiny", "download": kind == "hub"}
         (root / "params.yaml").write_text(dump(p))
-        assert model.resolve(p["model"] | {"cache_dir": str(root / "models/base")}) == folder
+        assert model.resolve(Model(**p["model"] | {"cache_dir": str(root / "models/base")})) == folder
         weights = folder / "model.safetensors"
     _fake_run(root, tiny_dir, p)
     b = json.loads((root / "release/bundle.json").read_text())
