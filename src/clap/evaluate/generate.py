@@ -402,23 +402,12 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
                          generators: list[torch.Generator] | None = None,
                          on_tokens: Callable[[int, list[int]], None] | None = None) -> list[list[int]]:
     """Greedy (or, with `sampling`, sampled) decoding of a left-padded batch, each row under its compiled xgrammar
-    grammar.
-
-    Each step picks one token per row (`pick_tokens` over what the grammar allows) and feeds it back; a row
-    leaves the batch (and the KV cache) when its grammar completes — the JSON answer closed — or at
-    `max_new_tokens`, so the batch does not carry finished rows to the longest one's end. Token by
-    token this gives the answers of `generate` with xgrammar's logits processor (tested). With
-    `jump_forward`, the tokens the grammar forces after a pick (`GrammarMatcher.find_jump_forward_tokens`)
-    are appended and fed in the same pass — a row whose chunk is shorter is padded on the left *inside*
-    the chunk and the padding masked, so its positions stay those of its own tokens. Forced text then costs
-    one pass, not a step per token, but arrives in xgrammar's tokenisation, not the model's own picks,
-    so answers can change (`conf/config.yaml`, `generate.jump_forward`). Returns each row's new token ids.
-
-    `cache`: the KV of tokens that precede `ids` (a reused prefix, `PrefixCache`); `mask` then covers those
-    columns and `ids`'. `on_leave(row, fed_new_tokens, kv)` is called as each row leaves, with the new tokens fed
-    through the model and its KV (per layer (keys, values), `[heads, tokens, head_dim]`, padding dropped).
-    `generators`: one per row, each row's draws from its own (`request_generator`). `on_tokens(row, tokens)`: called
-    with each row's new tokens as they are accepted (a server streams them)."""
+    grammar; returns each row's new token ids. A row leaves the batch and the KV cache when its grammar completes or
+    at `max_new_tokens`; token by token this equals `generate` with xgrammar's logits processor (tested).
+    `jump_forward`: the tokens the grammar forces after a pick are fed in the same pass (padded on the left inside the
+    chunk), in xgrammar's tokenisation, so answers can change (`generate.jump_forward`). `cache`: the KV of a reused
+    prefix (`PrefixCache`; `mask` covers it too). `on_leave(row, fed_new_tokens, kv)`: as each row leaves, with its KV
+    (padding dropped). `generators`: one per row. `on_tokens(row, tokens)`: accepted tokens as they come (streaming)."""
     import xgrammar as xgr
 
     from clap.evaluate.kv_cache import GrowingCache
@@ -431,9 +420,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     cache = GrowingCache(model.config.num_hidden_layers, reserve=max_new_tokens) if cache is None else cache
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     step_ids = ids
-    # The decoder and the head apart: the head runs on each row's last position only. (Through the causal-LM
-    # forward with `logits_to_keep=1`, a multi-token step hands the head a strided slice that torch turns
-    # into a batched matmul over a copied [batch, hidden, vocab] weight: ~1 s a step on 2 CPU cores.)
+    # decoder and head apart: the head on each row's last position only (the causal LM's `logits_to_keep=1` hands a
+    # multi-token step's strided slice to a batched matmul over a copied [batch, hidden, vocab] weight: ~1 s a step)
     causal_lm = _causal_lm(model)
     while active:
         hidden = causal_lm.model(input_ids=step_ids, attention_mask=mask, position_ids=positions[:, -step_ids.shape[1]:],
