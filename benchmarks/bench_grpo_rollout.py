@@ -78,11 +78,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     params = load(Path("params.yaml"))
-    g = params["train"]["grpo"]
-    batches = params["data"]["batches"]
+    g = params.train.grpo
+    batches = params.data.batches
     rows, _ = admitted_rows(Path("data/materialized"), Path("data/admission"), batches, "grpo", "grpo_groups.jsonl")
     prompts = [messages(SYSTEM_DECIDE, r["prompt"]) for r in rows[:args.prompts] for _ in range(args.generations)]
-    base_dir = base_model.resolve(params["model"])
+    base_dir = base_model.resolve(params.model)
     adapter = Path("models/sft/adapter")
     tok = base_model.load_tokenizer(base_dir)
     tok.padding_side = "left"
@@ -91,8 +91,8 @@ def main() -> None:
     actions = playbook({b: Path("data/materialized") / b / "decision_eval.jsonl" for b in batches})
     trainer = SimpleNamespace(processing_class=tok, model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
                               eos_token_ids=[tok.eos_token_id])
-    paths = {"generate_sampled": generate_rollout(grammars, actions, g["max_completion_length"], g["temperature"]),
-             "loop_sampled": constrained_rollout(grammars, actions, g["max_completion_length"], g["temperature"])}
+    paths = {"generate_sampled": generate_rollout(grammars, actions, g.max_completion_length, g.temperature),
+             "loop_sampled": constrained_rollout(grammars, actions, g.max_completion_length, g.temperature)}
     runs: dict[str, list] = {name: [] for name in paths}
     for _ in range(args.repeat):
         for name, rollout in paths.items():
@@ -100,13 +100,13 @@ def main() -> None:
             t = time.perf_counter()
             out = rollout(prompts, trainer)
             runs[name].append((time.perf_counter() - t, out["completion_ids"]))
-    report = {"completions": len(prompts), "max_completion_length": g["max_completion_length"],
-              "temperature": g["temperature"]}
+    report = {"completions": len(prompts), "max_completion_length": g.max_completion_length,
+              "temperature": g.temperature}
     for name, results in runs.items():
         seconds = [s for s, _ in results]
         tokens = sum(len(c) for _, cs in results for c in cs)
         report[name] = {"s": [round(s, 1) for s in seconds], "tokens_s": round(tokens / sum(seconds), 1),
-                        **describe(tok, [c for _, cs in results for c in cs], actions, g["max_completion_length"])}
+                        **describe(tok, [c for _, cs in results for c in cs], actions, g.max_completion_length)}
     report["speedup_tokens_s"] = round(report["loop_sampled"]["tokens_s"] / report["generate_sampled"]["tokens_s"], 2)
     report["speedup_s"] = round(sum(report["generate_sampled"]["s"]) / sum(report["loop_sampled"]["s"]), 2)
     print(json.dumps(report, indent=1))

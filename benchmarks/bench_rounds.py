@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from clap import model as base_model
-from clap.config import load
+from clap.config import Params, load
 from clap.evaluate.generate import Engine
 from clap.integrity import adapter_manifest
 from clap.io import read_jsonl, write_jsonl
@@ -30,7 +30,7 @@ from clap.stages import evaluate, train_sft
 from clap.train.common import lora_config
 
 
-def train(cfg: dict, base: Path, rows: list[dict], out: Path, start: Path | None) -> dict:
+def train(cfg: Params, base: Path, rows: list[dict], out: Path, start: Path | None) -> dict:
     """LoRA SFT with the stage's settings (`train_sft.sft_config`: bf16 autocast where native, length grouping);
     `start`: continue that adapter (trainable, its LoRA shape) instead of a fresh LoRA."""
     import torch
@@ -40,15 +40,15 @@ def train(cfg: dict, base: Path, rows: list[dict], out: Path, start: Path | None
     s = cfg.train.sft.model_copy(update={"save_steps": 10**6})  # no checkpoints: nothing resumes here
     cuda = torch.cuda.is_available()
     tok = base_model.load_tokenizer(base)
-    rows, too_long = train_sft.split_by_length(rows, tok, s["max_length"])
+    rows, too_long = train_sft.split_by_length(rows, tok, s.max_length)
     t0 = time.perf_counter()
     model = base_model.load_model(base)
     if start is not None:
         model = PeftModel.from_pretrained(model, str(start), is_trainable=True, use_safetensors=True)
     args = train_sft.sft_config(s, cfg.train.seed, out / "ckpt", padding_free=False,
-                                bf16=base_model.use_bf16(s["bf16"]), cuda=cuda)
+                                bf16=base_model.use_bf16(s.bf16), cuda=cuda)
     trainer = SFTTrainer(model=model, args=args, train_dataset=train_sft.build_dataset(rows), processing_class=tok,
-                         peft_config=None if start is not None else lora_config(s))
+                         peft_config=None if start is not None else lora_config(s, model))
     trainer.train()
     trainer.model.save_pretrained(str(out / "adapter"))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from clap.config import load
+from clap.config import Params, load
 from clap.io import read_jsonl
 from clap.model import load_model, load_tokenizer
 from clap.stages import train_sft
@@ -37,7 +37,7 @@ from clap.train.common import lora_config
 TRAINERS = ("clap", "clap_tiled", "clap_fp32", "plain")
 
 
-def plain_trl(cfg: dict, rows: list[dict], model_dir: Path, out: Path, steps: int) -> dict:
+def plain_trl(cfg: Params, rows: list[dict], model_dir: Path, out: Path, steps: int) -> dict:
     import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -46,13 +46,14 @@ def plain_trl(cfg: dict, rows: list[dict], model_dir: Path, out: Path, steps: in
     ds = Dataset.from_list([{"messages": [{"role": "system", "content": r["system"]},
                                           {"role": "user", "content": r["prompt"]},
                                           {"role": "assistant", "content": r["target"]}]} for r in rows])
-    args = SFTConfig(output_dir=str(out), max_steps=steps, learning_rate=s["learning_rate"],
-                     per_device_train_batch_size=s["per_device_batch_size"],
-                     gradient_accumulation_steps=s["gradient_accumulation"], logging_steps=1, save_strategy="no",
-                     report_to=[], max_length=s["max_length"], use_cpu=not torch.cuda.is_available(),
+    args = SFTConfig(output_dir=str(out), max_steps=steps, learning_rate=s.learning_rate,
+                     per_device_train_batch_size=s.per_device_batch_size,
+                     gradient_accumulation_steps=s.gradient_accumulation, logging_steps=1, save_strategy="no",
+                     report_to=[], max_length=s.max_length, use_cpu=not torch.cuda.is_available(),
                      include_num_input_tokens_seen="all", bf16=torch.cuda.is_available())
-    trainer = SFTTrainer(model=load_model(model_dir), args=args, train_dataset=ds,
-                         processing_class=load_tokenizer(model_dir), peft_config=lora_config(s))
+    model = load_model(model_dir)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds,
+                         processing_class=load_tokenizer(model_dir), peft_config=lora_config(s, model))
     t = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from clap.config import compose
+from clap.config import compose, typed
 from clap.stages import train_sft
 
 
@@ -30,7 +30,7 @@ class RankHash(TrainerCallback):
 if __name__ == "__main__":
     loop, tiny, out = map(Path, sys.argv[1:4])
     out.mkdir(parents=True, exist_ok=True)
-    cfg = compose()
+    cfg = typed(compose())
     cfg.train.sft = cfg.train.sft.model_copy(update=dict(max_steps=3, logging_steps=1, save_steps=100, per_device_batch_size=2,
                                gradient_accumulation=1))
     train_sft.run(cfg.train, loop / "materialized", loop / "admission", ["b1"], tiny, out / "sft", out / "ckpt",
