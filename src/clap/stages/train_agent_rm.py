@@ -60,6 +60,7 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
         train: Train) -> dict:
     """`agent`: its `rm` dose, `tasks.seed` (the held-out split) and the LoRA shape of `sft`; `train`: seed, guards."""
     import torch
+    from transformers import set_seed
     from trl import RewardConfig, RewardTrainer
 
     started = time.time()
@@ -71,6 +72,7 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
     if not train_pairs:
         return _untrained(out, base_identity, started, len(pairs), len(held))
     tok = base_model.load_tokenizer(base_dir)
+    set_seed(t.seed)  # the scalar head is initialised here, before the trainer seeds: the same seed, the same model
     model = reward_model.load_base(base_dir)
     cuda, bf16 = torch.cuda.is_available(), base_model.use_bf16(rm.bf16)
     args = RewardConfig(output_dir=str(checkpoints), max_steps=rm.max_steps, learning_rate=rm.learning_rate,
