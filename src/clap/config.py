@@ -591,13 +591,17 @@ def dump(params: dict) -> str:
 
 def check(params: dict, source: str = "params.yaml") -> dict:
     """Validate `params` against the schema; raise ConfigError naming the first bad keys."""
+    _validated(params, source)
+    return params
+
+
+def _validated(params: dict, source: str) -> Params:
     if not isinstance(params, dict):
         raise ConfigError(f"{source}: not a mapping of config sections")
     try:
-        Params.model_validate(params)
+        return Params.model_validate(params)
     except ValidationError as exc:
         raise ConfigError(f"{source}: " + "; ".join(_describe(e) for e in exc.errors()[:3])) from None
-    return params
 
 
 def _describe(err: dict) -> str:
@@ -613,8 +617,8 @@ TRACE_ENV = "CLAP_PARAMS_TRACE"
 
 
 def typed(params: dict, source: str = "params.yaml") -> Params:
-    """`params` checked (`check`) and typed: what every stage receives, section by section."""
-    return Params.model_validate(check(params, source))
+    """`params` checked against the schema and typed: what every stage receives, section by section."""
+    return _validated(params, source)
 
 
 def _trace() -> None:
@@ -634,14 +638,24 @@ def _trace() -> None:
     atexit.register(dump_reads)
 
 
+def read(path: Path = Path("params.yaml")) -> dict:
+    """params.yaml as written, checked against the schema: for what pins the file itself (the release bundle)."""
+    params = _parse(Path(path))
+    _trace()
+    return check(params, str(path))
+
+
 def load(path: Path = Path("params.yaml")) -> Params:
     """Load params.yaml, checked against the schema (unknown keys, types, ranges) and typed."""
-    path = Path(path)
+    params = _parse(Path(path))
+    _trace()
+    return typed(params, str(path))
+
+
+def _parse(path: Path) -> dict:
     try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (run `clap params` in the project root)") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    _trace()
-    return typed(params, str(path))

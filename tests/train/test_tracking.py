@@ -14,14 +14,9 @@ from clap.train import tracking
 from clap.train.tracking import Tracking, TrackingUnavailable
 
 
-def _train(report_to: list[str]) -> Train:
+def _train(params, report_to: list[str]) -> Train:
     """A `train` section that logs to `report_to` (the trainer's own keys are not read by `Tracking`)."""
-    from tests.conftest import ROOT
-
-    from clap.config import compose, typed
-
-    train = typed(compose(conf=ROOT / "conf")).train
-    return train.model_copy(update={"report_to": report_to, "mlflow": Mlflow(tracking_uri="", experiment="x")})
+    return params.train.model_copy(update={"report_to": report_to, "mlflow": Mlflow(tracking_uri="", experiment="x")})
 
 
 def _tiny(params, tmp_path, report_to):
@@ -68,8 +63,8 @@ def test_a_tiny_sft_logs_each_step_to_dvclive_and_mlflow(params, small_loop, tin
     assert tags["clap.gate.decision"] == "promote" and tags["clap.bundle.sha256"] == "ab" * 32
 
 
-def test_no_tracker_still_writes_the_declared_dvclive_files(tmp_path):
-    run = Tracking("dpo", _train([]), root=tmp_path)
+def test_no_tracker_still_writes_the_declared_dvclive_files(params, tmp_path):
+    run = Tracking("dpo", _train(params, []), root=tmp_path)
     assert run.callbacks() == []
     record = run.close({"status": "ok", "steps": 0})
     live = tmp_path / paths.dvclive("dpo")
@@ -79,7 +74,7 @@ def test_no_tracker_still_writes_the_declared_dvclive_files(tmp_path):
     assert tracking.log_release(tmp_path / "absent.json", "promote", "0" * 64) is None  # never logged: nothing to tag
 
 
-def test_a_tracker_that_is_not_installed_is_one_line_before_training(tmp_path, monkeypatch):
+def test_a_tracker_that_is_not_installed_is_one_line_before_training(params, tmp_path, monkeypatch):
     import builtins
 
     real_import = builtins.__import__
@@ -90,7 +85,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_training(tmp_path, m
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_mlflow)
-    run = Tracking("sft", _train(["mlflow"]), root=tmp_path)
+    run = Tracking("sft", _train(params, ["mlflow"]), root=tmp_path)
     with pytest.raises(TrackingUnavailable, match=r"pip install 'clap\[mlflow\]'"):
         run.callbacks()
 

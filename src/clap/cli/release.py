@@ -37,12 +37,10 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
            each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
            ) -> None:
     """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
-    import yaml
-
+    from clap.config import read
     from clap.stages import bundle as stage
 
-    _params()  # checked against the schema first; the bundle pins the file as written
-    result = stage.run(Path("."), yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8")), out, each)
+    result = stage.run(Path("."), read(Path("params.yaml")), out, each)  # the bundle pins the file as written
     for c, res in result["written"].items():
         console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
                       f"verdict {result['verdicts'].get(c, res.decision['decision'])}")

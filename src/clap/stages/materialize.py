@@ -220,7 +220,7 @@ def _replay_rows(df: pd.DataFrame) -> list[dict]:
 def _preferences(batch_dec: pd.DataFrame, all_dec: pd.DataFrame, rcfg: Rewards) -> tuple[list[dict], list[dict]]:
     """Chosen = the original recommendation citing the real cause; near-miss = right action, wrong cause
     and risk focus; rejected = the action another case of the same type needed."""
-    pairs, groups = [], []
+    pairs, groups, weights = [], [], rcfg.weights.model_dump()
     actions = {(r["case_type"], r["main_cause"]): (r["action"], r["risk_focus"]) for r in all_dec.to_dict("records")}
     for d in batch_dec.to_dict("records"):
         causes = json.loads(d["causes_json"])
@@ -235,8 +235,7 @@ def _preferences(batch_dec: pd.DataFrame, all_dec: pd.DataFrame, rcfg: Rewards) 
         near = json.dumps({"action": d["action"], "cause": other[0],
                            "risk_focus": next(r for r in prompts.RISK_FOCUS if r != d["risk_focus"])}, ensure_ascii=False)
         rejected = json.dumps({"action": wrong[0], "cause": wrong[2], "risk_focus": wrong[1]}, ensure_ascii=False)
-        w = rcfg.weights.model_dump()
-        r_c, r_n, r_r = (decision_reward(t, ref, w, rcfg.max_chars) for t in (chosen, near, rejected))
+        r_c, r_n, r_r = (decision_reward(t, ref, weights, rcfg.max_chars) for t in (chosen, near, rejected))
         for kind, text, r in (("near_miss", near, r_n), ("rejected", rejected, r_r)):
             pairs.append({"pair_id": f"{d['record_id']}-{kind}", "record_id": d["record_id"], "prompt": prompt,
                           "chosen": chosen, "rejected": text, "kind": kind, "reward_chosen": r_c, "reward_rejected": r})
