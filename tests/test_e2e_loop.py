@@ -227,6 +227,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _agent_canary(root, env):
+    """The agent canary of the version in canary: its agent adapter beside prod's, the held-out agent tasks as paired
+    episodes over HTTP, one outcome (task success) per episode. While it is inconclusive nothing is concluded; once
+    the application reports the canary's episodes worked, it joins the extraction canary's verdict. A version whose
+    gate held its agent adapter ships none of its own, and the agent canary says so."""
+    ships = json.loads((root / "release/bundle.json").read_text())["tracks"]["agent"]["ships"]
+    if not ships:
+        refused = subprocess.run(["clap", "canary", "demo", "--agent"], cwd=root, env=env, capture_output=True,
+                                 text=True)
+        assert refused.returncode == 2 and "ships no agent adapter of its own" in refused.stdout, refused.stdout
+        return
+    out = run(root, "clap", "canary", "demo", "--agent", "--limit", "3", "--no-conclude", env=env)
+    assert "task success" in out and "canary v0.0.3 vs prod v0.0.1" in out, out
+    analysis = json.loads((root / "metrics/canary_agent.json").read_text())
+    assert analysis["kind"] == "agent" and analysis["requests"] == {"prod": 3, "canary": 3}, analysis
+    turns = [json.loads(x) for x in (root / "feedback/canary/agent/requests.jsonl").read_text().splitlines()]
+    assert len(turns) > 6 and {t["arm"] for t in turns} == {"prod", "canary"}
+    if analysis["verdict"] == "inconclusive":  # the random tiny model fails every task in both arms
+        refused = subprocess.run(["clap", "canary", "conclude"], cwd=root, env=env, capture_output=True, text=True)
+        assert refused.returncode == 2 and "serve more traffic" in refused.stdout, refused.stdout
+    last = {}
+    for t in turns:
+        last[t["episode_id"]] = t
+    with open(root / "feedback/canary/agent/feedback.jsonl", "a") as f:  # the application's later outcomes
+        for t in last.values():
+            f.write(json.dumps({"request_id": t["request_id"], "outcome": int(t["arm"] == "canary")}) + "\n")
+    assert "SUCCESSFUL" in run(root, "clap", "canary", "analyze", "--agent", env=env)
+
+
 def test_canary_release_traffic_analysis_and_promotion(clone):
     """Policy release_via_canary: the gate's promote ships as canary; the CPU server serves it beside prod,
     logs traffic and outcomes; the analysis decides; `clap canary conclude` tags prod."""
@@ -296,6 +325,7 @@ def test_canary_release_traffic_analysis_and_promotion(clone):
     assert analysis["pairing"] == "by_request" and analysis["sprt"]["outcome"] == "accept_h1"
     inbox = (root / "feedback/production.jsonl").read_text()
     assert "canary_failed" not in inbox  # the failures the first analysis queued were replaced by this one's
+    _agent_canary(root, env)
     out = run(root, "clap", "canary", "conclude", env=env)
     assert "v0.0.3: successful → promoted to prod" in out
     assert json.loads((root / "release/prod.json").read_text())["version"] == "v0.0.3"

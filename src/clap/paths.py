@@ -46,11 +46,13 @@ HUMAN_EXPORT = Path("feedback/human/export")  # sent to annotators
 HUMAN_KEYS = Path("feedback/human/keys")  # the blind mapping, git-tracked, never sent
 CANARY_LOGS = Path("feedback/canary")  # request and outcome logs (`dvc add feedback/canary`)
 CANARY_METRICS = Path("metrics/canary.json")  # `clap canary analyze`; read by `clap canary conclude`
+CANARY_AGENT_LOGS = CANARY_LOGS / "agent"  # the agent canary's logs (`clap canary serve --agent`), one row per turn
+CANARY_AGENT_METRICS = Path("metrics/canary_agent.json")  # `clap canary analyze --agent`; conclude reads it too
 SIMULATED_FIXES = REPAIR_FIXED / "simulated_annotator.jsonl"  # `clap demo-annotate`: the demo's simulated annotator
 REPAIR_EFFECT = Path("metrics/repair_effect.json")  # `clap demo`: what a round's repaired rows did
 ANSWER_STORE = Path("data/answer_store")  # greedy answers by content address (clap.evaluate.answer_store), a cache beside
                                           # DVC's outputs: evaluate, replay and the decision evaluation read and add
-OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE)
+OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS, CANARY_AGENT_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE)
 
 
 GUARD_REPORT_FILE = "guard_report.json"  # in every trainer's output folder: ok, stopped (with the trip) or disabled

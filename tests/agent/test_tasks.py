@@ -198,3 +198,10 @@ def test_the_stage_keeps_good_corrections_and_refuses_a_held_out_company_by_file
     assert [(r["line"], r["correction_id"]) for r in refused] == [(2, "fix-eval"), (3, None)]
     assert refused[0]["reason"].startswith(f"leakage: company {held['entities'][0]!r} is in train and eval")
     assert refused[1]["reason"] == "format: not a JSON object"
+
+
+def test_a_capped_evaluation_still_covers_every_kind():
+    listed = [{"task_id": f"{k}{i}", "kind": k} for k in ("lookup", "change", "compare") for i in range(3)]
+    picked = tasks.by_kind_round_robin(listed, 4)
+    assert [t["task_id"] for t in picked] == ["change0", "compare0", "lookup0", "change1"]
+    assert tasks.by_kind_round_robin(listed, None) == listed == tasks.by_kind_round_robin(listed, 50)

@@ -347,3 +347,161 @@ def test_evidence_that_is_not_a_number_never_ends_a_canary_successfully(params, 
     r = canary_analysis.analyze(requests, feedback, params)
     assert r["verdict"] == "inconclusive" and r["reasons"][0]["rule"] == "evidence_invalid", r["reasons"]
     assert "row 4" in r["reasons"][0]["observed"]
+
+
+# ------------------------------------------------------------------ the agent canary
+AGENT_TASKS = [  # held-out agent tasks over the chunks of tests/agent/conftest.py
+    {"task_id": f"e{i}", "split": "eval", "kind": kind, "batch": "b1", "question": question, "answer": answer,
+     "answer_type": "number" if answer != "not found" else "abstain", "entities": ["Apex Precision Co."],
+     "needed_chunks": ["c01-annual-2022-p1"], "needed_reads": ["c01-annual-2022-p1"], "needed_values": [],
+     "gold_calls": 2, "gold_steps": 3}
+    for i, (kind, question, answer) in enumerate([
+        ("lookup", "What was Apex Precision Co.'s net profit for FY2022?", "1234.5 万元"),
+        ("unanswerable", "What was Apex Precision Co.'s net profit for FY2018?", "not found"),
+        ("lookup", "Net profit of Apex Precision Co. in FY2021?", "1000 万元")])]
+
+
+@pytest.fixture(scope="module")
+def agent_root(tmp_path_factory, params):
+    """A project folder holding what agent traffic reads: the chunk asset and the held-out agent tasks."""
+    from tests.agent.conftest import CHUNKS
+
+    from clap import paths
+    from clap.io import write_jsonl
+
+    root = tmp_path_factory.mktemp("agent_root")
+    (root / paths.ASSETS).mkdir(parents=True)
+    CHUNKS.assign(batch=params.data.batches[0]).to_parquet(root / paths.ASSETS / "chunks.parquet")
+    write_jsonl(root / paths.AGENT_TASKS / "tasks.jsonl", AGENT_TASKS)
+    return root
+
+
+@pytest.fixture(scope="module")
+def agent_served(sft_start, tiny_dir, tmp_path_factory):
+    """The canary serving two agent adapters (the same tiny LoRA: the arms differ in name only) on the tiny model,
+    rendered with the agent's tools and decoded under the action grammar."""
+    from clap import model
+    from clap.agent.chat import action_schema, engine_rendering
+    from clap.agent.engine import AgentServing
+    from clap.agent.tools import ReportTools
+    from clap.evaluate.generate import Engine
+    from clap.feedback.canary import Arm
+
+    adapter, manifest = sft_start
+    schemas = ReportTools.tool_schemas()
+    engine = Engine(tiny_dir, others=[("prod", adapter, manifest), ("canary", adapter, manifest)],
+                    **engine_rendering(model.load_tokenizer(tiny_dir), schemas))
+    arms = {"prod": Arm("prod", "prod", "v0.0.1", "sha-p"), "canary": Arm("canary", "canary", "v0.0.2", "sha-c")}
+    logs = tmp_path_factory.mktemp("agent_canary_logs")
+    service = CanaryService(engine, arms, 0.5, logs, max_new_tokens=24,
+                            agent=AgentServing(schemas, action_schema(schemas)))
+    srv = server(service, 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", logs
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_agent_episodes_are_served_over_http_and_judged_one_outcome_per_episode(agent_served, agent_root, params):
+    """Paired agent traffic: each turn is an OpenAI chat request with the tools and its episode's id, answered as a
+    tool call (the action grammar makes every answer one); the task's success is posted on the episode's last turn;
+    the analysis pairs the two arms' episodes by their opening and reads one outcome per episode."""
+    from clap.feedback.traffic import send_agent
+
+    url, logs = agent_served
+    cfg = params.model_copy(deep=True)
+    cfg.agent.max_steps, cfg.agent.turn_tokens = 2, 24
+    counts = send_agent(cfg, agent_root, url, paired=True, limit=3)
+    assert counts == {"prod": {"requests": 3, "success": counts["prod"]["success"]},
+                      "canary": {"requests": 3, "success": counts["canary"]["success"]}}
+    turns = [json.loads(x) for x in (logs / "requests.jsonl").read_text().splitlines()]
+    feedback = [json.loads(x) for x in (logs / "feedback.jsonl").read_text().splitlines()]
+    episodes = {}
+    for t in turns:
+        episodes.setdefault(t["episode_id"], []).append(t)
+    assert len(episodes) == 6 and all(len({t["arm"] for t in ts}) == 1 for ts in episodes.values())
+    assert all([t["turn"] for t in ts] == list(range(len(ts))) and 1 <= len(ts) <= 2 for ts in episodes.values())
+    assert all(len({t["opening_hash"] for t in ts}) == 1 for ts in episodes.values())
+    assert {f["request_id"] for f in feedback} == {ts[-1]["request_id"] for ts in episodes.values()}
+    assert {f["record_id"] for f in feedback} == {"e0", "e1", "e2"} and all("success" in f["scores"] for f in feedback)
+
+    analysis = canary_analysis.analyze(turns, feedback, params)
+    assert analysis["kind"] == "agent" and analysis["requests"] == {"prod": 3, "canary": 3}
+    assert analysis["pairing"] == "by_request" and analysis["pairs"] == 3 and analysis["without_outcome"] == {
+        "prod": 0, "canary": 0}
+
+
+def test_an_agent_turn_answers_with_a_tool_call_and_routes_by_its_episode(agent_served):
+    from clap.agent import chat
+    from clap.agent.tools import ReportTools
+
+    url, logs = agent_served
+    body = {"messages": chat.openai_messages(chat.start("Apex net profit FY2022?")), "max_tokens": 24,
+            "tools": ReportTools.tool_schemas(), "episode_id": "ep-route"}
+    answers = [post(f"{url}/v1/chat/completions", body | {"request_id": f"ep-route:{i}"}) for i in range(3)]
+    assert len({a["model"] for a in answers}) == 1  # every turn of an episode goes to one arm
+    message, reason = answers[0]["choices"][0]["message"], answers[0]["choices"][0]["finish_reason"]
+    if message.get("tool_calls"):  # the grammar allows only actions; 24 tokens may cut one short
+        assert reason == "tool_calls" and message["tool_calls"][0]["function"]["name"] in ReportTools.NAMES
+        assert isinstance(json.loads(message["tool_calls"][0]["function"]["arguments"]), dict)
+    else:
+        assert reason == "length" and chat.parse_action(message["content"]) is None
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"tools": None}, "tools: this server serves the tool-calling agent; every chat request lists its tools"),
+    ({"tools": [{"type": "function", "function": {"name": "weather", "parameters": {}}}]},
+     "tools: the agent served here was trained with search_reports"),
+    ({"stream": True}, "stream: an agent turn is answered whole"),
+    ({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]},
+     "messages.0.tool_call_id: 'nope' answers no tool call"),
+])
+def test_an_agent_request_the_server_cannot_serve_is_a_400_naming_the_field(agent_served, change, says):
+    from tests.helpers.http_server import post as raw_post
+
+    from clap.agent import chat
+    from clap.agent.tools import ReportTools
+
+    url, _ = agent_served
+    body = {"model": "canary", "messages": chat.openai_messages(chat.start("Q?")), "tools": ReportTools.tool_schemas()}
+    status, reply = raw_post(f"{url}/v1/chat/completions", {k: v for k, v in (body | change).items() if v is not None})
+    assert status == 400 and reply["error"]["message"].startswith(says), reply
+
+
+def test_tools_sent_to_the_extraction_canary_are_refused(served):
+    from tests.helpers.http_server import post as raw_post
+
+    url, _ = served
+    status, reply = raw_post(f"{url}/v1/chat/completions", {
+        "model": "canary", "messages": [{"role": "user", "content": "Q?"}],
+        "tools": [{"type": "function", "function": {"name": "search_reports", "parameters": {}}}]})
+    assert status == 400 and "serves no tool-calling agent" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("extraction, agent, verdict", [
+    ("successful", None, "successful"),          # no agent canary of this version: the extraction canary decides
+    ("successful", "successful", "successful"),
+    ("successful", "inconclusive", "inconclusive"),  # the agent canary still collecting: nothing is concluded
+    ("successful", "failed", "failed"),          # either failing rolls the version back
+    ("inconclusive", "failed", "failed"),
+    ("failed", "successful", "failed"),
+])
+def test_conclude_reads_the_agent_canary_of_the_same_version_too(extraction, agent, verdict):
+    first = {"verdict": extraction, "kind": "extraction", "versions": {"canary": "v0.0.3"},
+             "reasons": [{"rule": "sprt", "outcome": extraction}]}
+    others = [] if agent is None else [{"verdict": agent, "kind": "agent", "versions": {"canary": "v0.0.3"},
+                                        "reasons": [{"rule": "sprt", "outcome": agent}]}]
+    stale = {"verdict": "failed", "kind": "agent", "versions": {"canary": "v0.0.2"}, "reasons": []}
+    joined = canary_analysis.joint(first, [*others, stale])  # another version's analysis is not this canary's
+    assert joined["verdict"] == verdict
+    assert [r["rule"] for r in joined["reasons"]] == ["sprt", *(["agent:sprt"] if agent else [])]
+
+
+def test_episode_rows_collapse_per_arm_and_keep_every_turns_request_id():
+    rows = [{"request_id": f"{e}:{t}", "arm": arm, "episode_id": e, "opening_hash": f"o-{e[0]}", "latency_ms": 10.0,
+             "request_hash": f"h{t}"} for e, arm, n in (("a-p", "prod", 3), ("a-c", "canary", 2)) for t in range(n)]
+    rows.append({"request_id": "plain", "arm": "prod", "request_hash": "x", "latency_ms": 5.0})
+    out = canary_analysis.episodes(rows)
+    assert [(r["request_id"], r["request_hash"], r.get("turns"), r["latency_ms"]) for r in out] == [
+        ("a-p:0", "o-a", 3, 30.0), ("a-c:0", "o-a", 2, 20.0), ("plain", "x", None, 5.0)]
+    assert out[0]["request_ids"] == ["a-p:0", "a-p:1", "a-p:2"]

@@ -1,7 +1,12 @@
-"""The pure rules of the OpenAI surface: stop sequences, what a stream holds back, finish reasons, token limits."""
+"""The pure rules of the OpenAI surface: stop sequences, what a stream holds back, finish reasons, token limits, and
+an agent's conversation through OpenAI's tool-calling shapes and back."""
+
+import json
 
 import pytest
 
+from clap.agent import chat
+from clap.feedback.traffic import action_text
 from clap.serve import openai_api as api
 
 
@@ -51,3 +56,50 @@ def test_token_limits_and_formats():
     for bad in ({"n": 2}, {"stop": [""]}, {"temperature": 3}, {"messages": []}, {"stop": ["a"] * 5}):
         with pytest.raises(ValueError):
             api.ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "x"}]} | bad)
+
+
+EPISODE = [  # an agent episode as the track writes it: a call, its return, a malformed turn, its error, finish
+    *chat.start("What was Apex's net profit for FY2022?"),
+    chat.Action("Search.", "search_reports", {"query": "Apex net profit 2022", "k": 3}).message(),
+    chat.tool_message("search_reports", '[{"chunk_id": "c01-annual-2022-p1", "title": "Apex …"}]'),
+    {"role": "assistant", "content": '{"thought": "Read.", "tool": "read_chunk", "arguments": {"chunk": 1}}'},
+    chat.tool_message("error", '{"error": "unknown argument chunk"}'),
+    chat.Action("", "read_chunk", {"chunk_id": "c01-annual-2022-p1"}).message(),
+    chat.tool_message("read_chunk", "Net profit for FY2022 was 1,234.50 RMB 10k."),
+]
+
+
+def test_an_agent_episode_survives_the_round_trip_through_openai_shapes():
+    sent = chat.openai_messages(EPISODE)
+    call = sent[2]["tool_calls"][0]
+    assert call["type"] == "function" and isinstance(call["function"]["arguments"], str)  # OpenAI's JSON string
+    assert sent[3]["tool_call_id"] == call["id"] and sent[5]["name"] == "error" and "tool_call_id" not in sent[5]
+    body = json.loads(json.dumps({"messages": sent}))  # what crosses the wire
+    request = api.ChatRequest.model_validate({"model": "m", **body})
+    assert api.internal_messages(request.messages) == EPISODE
+
+
+@pytest.mark.parametrize("turns, says", [
+    ([{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "read_chunk", "arguments": "[1]"}}]}], "messages.0.tool_calls.0.function.arguments: not a JSON object"),
+    ([{"role": "tool", "tool_call_id": "c9", "content": "x"}], "messages.0.tool_call_id: 'c9' answers no tool call"),
+    ([{"role": "user", "content": None}], "messages.0.content: Field required"),
+    ([{"role": "tool", "name": "search_reports"}], "messages.0.content: Field required"),
+])
+def test_a_turn_the_agent_cannot_read_is_named(turns, says):
+    request = api.ChatRequest.model_validate({"model": "m", "messages": turns})
+    with pytest.raises(ValueError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        api.internal_messages(request.messages)
+
+
+@pytest.mark.parametrize("message, text", [
+    (api.tool_call_message("Read.", "read_chunk", {"chunk_id": "c1"}),
+     '{"thought": "Read.", "tool": "read_chunk", "arguments": {"chunk_id": "c1"}}'),
+    ({"role": "assistant", "content": "no JSON here"}, "no JSON here"),  # the loop scores it as a malformed turn
+    ({"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                             "function": {"name": "f", "arguments": "{oops"}}]}, "{oops"),
+])
+def test_the_client_reads_an_answer_back_into_the_action_the_agent_wrote(message, text):
+    assert action_text(message) == text
+    if message.get("tool_calls") and message["content"]:
+        assert chat.parse_action(text) == chat.Action("Read.", "read_chunk", {"chunk_id": "c1"})

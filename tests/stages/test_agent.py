@@ -183,13 +183,6 @@ def test_agent_dpo_without_pairs_keeps_its_start_and_says_so(agent_cfg, agent_ad
     assert json.loads((tmp_path / "agent_dpo" / "guard_report.json").read_text())["status"] == "ok"
 
 
-def test_a_capped_evaluation_still_covers_every_kind():
-    tasks = [{"task_id": f"{k}{i}", "kind": k} for k in ("lookup", "change", "compare") for i in range(3)]
-    picked = evaluate_agent.by_kind_round_robin(tasks, 4)
-    assert [t["task_id"] for t in picked] == ["change0", "compare0", "lookup0", "change1"]
-    assert evaluate_agent.by_kind_round_robin(tasks, None) == tasks == evaluate_agent.by_kind_round_robin(tasks, 50)
-
-
 def test_agent_grpo_trains_on_whole_episodes_from_the_sft_adapter(agent_cfg, tasks_dir, agent_adapter, small_loop,
                                                                    tiny_dir, tmp_path):
     """Step 0 = the agent SFT adapter (trained and reference copies); every rollout is an episode the tools

@@ -94,6 +94,29 @@ def parse_action(text: str) -> Action | None:
     return Action(obj["thought"], obj["tool"], obj["arguments"])
 
 
+def openai_messages(messages: list[dict]) -> list[dict]:
+    """The agent's conversation in OpenAI's shapes, as an application sends it to `clap canary serve --agent` (pure;
+    `clap.serve.openai_api.internal_messages` reads it back unchanged): each tool call gets an id (`call_<turn>`),
+    its arguments a JSON string, and the tool turn after it that id; an error turn (after a malformed action) its
+    tool's name."""
+    out, last_call = [], None
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            f = m["tool_calls"][0]["function"]
+            last_call = f"call_{i}"
+            out.append({"role": "assistant", "content": m["content"], "tool_calls": [
+                {"id": last_call, "type": "function",
+                 "function": {"name": f["name"], "arguments": json.dumps(f["arguments"], ensure_ascii=False)}}]})
+        elif m["role"] == "tool":
+            out.append({"role": "tool", "content": m["content"],
+                        **({"tool_call_id": last_call} if last_call else {"name": m.get("name", "tool")})})
+            last_call = None
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+            last_call = None
+    return out
+
+
 def tool_message(name: str, observation: str) -> dict:
     return {"role": "tool", "name": name, "content": observation}
 

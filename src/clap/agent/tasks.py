@@ -398,3 +398,18 @@ def leakage(tasks: list[dict]) -> list[str]:
 def load(folder: Path, split: str) -> list[dict]:
     """The tasks of one split in `folder/tasks.jsonl` (the `agent_tasks` stage's output), in file order."""
     return [t for t in read_jsonl(Path(folder) / "tasks.jsonl") if t["split"] == split]
+
+
+def by_kind_round_robin(tasks: list[dict], limit: int | None) -> list[dict]:
+    """At most `limit` tasks, one kind after another, so a small evaluation still covers every kind."""
+    if limit is None or limit >= len(tasks):
+        return tasks
+    queues: dict[str, list[dict]] = {}
+    for t in tasks:
+        queues.setdefault(t["kind"], []).append(t)
+    out: list[dict] = []
+    while len(out) < limit:
+        for kind in sorted(queues):
+            if queues[kind] and len(out) < limit:
+                out.append(queues[kind].pop(0))
+    return out

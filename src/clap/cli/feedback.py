@@ -58,7 +58,10 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
                  candidate: Path = typer.Option(None, help="serve this unreleased adapter (pinned by dvc.lock) as "
                                                           "the canary: a dark launch, analysable, not concludable"),
                  upstream: str = typer.Option(None, help="route to this vLLM OpenAI server (CUDA) instead of the CPU "
-                                                         "engine; prints the `vllm serve` line it must run")) -> None:
+                                                         "engine; prints the `vllm serve` line it must run"),
+                 agent: bool = typer.Option(False, help="serve the tool-calling agent adapters of canary and prod "
+                                                        "(OpenAI tools / tool_calls; logs default to "
+                                                        f"{paths.CANARY_AGENT_LOGS})")) -> None:
     """Serve prod and the canary (OpenAI-compatible, 127.0.0.1) and log every request and outcome."""
     import shlex
 
@@ -66,7 +69,8 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
     from clap.serve.canary import server
 
     cfg = _params()
-    service = canary.from_registry(Path("."), cfg, logs, candidate, upstream)
+    logs = paths.CANARY_AGENT_LOGS if agent and logs == paths.CANARY_LOGS else logs
+    service = canary.from_registry(Path("."), cfg, logs, candidate, upstream, agent=agent)
     if upstream:
         console.print("the adapters passed the serving check; vLLM must serve exactly these folders:\n  "
                       + shlex.join(service.engine.command))
@@ -80,8 +84,8 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
         srv.server_close()
 
 
-def _print_traffic(cfg: Params, counts: dict) -> None:
-    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {cfg.canary.outcome}"
+def _print_traffic(cfg: Params, counts: dict, outcome: str | None = None) -> None:
+    console.print("traffic: " + ", ".join(f"{a} {c['success']}/{c['requests']} {outcome or cfg.canary.outcome}"
                                           for a, c in counts.items()))
 
 
@@ -90,33 +94,43 @@ def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1
                    paired: bool = typer.Option(False, help="send every question to both arms"),
                    limit: int = typer.Option(None, min=1, help="first N held-out replay questions"),
                    until_decided: Path = typer.Option(None, help="the server's log folder (same machine): stop "
-                                                                 "sending once its analysis is conclusive")) -> None:
-    """The demo's traffic: held-out replay questions, each answer scored against gold, outcomes posted back."""
+                                                                 "sending once its analysis is conclusive"),
+                   agent: bool = typer.Option(False, help="held-out agent tasks as episodes (the server runs "
+                                                          "`clap canary serve --agent`); outcome: task success")) -> None:
+    """The demo's traffic: held-out replay questions (or agent tasks), each scored against gold, outcomes posted back."""
     from clap.feedback import canary_analysis, traffic
 
     cfg = _params()
     stop = (lambda: canary_analysis.decided(until_decided, cfg)) if until_decided else None
-    counts = traffic.send(cfg, Path("."), url or f"http://127.0.0.1:{cfg.canary.port}", paired, limit, stop)
-    _print_traffic(cfg, counts)
+    send = traffic.send_agent if agent else traffic.send
+    counts = send(cfg, Path("."), url or f"http://127.0.0.1:{cfg.canary.port}", paired, limit, stop)
+    _print_traffic(cfg, counts, "task success" if agent else None)
 
 
 @canary_app.command("analyze")
-def canary_analyze(logs: Path = typer.Argument(paths.CANARY_LOGS), out: Path = typer.Option(paths.CANARY_METRICS),
+def canary_analyze(logs: Path = typer.Argument(None, help=f"default: {paths.CANARY_LOGS} "
+                                                            f"({paths.CANARY_AGENT_LOGS} with --agent)"),
+                   out: Path = typer.Option(None, help=f"default: {paths.CANARY_METRICS} "
+                                                       f"({paths.CANARY_AGENT_METRICS} with --agent)"),
                    inbox: Path = typer.Option(paths.INBOX),
                    outcome: str = typer.Option(None, help="re-score the logged feedback by another logged score "
-                                                          "(e.g. value_exact) instead of its outcome")) -> None:
+                                                          "(e.g. value_exact) instead of its outcome"),
+                   agent: bool = typer.Option(False, help="the agent canary's logs: one outcome (task success) per "
+                                                          "episode")) -> None:
     """Canary vs prod on the logged outcomes: SPRT, McNemar, bootstrap CI → successful / failed / inconclusive."""
     from clap.data.repair import replace_in_inbox
     from clap.feedback import canary_analysis
     from clap.io import write_json
 
+    logs = logs or (paths.CANARY_AGENT_LOGS if agent else paths.CANARY_LOGS)
+    out = out or (paths.CANARY_AGENT_METRICS if agent else paths.CANARY_METRICS)
     requests, feedback = canary_analysis.load_logs(logs)
     if outcome is not None:
         feedback = canary_analysis.rescore(feedback, outcome)
     r = canary_analysis.analyze(requests, feedback, _params()) | {"outcome": outcome or "logged"}
     write_json(out, r)
     failed = canary_analysis.failed_cases(requests, feedback)
-    replace_in_inbox(inbox, failed, f"canary:{r['versions']['canary']}")
+    replace_in_inbox(inbox, failed, f"canary{'-agent' if agent else ''}:{r['versions']['canary']}")
     _print_analysis(r, out, len(failed))
 
 
@@ -139,26 +153,39 @@ def _print_analysis(r: dict, out: Path, failed: int | None = None) -> None:
 def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many held-out replay questions, each sent "
                                                           "to both arms; traffic stops once the analysis is conclusive"),
                 candidate: Path = typer.Option(None, help="serve this unreleased adapter as the canary (dark launch)"),
-                logs: Path = typer.Option(paths.CANARY_LOGS)) -> None:
-    """One canary end to end: serve (in this process), replay the held-out questions as paired traffic,
-    analyse, and — for a registered canary — conclude with the promote or rollback tag."""
+                logs: Path = typer.Option(None, help=f"default: {paths.CANARY_LOGS} ({paths.CANARY_AGENT_LOGS} "
+                                                     "with --agent)"),
+                agent: bool = typer.Option(False, help="the agent canary: the versions' agent adapters on held-out "
+                                                       "agent tasks, task success as the outcome"),
+                conclude: bool = typer.Option(True, help="end a registered canary by its analysis (promote or roll "
+                                                         "back); --no-conclude leaves that to `clap canary conclude`")
+                ) -> None:
+    """One canary end to end: serve (in this process), replay the held-out questions (or agent tasks) as paired
+    traffic, analyse, and — for a registered canary — conclude with the promote or rollback tag."""
     from clap.serve.canary import simulated_canary
 
     cfg = _params()
-    counts, r = simulated_canary(Path("."), cfg, logs, limit, candidate)
-    _print_traffic(cfg, counts)
-    _print_analysis(r, paths.CANARY_METRICS)
-    if candidate is None and r["verdict"] in ("successful", "failed"):
-        canary_conclude(paths.CANARY_METRICS)
+    logs = logs or (paths.CANARY_AGENT_LOGS if agent else paths.CANARY_LOGS)
+    counts, r = simulated_canary(Path("."), cfg, logs, limit, candidate, agent=agent)
+    _print_traffic(cfg, counts, "task success" if agent else None)
+    metrics = paths.CANARY_AGENT_METRICS if agent else paths.CANARY_METRICS
+    _print_analysis(r, metrics)
+    if conclude and candidate is None and r["verdict"] in ("successful", "failed"):
+        canary_conclude(metrics)
 
 
 @canary_app.command("conclude")
 def canary_conclude(analysis: Path = typer.Option(paths.CANARY_METRICS)) -> None:
-    """Act on the analysis: promote the canary to prod (`#prod#K`) or roll it back (`#canary!#K`)."""
+    """Act on the analysis: promote the canary to prod (`#prod#K`) or roll it back (`#canary!#K`). When the agent
+    canary of the same version was analysed too, both count (`canary_analysis.joint`): either failing rolls the
+    version back, either inconclusive concludes nothing."""
+    from clap.feedback.canary_analysis import joint
     from clap.io import read_json
     from clap.release import registry as rel
 
     if not analysis.exists():
         _fail(FileNotFoundError(f"{analysis}: no canary analysis (run `clap canary analyze`)"))
-    r = rel.conclude_canary(Path("."), read_json(analysis))
+    others = [p for p in (paths.CANARY_METRICS, paths.CANARY_AGENT_METRICS) if p.exists() and p.resolve() !=
+              analysis.resolve()]
+    r = rel.conclude_canary(Path("."), joint(read_json(analysis), [read_json(p) for p in others]))
     console.print(f"canary {r['version']}: {r['verdict']} → {r['action']} ({', '.join(r['tags'])})")

@@ -18,6 +18,12 @@ JSONL under feedback/canary/ (`dvc add feedback/canary` versions them):
 - requests.jsonl: request id, request hash (of the messages), arm, version, adapter sha256, latency, answer;
 - feedback.jsonl: request id, outcome (1 success, 0 failure), reason, optional record id for the flywheel
   and the scores behind the outcome.
+
+`clap canary serve --agent` serves the tool-calling agent adapters the two versions ship instead (`from_registry`
+with `agent=True`): an episode is many requests, one per turn, sharing an `episode_id` (every turn goes to the arm of
+its episode), each logged with the episode id, its turn and the hash of the episode's opening (system prompt and
+question); the outcome — task success — is posted once, on the episode's last turn, and the analysis reads one
+outcome per episode (`canary_analysis.episodes`). Its logs go to feedback/canary/agent/.
 """
 
 from __future__ import annotations
@@ -51,6 +57,13 @@ def request_hash(messages: list[dict]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
+def opening(messages: list[dict]) -> list[dict]:
+    """An episode's opening: its turns up to the first user turn (the system prompt and the question), the same in
+    every turn of the episode and in both arms — what paired agent traffic pairs on."""
+    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages) - 1)
+    return messages[:first_user + 1]
+
+
 def route(request_id: str, share: float) -> str:
     """canary for a stable `share` of request ids, prod for the rest."""
     return "canary" if int(hashlib.sha256(request_id.encode()).hexdigest()[:8], 16) / 2 ** 32 < share else "prod"
@@ -71,8 +84,12 @@ class _Log:
 class CanaryService:
     """Routing, logging and feedback; no HTTP in here (`clap.serve.canary` puts it behind `clap serve`'s app)."""
 
-    def __init__(self, engine, arms: dict[str, Arm], share: float, log_dir: Path, max_new_tokens: int):
+    def __init__(self, engine, arms: dict[str, Arm], share: float, log_dir: Path, max_new_tokens: int,
+                 agent=None):
+        """`agent`: a `clap.agent.engine.AgentServing` when the arms are tool-calling agent adapters (the engine renders
+        with the agent's tools), else None."""
         self.engine, self.arms, self.share, self.max_new_tokens = engine, arms, share, max_new_tokens
+        self.agent = agent
         self.log, self._gen_lock = _Log(log_dir), threading.Lock()
         served = Path(log_dir) / REQUESTS  # a restarted server still takes feedback on what it served before
         self.known = {r["request_id"] for r in read_jsonl(served)} if served.exists() else set()
@@ -85,11 +102,15 @@ class CanaryService:
         """Log one answer ({request_id, model: the arm, prompt, text, new_tokens, latency_ms}) to requests.jsonl."""
         a = self.arms[answer["model"]]
         self.known.add(answer["request_id"])
+        episode = {}
+        if answer.get("episode_id"):  # one turn of an agent episode
+            episode = {"episode_id": answer["episode_id"], "opening_hash": request_hash(opening(answer["prompt"])),
+                       "turn": sum(m.get("role") == "assistant" for m in answer["prompt"])}
         self.log.append(REQUESTS, {"ts": time.time(), "request_id": answer["request_id"],
                                    "request_hash": request_hash(answer["prompt"]), "arm": answer["model"],
                                    "version": a.version, "adapter_sha256": a.adapter_sha256,
                                    "latency_ms": answer["latency_ms"], "new_tokens": answer["new_tokens"],
-                                   "output": answer["text"], "answer": parse_answer(answer["text"])})
+                                   "output": answer["text"], "answer": parse_answer(answer["text"]), **episode})
 
     def complete(self, messages: list[dict], arm: str | None = None, schema: dict | None = None,
                  request_id: str | None = None) -> dict:
@@ -128,12 +149,6 @@ class NoCanary(UserError, RuntimeError):
     pass
 
 
-@dataclass
-class UpstreamGeneration:
-    text: str
-    new_tokens: int
-
-
 class OpenAIUpstream:
     """The Engine's `generate`, answered by an OpenAI-compatible server (vLLM's) whose LoRA modules are
     the arms: `modules` maps the Engine's switch (False, "prod", True) to the module name to request."""
@@ -142,7 +157,7 @@ class OpenAIUpstream:
         self.url, self.modules, self.command, self.timeout = url.rstrip("/"), modules, command, timeout
 
     def generate(self, conversations: list[list[dict]], use_adapter, max_new_tokens: int, schemas=None, **_) -> list:
-        from clap.feedback.traffic import post
+        from clap.feedback.traffic import UpstreamGeneration, post
 
         out = []
         for i, messages in enumerate(conversations):
@@ -172,13 +187,19 @@ def vllm_command(base: Path, adapters: dict[str, Path], port: int = 8000) -> lis
 
 
 def from_registry(root: Path, cfg: Params, log_dir: Path, candidate: Path | None = None,
-                  upstream: str | None = None) -> CanaryService:
+                  upstream: str | None = None, agent: bool = False) -> CanaryService:
     """The service for the registry's canary beside its prod (the base model when nothing is in prod):
     both adapters restored from the DVC cache into models/serving/<version>/ and checked against the
     bundle committed at their release tags before anything serves them. `candidate` (an adapter folder
     dvc.lock pins, e.g. models/sft/adapter) serves an unreleased candidate as the canary instead: a dark
     launch whose analysis can be read but not concluded, as no version stands behind it. `upstream`: the
-    URL of a vLLM server started with `vllm_command` over those folders; else the CPU engine here."""
+    URL of a vLLM server started with `vllm_command` over those folders; else the CPU engine here. `agent`: serve
+    the tool-calling agent adapters the two versions ship instead (`agent_from_registry`)."""
+    if agent:
+        if candidate is not None or upstream is not None:
+            raise NoCanary("the agent canary serves released versions on the CPU engine: --candidate and --upstream "
+                           "are the extraction canary's")
+        return agent_from_registry(root, cfg, log_dir)
     from clap import model
     from clap.evaluate.generate import Engine
     from clap.integrity import pinned_expectation, verify_adapter
@@ -216,3 +237,49 @@ def from_registry(root: Path, cfg: Params, log_dir: Path, candidate: Path | None
                         p_expected["files"]["adapter_model.safetensors"] if prod else None),
             "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}
     return CanaryService(engine, arms, cfg.canary.share, log_dir, cfg.canary.max_new_tokens)
+
+
+def agent_from_registry(root: Path, cfg: Params, log_dir: Path) -> CanaryService:
+    """The agent canary: the tool-calling agent adapter the canary version ships beside the one prod serves (the base
+    model when prod serves none), each restored from the DVC cache and checked against the bundle at the tag of the
+    release that pinned it. Refused when the canary version ships no agent adapter of its own — its gate held the agent,
+    so it carries prod's (or none) and there is nothing to test."""
+    from clap import model
+    from clap.agent.chat import action_schema, engine_rendering
+    from clap.agent.engine import AgentServing
+    from clap.agent.tools import ReportTools
+    from clap.evaluate.engines import decoding
+    from clap.evaluate.generate import Engine
+    from clap.release.bundle import agent_source
+    from clap.release.prod import ProdUnavailable, restore_version_adapter
+    from clap.release.registry import current
+
+    root = Path(root)
+    canary, prod = current(root, "canary"), current(root, "prod")
+    if canary is None:
+        raise NoCanary("nothing is in canary: a gate decision of canary (or policy release_via_canary) and "
+                       "`clap release` put a version there")
+    source = agent_source(root, canary["version"])
+    if source is None or source[0] != canary["version"]:
+        raise NoCanary(f"{canary['version']} ships no agent adapter of its own (its gate did not pass the agent, so "
+                       f"it carries {'the one of ' + source[0] if source else 'none'}): no agent canary to serve")
+    others, arms = [], {}
+    for name, holder in (("canary", canary), ("prod", prod)):
+        folder = expected = None
+        if holder is not None:
+            try:
+                folder, expected = restore_version_adapter(root, holder["version"], root / paths.MODELS / "serving" /
+                                                           holder["version"] / "agent_adapter", role="agent_adapter")
+            except ProdUnavailable:  # prod ships no agent adapter: its arm is the base model
+                folder = None
+        if folder is not None:
+            others.append((name, folder, expected))
+        arms[name] = Arm(name, name if folder is not None else False,
+                         holder["version"] if folder is not None else None,
+                         expected["files"]["adapter_model.safetensors"] if folder is not None else None)
+    base = model.resolve(cfg.model)
+    schemas = ReportTools.tool_schemas()
+    engine = Engine(base, others=others, **engine_rendering(model.load_tokenizer(base), schemas),
+                    **decoding(cfg.generate))
+    serving = AgentServing(schemas, action_schema(schemas) if cfg.generate.constrained else None)
+    return CanaryService(engine, arms, cfg.canary.share, log_dir, cfg.agent.turn_tokens, agent=serving)

@@ -2,7 +2,8 @@
 successful (promote the canary to prod), failed (roll the canary back) or inconclusive (keep collecting).
 
 Pairs: requests both arms answered (same messages) pair by request hash; otherwise the i-th outcome
-of each arm pairs in arrival order. On them: Wald's SPRT over the discordant pairs (it stops as soon
+of each arm pairs in arrival order. An agent episode (`clap canary serve --agent`) is one request here: its turns
+collapse into one row whose outcome is the task success posted on it and whose hash is its opening's (`episodes`). On them: Wald's SPRT over the discordant pairs (it stops as soon
 as the evidence suffices), McNemar's exact test, and a bootstrap CI of the success-rate difference.
 Nothing ends before `min_requests` scored requests per arm — neither a success nor a failure. Latency is
 looked at once, on each arm's first `min_requests` requests (`latency_look`): a canary whose p95 there exceeds
@@ -80,10 +81,40 @@ def usable_evidence(requests: list[dict], feedback: list[dict]) -> tuple[list[di
     return kept_requests, kept_feedback, problems
 
 
+def episodes(requests: list[dict]) -> list[dict]:
+    """The request log with each agent episode as one row (pure): the turns that share an arm and an `episode_id`
+    become the row of its first turn, with every turn's request id (`request_ids`: the outcome is posted on one of
+    them, the last in practice), the hash of the episode's opening as its request hash (paired traffic asks both arms
+    the same question, so their episodes pair), the turns' summed latency and their count. Rows without an
+    `episode_id` (the extraction canary's requests) pass unchanged."""
+    out, by_episode = [], {}
+    for r in requests:
+        if not r.get("episode_id"):
+            out.append(r)
+            continue
+        key = (r["arm"], r["episode_id"])
+        if key in by_episode:
+            row = by_episode[key]
+            row["request_ids"].append(r["request_id"])
+            row["latency_ms"] += r["latency_ms"]
+            row["turns"] += 1
+        else:
+            by_episode[key] = r | {"request_hash": r.get("opening_hash", r.get("request_hash")),
+                                   "request_ids": [r["request_id"]], "turns": 1}
+            out.append(by_episode[key])
+    return out
+
+
 def analyze(requests: list[dict], feedback: list[dict], cfg: Params) -> dict:
     c = cfg.canary
     requests, feedback, invalid = usable_evidence(requests, feedback)
-    outcome = {f["request_id"]: int(f["outcome"]) for f in feedback}  # the last feedback on a request counts
+    requests = episodes(requests)
+    by_request = {f["request_id"]: int(f["outcome"]) for f in feedback}  # the last feedback on a request counts
+    outcome = {}
+    for r in requests:
+        posted = [by_request[i] for i in r.get("request_ids", [r["request_id"]]) if i in by_request]
+        if posted:
+            outcome[r["request_id"]] = posted[-1]
     served = {a: [r for r in requests if r["arm"] == a] for a in ARMS}
     versions = {a: sorted({r.get("version") or "base" for r in rows}) for a, rows in served.items()}
     for a, vs in versions.items():
@@ -121,7 +152,9 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: Params) -> dict:
                         "threshold": "a bound", "outcome": "inconclusive"})
     order = ["failed", "inconclusive", "successful"]
     verdict = min((r["outcome"] for r in reasons), key=order.index)
-    return {"verdict": verdict, "reasons": reasons, "versions": {a: v[0] if v else None for a, v in versions.items()},
+    kind = "agent" if any(r.get("episode_id") for r in requests) else "extraction"
+    return {"verdict": verdict, "kind": kind, "reasons": reasons,
+            "versions": {a: v[0] if v else None for a, v in versions.items()},
             "requests": {a: len(rows) for a, rows in served.items()},
             "without_outcome": {a: len(served[a]) - len(scored[a]) for a in ARMS},
             "success_rate": {a: round(sum(r["outcome"] for r in rows) / len(rows), 6) if rows else None
@@ -131,6 +164,20 @@ def analyze(requests: list[dict], feedback: list[dict], cfg: Params) -> dict:
                                       else pairs_until(pairs, test.discordant_seen), "p_worse": c.p_worse, "p_better": c.p_better, "alpha": c.alpha,
                                       "beta": c.beta},
             "p95_latency_ms": latency}
+
+
+def joint(analysis: dict, others: list[dict]) -> dict:
+    """The verdict `clap canary conclude` acts on (pure): `analysis`, joined by each of `others` (the extraction and
+    the agent canary) that judged the same canary version — failed when any failed, inconclusive when any is, else
+    successful; the others' reasons follow, their rule names prefixed by the analysis they come from."""
+    same = [o for o in others if (o.get("versions") or {}).get("canary") == (analysis.get("versions") or {}).get("canary")]
+    if not same:
+        return analysis
+    order = ["failed", "inconclusive", "successful"]
+    verdict = min([analysis["verdict"], *(o["verdict"] for o in same)], key=order.index)
+    reasons = analysis["reasons"] + [r | {"rule": f"{o.get('kind', 'canary')}:{r['rule']}"}
+                                     for o in same for r in o["reasons"]]
+    return analysis | {"verdict": verdict, "reasons": reasons}
 
 
 def latency_look(served: dict[str, list[dict]], c: dict) -> dict | None:
@@ -166,5 +213,6 @@ def failed_cases(requests: list[dict], feedback: list[dict]) -> list[dict]:
     arm = {r["request_id"]: r for r in requests}
     last = {f["request_id"]: f for f in feedback}
     return [{"source": "canary_failed", "request_id": f["request_id"], "reason": f.get("reason") or "outcome 0",
-             "record_id": f.get("record_id"), "version": arm[f["request_id"]].get("version")}
+             "record_id": f.get("record_id"), "version": arm[f["request_id"]].get("version"),
+             **({"episode_id": arm[f["request_id"]]["episode_id"]} if arm[f["request_id"]].get("episode_id") else {})}
             for f in last.values() if not f["outcome"] and arm.get(f["request_id"], {}).get("arm") == "canary"]

@@ -8,6 +8,11 @@ Models served: the adapter (named `clap-adapter@<version>`, or `candidate` for a
 pins) and `base`, the base model with the adapter switched off. `response_format` with a JSON schema decodes the
 answer under that schema's grammar (xgrammar), as the evaluation does. A malformed request is a 400 whose message
 names the field; an unknown model a 404; nothing a client sends produces a traceback.
+
+An application built with `agent` serves the tool-calling agent instead (`clap canary serve --agent`): every chat
+request lists the agent's tools (OpenAI's `tools`), each turn decodes under the action grammar, and the answer is the
+agent's action as OpenAI's `tool_calls` (`finish_reason: "tool_calls"`; `finish` is a tool too, its `answer` the
+episode's). A request may carry `episode_id`: a routing server sends every turn of an episode to one arm.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
+from clap.agent.engine import AgentServing
 from clap.serve import openai_api as api
 from clap.serve.batcher import Batcher, Job
 
 ROUTED = "clap"  # the model name a routing server (the canary) answers by request id
+
+
 
 
 def refuse(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> JSONResponse:
@@ -46,6 +54,7 @@ class Completions:
     max_tokens_cap: int
     route: Callable[[str], str] | None = None
     on_answer: Callable[[dict], None] | None = None
+    agent: AgentServing | None = None
 
     async def parse(self, request: Request, shape) -> tuple[tuple | None, JSONResponse | None]:
         """(request, request id, job) or the 4xx refusing it."""
@@ -61,9 +70,12 @@ class Completions:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             return None, refuse(400, f"{where}: {first['msg']}", where)
-        request_id = req.request_id or api.completion_id("chatcmpl" if isinstance(req, api.ChatRequest) else "cmpl")
+        chat = isinstance(req, api.ChatRequest)
+        request_id = req.request_id or api.completion_id("chatcmpl" if chat else "cmpl")
+        if (problem := self.tool_problem(req)) is not None:
+            return None, refuse(400, *problem)
         if self.route is not None and req.model in (None, ROUTED):
-            req.model = self.route(request_id)
+            req.model = self.route((req.episode_id if chat else None) or request_id)
         if req.model is None:
             return None, refuse(400, "model: Field required", "model")
         if req.model not in self.models:
@@ -71,17 +83,63 @@ class Completions:
                                      f"{', '.join(self.models)}", "model")
         try:
             limit = req.token_limit(self.default_max_tokens, self.max_tokens_cap)
-            schema = req.schema() if isinstance(req, api.ChatRequest) else None
+            schema = req.schema() if chat else None
         except ValueError as exc:
             return None, refuse(400, str(exc), "max_tokens" if "max_tokens" in str(exc) else "response_format")
-        prompt = [m.model_dump() for m in req.messages] if isinstance(req, api.ChatRequest) else req.prompt
+        if self.agent is not None:
+            try:
+                prompt = api.internal_messages(req.messages)
+            except ValueError as exc:
+                return None, refuse(400, str(exc), str(exc).split(":")[0])
+            schema = self.agent.action_schema
+        else:
+            prompt = [m.model_dump(exclude_none=True) for m in req.messages] if chat else req.prompt
         return (req, request_id, Job(prompt, self.models[req.model], limit, req.temperature, schema, req.seed,
                                      asyncio.Queue() if req.stream else None)), None
+
+    def tool_problem(self, req) -> tuple[str, str] | None:
+        """(message, field) when a request does not fit what this server serves: tools sent to a server that
+        serves no agent, an agent turn without the agent's tools, streamed, or under another response format."""
+        tools = getattr(req, "tools", None)
+        if self.agent is None:
+            if tools is not None:
+                return "tools: this server serves no tool-calling agent (`clap canary serve --agent` does)", "tools"
+            for i, m in enumerate(getattr(req, "messages", ())):
+                if m.tool_calls or m.content is None:
+                    field = "tool_calls" if m.tool_calls else "content"
+                    return (f"messages.{i}.{field}: " + ("this server serves no tool-calling agent" if m.tool_calls
+                                                         else "Field required"), f"messages.{i}.{field}")
+            return None
+        if tools is None:
+            return (f"tools: this server serves the tool-calling agent; every chat request lists its tools "
+                    f"({', '.join(self.agent.names)}) on POST /v1/chat/completions", "tools")
+        sent = [t.function.name for t in tools]
+        if sorted(sent) != sorted(self.agent.names):
+            return (f"tools: the agent served here was trained with {', '.join(self.agent.names)}; the request lists "
+                    f"{', '.join(sent)}", "tools")
+        if req.stream:
+            return "stream: an agent turn is answered whole (its tool call is parsed from the complete action)", "stream"
+        if req.response_format is not None and req.response_format.type != "text":
+            return "response_format: an agent turn decodes under the action grammar, not another format", \
+                "response_format"
+        return None
 
     def answered(self, req, rid: str, job: Job, text: str, new_tokens: int, started: float) -> None:
         if self.on_answer is not None:
             self.on_answer({"request_id": rid, "model": req.model, "prompt": job.prompt, "text": text,
-                            "new_tokens": new_tokens, "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
+                            "new_tokens": new_tokens, "latency_ms": round((time.perf_counter() - started) * 1000, 2),
+                            "episode_id": getattr(req, "episode_id", None)})
+
+    def agent_message(self, text: str) -> tuple[dict | None, bool]:
+        """(the assistant message of an agent turn, whether it calls a tool): the action as OpenAI's `tool_calls`,
+        or — a turn that is not an action (free decoding) — its text as content, which the client's loop reads as
+        a malformed action."""
+        from clap.agent.chat import parse_action
+
+        action = parse_action(text)
+        if action is None:
+            return None, False
+        return api.tool_call_message(action.thought, action.tool, action.arguments), True
 
     async def answer(self, request: Request, shape, chat: bool):
         started = time.perf_counter()
@@ -98,6 +156,10 @@ class Completions:
         self.answered(req, rid, job, got.text, got.new_tokens, started)
         text, stopped = api.cut_at_stop(got.text, req.stop)
         reason = api.finish_reason(got.new_tokens, job.max_tokens, stopped)
+        if self.agent is not None:
+            message, called = self.agent_message(got.text)
+            return api.chat_response(rid, req.model, got.text, "tool_calls" if called else reason, got.prompt_tokens,
+                                     got.new_tokens, message)
         build = api.chat_response if chat else api.text_response
         return build(rid, req.model, text, reason, got.prompt_tokens, got.new_tokens)
 
@@ -141,16 +203,17 @@ def _event(body: dict) -> str:
 def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
                max_batch: int = 16, wait_ms: float = 5.0, route: Callable[[str], str] | None = None,
                on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None,
-               health: dict | None = None):
+               health: dict | None = None, agent: AgentServing | None = None):
     """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
     adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
 
     The canary's hooks (`clap.serve.canary`): `route(request_id)` names the model of a request that names none (or
     `clap`); `on_answer(record)` sees every answer ({request_id, model, prompt, text, new_tokens, latency_ms}); with
     `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400); `health`: what
-    `GET /health` adds (the canary's arms and the versions they serve)."""
+    `GET /health` adds (the canary's arms and the versions they serve). `agent`: serve the tool-calling agent (the
+    engine renders the agent's conversations with these tools, `clap.agent.chat.engine_rendering`)."""
     batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
-    completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer)
+    completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer, agent)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -165,7 +228,8 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     _refuse_errors(app)
     @app.get("/health")
     async def get_health():
-        return {"status": "ok", "models": list(models), **(health or {})}
+        return {"status": "ok", "models": list(models), **(health or {}),
+                **({"tools": agent.tool_schemas} if agent is not None else {})}
 
     @app.get("/v1/models")
     async def list_models():

@@ -26,7 +26,7 @@ def canary_app(service: CanaryService, max_batch: int = 16, wait_ms: float = 5.0
                       default_max_tokens=service.max_new_tokens, max_tokens_cap=max(service.max_new_tokens, 2048),
                       max_batch=max_batch, wait_ms=wait_ms, route=service.pick, on_answer=service.record,
                       feedback=service.feedback, health={"arms": {name: arm.version for name, arm in service.arms.items()},
-                                                         "share": service.share})
+                                                         "share": service.share}, agent=service.agent)
 
 
 class Server:
@@ -64,10 +64,12 @@ def server(service: CanaryService, port: int, host: str = "127.0.0.1") -> Server
 
 
 def simulated_canary(root: Path, cfg: Params, logs: Path, limit: int, candidate: Path | None = None,
-                     fail_when_exhausted: bool = False) -> tuple[dict, dict]:
+                     fail_when_exhausted: bool = False, agent: bool = False) -> tuple[dict, dict]:
     """One canary end to end on SIMULATED traffic: serve prod and the canary in this process, replay the held-out
     replay questions as paired requests (scored against gold, outcomes posted back) until the sequential analysis
     is conclusive or `limit` questions are spent, then analyse: metrics/canary.json and the flywheel inbox.
+    `agent`: the agent canary instead — the versions' agent adapters, the held-out agent tasks as paired episodes,
+    task success as the outcome (metrics/canary_agent.json).
     `fail_when_exhausted`: a canary still inconclusive when the traffic runs out fails (`clap demo` ends every
     canary before its next round, and never promotes on evidence it did not get). Returns (traffic counts,
     analysis)."""
@@ -75,13 +77,14 @@ def simulated_canary(root: Path, cfg: Params, logs: Path, limit: int, candidate:
     from clap.feedback import canary_analysis, traffic
     from clap.io import write_json
 
-    service = from_registry(root, cfg, logs, candidate)
+    service = from_registry(root, cfg, logs, candidate, agent=agent)
     srv = server(service, 0)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
+    send = traffic.send_agent if agent else traffic.send
     try:
-        counts = traffic.send(cfg, root, f"http://127.0.0.1:{srv.server_address[1]}", True, limit,
-                              lambda: canary_analysis.decided(logs, cfg))
+        counts = send(cfg, root, f"http://127.0.0.1:{srv.server_address[1]}", True, limit,
+                      lambda: canary_analysis.decided(logs, cfg))
     finally:
         srv.shutdown()
         srv.server_close()
@@ -92,7 +95,7 @@ def simulated_canary(root: Path, cfg: Params, logs: Path, limit: int, candidate:
                                     f"pairs ({limit} questions)", "threshold": "a conclusive analysis",
                                     "outcome": "failed"})
         analysis["verdict"] = "failed"
-    write_json(root / paths.CANARY_METRICS, analysis)
+    write_json(root / (paths.CANARY_AGENT_METRICS if agent else paths.CANARY_METRICS), analysis)
     replace_in_inbox(root / paths.INBOX, canary_analysis.failed_cases(requests, feedback),
-                     f"canary:{analysis['versions']['canary']}")
+                     f"canary{'-agent' if agent else ''}:{analysis['versions']['canary']}")
     return counts, analysis

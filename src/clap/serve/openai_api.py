@@ -3,10 +3,18 @@
 Requests are checked by pydantic before anything decodes: a bad field is a 400 naming it. Fields an OpenAI client
 sends that CLAP does not use (`user`, `logprobs: false`, `presence_penalty: 0`, …) are accepted and ignored; a
 field whose value would change the answer in a way CLAP cannot honour (`n` > 1) is refused.
+
+Tool calling (the agent, `clap canary serve --agent`) follows OpenAI's shapes: the request lists its `tools`, an
+assistant turn carries `tool_calls` (each function's `arguments` a JSON string), a tool's return is a `tool` message
+naming the call it answers by `tool_call_id`. `internal_messages` turns such a conversation into the one the agent was
+trained on (`clap.agent.chat`: arguments as an object, a tool turn named by its tool), and `tool_call_message` an
+action the agent wrote back into OpenAI's assistant message, so an episode served over HTTP renders exactly as in
+training and evaluation.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Annotated, Literal
@@ -16,10 +24,39 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: Annotated[str, Field(min_length=1)]
+    arguments: str  # a JSON object, as a string (OpenAI's shape)
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: Annotated[str, Field(min_length=1)]
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "tool"]
-    content: str
+    content: str | None = None   # null only on an assistant turn that calls a tool
+    tool_calls: Annotated[list[ToolCall], Field(min_length=1, max_length=1)] | None = None  # the agent calls one
+    tool_call_id: str | None = None  # a tool turn: the call it answers ...
+    name: str | None = None          # ... or the tool's name (CLAP's error turns answer no call)
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    parameters: dict = Field(default_factory=dict)
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["function"]
+    function: FunctionSpec
 
 
 class JsonSchemaFormat(BaseModel):
@@ -65,6 +102,10 @@ class _Sampling(BaseModel):
 class ChatRequest(_Sampling):
     messages: Annotated[list[Message], Field(min_length=1)]
     response_format: ResponseFormat | None = None
+    tools: Annotated[list[Tool], Field(min_length=1)] | None = None
+    tool_choice: Literal["auto", "required"] | None = None  # the agent picks its tool (or finish) every turn
+    episode_id: Annotated[str, Field(min_length=1, max_length=128)] | None = None  # CLAP's: one agent episode's
+    # turns share it, and a routing server sends every turn of an episode to the arm its first turn went to
 
     def schema(self) -> dict | None:
         """The JSON schema the answer decodes under: `json_schema`'s, `{"type": "object"}` for `json_object`."""
@@ -80,6 +121,44 @@ class ChatRequest(_Sampling):
 
 class CompletionRequest(_Sampling):
     prompt: Annotated[str, Field(min_length=1)]
+
+
+def internal_messages(messages: list[Message]) -> list[dict]:
+    """The conversation as the agent track writes it (pure): an assistant tool call's `arguments` as an object, a
+    tool turn named by the tool whose call it answers. ValueError naming `messages.<i>.<field>` for a turn that
+    cannot be read: a tool call whose arguments are not a JSON object, a tool turn answering no earlier call, a
+    missing content."""
+    out, names = [], {}
+    for i, m in enumerate(messages):
+        if m.role == "assistant" and m.tool_calls:
+            call = m.tool_calls[0]
+            try:
+                arguments = json.loads(call.function.arguments)
+            except json.JSONDecodeError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise ValueError(f"messages.{i}.tool_calls.0.function.arguments: not a JSON object")
+            names[call.id] = call.function.name
+            out.append({"role": "assistant", "content": m.content or "", "tool_calls": [
+                {"type": "function", "function": {"name": call.function.name, "arguments": arguments}}]})
+        elif m.role == "tool":
+            name = names.get(m.tool_call_id) if m.tool_call_id else m.name
+            if name is None or m.content is None:
+                raise ValueError(f"messages.{i}.tool_call_id: {m.tool_call_id!r} answers no tool call of an earlier turn"
+                                 if m.content is not None else f"messages.{i}.content: Field required")
+            out.append({"role": "tool", "name": name, "content": m.content})
+        elif m.content is None:
+            raise ValueError(f"messages.{i}.content: Field required")
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def tool_call_message(thought: str, tool: str, arguments: dict) -> dict:
+    """The assistant message of one agent action: its thought as content, the call as OpenAI's `tool_calls`."""
+    return {"role": "assistant", "content": thought,
+            "tool_calls": [{"id": completion_id("call"), "type": "function",
+                            "function": {"name": tool, "arguments": json.dumps(arguments, ensure_ascii=False)}}]}
 
 
 def cut_at_stop(text: str, stops: list[str] | None) -> tuple[str, bool]:
@@ -101,9 +180,12 @@ def completion_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-def chat_response(rid: str, model: str, text: str, reason: str, prompt_tokens: int, new_tokens: int) -> dict:
+def chat_response(rid: str, model: str, text: str, reason: str, prompt_tokens: int, new_tokens: int,
+                  message: dict | None = None) -> dict:
+    """`message`: the assistant message when it is not the plain text (an agent's tool call)."""
     return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}],
+            "choices": [{"index": 0, "message": message or {"role": "assistant", "content": text},
+                         "finish_reason": reason}],
             "usage": usage(prompt_tokens, new_tokens)}
 
 

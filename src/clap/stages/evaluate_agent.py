@@ -28,7 +28,7 @@ import torch
 
 from clap.agent import chat, report, scoring
 from clap.agent.episode import engine_policy, next_calls, rollout
-from clap.agent.tasks import load
+from clap.agent.tasks import by_kind_round_robin, load
 from clap.agent.tools import ReportTools
 from clap.config import Agent, AgentEvaluate, Evaluate
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
@@ -88,21 +88,6 @@ def run(a: Agent, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, b
         write_jsonl(tmp / "failed_episodes.jsonl", failed)
     write_json(metrics_file, result)
     return result
-
-
-def by_kind_round_robin(tasks: list[dict], limit: int | None) -> list[dict]:
-    """At most `limit` tasks, one kind after another, so a small evaluation still covers every kind."""
-    if limit is None or limit >= len(tasks):
-        return tasks
-    queues: dict[str, list[dict]] = {}
-    for t in tasks:
-        queues.setdefault(t["kind"], []).append(t)
-    out: list[dict] = []
-    while len(out) < limit:
-        for kind in sorted(queues):
-            if queues[kind] and len(out) < limit:
-                out.append(queues[kind].pop(0))
-    return out
 
 
 def failure_reason(episode: dict) -> str:
