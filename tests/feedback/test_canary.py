@@ -432,10 +432,15 @@ def test_agent_episodes_are_served_over_http_and_judged_one_outcome_per_episode(
 
 
 def test_an_agent_turn_answers_with_a_tool_call_and_routes_by_its_episode(agent_served):
+    import urllib.request
+
     from clap.agent import chat
     from clap.agent.tools import ReportTools
 
     url, logs = agent_served
+    health = json.loads(urllib.request.urlopen(f"{url}/health", timeout=10).read())
+    assert health["system"] == chat.SYSTEM and [t["function"]["name"] for t in health["tools"]] == list(
+        ReportTools.NAMES)
     body = {"messages": chat.openai_messages(chat.start("Apex net profit FY2022?")), "max_tokens": 24,
             "tools": ReportTools.tool_schemas(), "episode_id": "ep-route"}
     answers = [post(f"{url}/v1/chat/completions", body | {"request_id": f"ep-route:{i}"}) for i in range(3)]

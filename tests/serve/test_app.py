@@ -135,3 +135,7 @@ def test_clap_serve_refuses_an_adapter_no_pin_covers_in_one_line(sft_start, tmp_
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     r = CliRunner().invoke(app, ["serve"])
     assert r.exit_code != 0 and "nothing is in prod" in r.output
+    r = CliRunner().invoke(app, ["serve", "--agent"])
+    assert r.exit_code != 0 and "nothing is in prod" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["serve", "--agent", "--engine", "vllm"])
+    assert r.exit_code != 0 and "--agent serves a released agent adapter on the hf engine" in r.output

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clap import model
-from clap.agent.chat import engine_rendering
+from clap.agent.chat import SYSTEM, engine_rendering
 from clap.agent.tools import ReportTools
 from clap.config import Generate, Model
 from clap.evaluate.engines import answer_store, decoding, pinned_adapters
@@ -34,7 +34,22 @@ class AgentServing:
 
     tool_schemas: list[dict]
     action_schema: dict | None
+    system: str = SYSTEM  # the system prompt the agent was trained with: an episode opens with it
 
     @property
     def names(self) -> list[str]:
         return [t["function"]["name"] for t in self.tool_schemas]
+
+
+def served_agent(generate: Generate, base_section: Model, adapters: list[tuple[str, Path, dict]]):
+    """(the engine a server answers agent turns with — the base model, `adapters` as (name, folder, pinned manifest)
+    attached through the serving check, the agent's tools rendered into every prompt — and its `AgentServing`: each
+    turn under the action grammar when `generate.constrained` is on, as the evaluation decodes)."""
+    from clap.agent.chat import action_schema
+    from clap.evaluate.generate import Engine
+
+    base = model.resolve(base_section)
+    schemas = ReportTools.tool_schemas()
+    engine = Engine(base, others=list(adapters), **engine_rendering(model.load_tokenizer(base), schemas),
+                    **decoding(generate))
+    return engine, AgentServing(schemas, action_schema(schemas) if generate.constrained else None)

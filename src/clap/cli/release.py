@@ -61,7 +61,9 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
           max_tokens: int = typer.Option(256, min=1, help="a request's max_tokens when it sets none"),
           max_tokens_cap: int = typer.Option(2048, min=1, help="the largest max_tokens a request may ask for"),
           engine: str = typer.Option("hf", help="hf (this machine's CPU/GPU) | vllm (CUDA: runs vLLM's OpenAI "
-                                                "server with the verified adapter as its LoRA module)")) -> None:
+                                                "server with the verified adapter as its LoRA module)"),
+          agent: bool = typer.Option(False, help="serve the tool-calling agent adapter the version ships (OpenAI "
+                                                 "tools / tool_calls, one turn per request)")) -> None:
     """Serve the adapter in prod (or --version, or --adapter) behind an OpenAI-compatible API: /v1/chat/completions,
     /v1/completions, /v1/models. The adapter is restored and checked against its release bundle before it loads;
     requests that arrive together decode in one batch."""
@@ -72,7 +74,23 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
 
     if engine not in ("hf", "vllm"):
         _fail(ValueError(f"--engine {engine!r}: use hf or vllm"))
+    if agent and (engine != "hf" or adapter is not None):
+        _fail(ValueError("--agent serves a released agent adapter on the hf engine (no --adapter, no --engine vllm)"))
     cfg = _params()
+    if agent:
+        import uvicorn
+
+        from clap.serve.app import create_app
+
+        name, folder, expected = served.agent_to_serve(Path("."), version)
+        agent_engine, serving = served.agent_engine(cfg, name, folder, expected)
+        application = create_app(agent_engine, {name: name, "base": False}, default_max_tokens=cfg.agent.turn_tokens,
+                                 max_tokens_cap=max_tokens_cap, max_batch=max_batch, wait_ms=batch_wait_ms,
+                                 agent=serving)
+        console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 with the agent's tools "
+                      f"({', '.join(serving.names)})")
+        uvicorn.run(application, host=host, port=port, log_level="warning")
+        return
     name, folder, expected = served.adapter_to_serve(Path("."), version, adapter)
     if engine == "vllm":
         command = served.vllm_command(cfg, name, folder, expected, host, port)

@@ -244,12 +244,7 @@ def agent_from_registry(root: Path, cfg: Params, log_dir: Path) -> CanaryService
     model when prod serves none), each restored from the DVC cache and checked against the bundle at the tag of the
     release that pinned it. Refused when the canary version ships no agent adapter of its own — its gate held the agent,
     so it carries prod's (or none) and there is nothing to test."""
-    from clap import model
-    from clap.agent.chat import action_schema, engine_rendering
-    from clap.agent.engine import AgentServing
-    from clap.agent.tools import ReportTools
-    from clap.evaluate.engines import decoding
-    from clap.evaluate.generate import Engine
+    from clap.agent.engine import served_agent
     from clap.release.bundle import agent_source
     from clap.release.prod import ProdUnavailable, restore_version_adapter
     from clap.release.registry import current
@@ -277,9 +272,5 @@ def agent_from_registry(root: Path, cfg: Params, log_dir: Path) -> CanaryService
         arms[name] = Arm(name, name if folder is not None else False,
                          holder["version"] if folder is not None else None,
                          expected["files"]["adapter_model.safetensors"] if folder is not None else None)
-    base = model.resolve(cfg.model)
-    schemas = ReportTools.tool_schemas()
-    engine = Engine(base, others=others, **engine_rendering(model.load_tokenizer(base), schemas),
-                    **decoding(cfg.generate))
-    serving = AgentServing(schemas, action_schema(schemas) if cfg.generate.constrained else None)
+    engine, serving = served_agent(cfg.generate, cfg.model, others)
     return CanaryService(engine, arms, cfg.canary.share, log_dir, cfg.agent.turn_tokens, agent=serving)

@@ -229,7 +229,7 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     @app.get("/health")
     async def get_health():
         return {"status": "ok", "models": list(models), **(health or {}),
-                **({"tools": agent.tool_schemas} if agent is not None else {})}
+                **({"tools": agent.tool_schemas, "system": agent.system} if agent is not None else {})}
 
     @app.get("/v1/models")
     async def list_models():

@@ -1,7 +1,8 @@
 """What `clap serve` serves: a registered version's adapter (prod's by default) restored from the DVC cache and
 checked against the bundle at its release tag, or an unreleased adapter that dvc.lock pins — never an unchecked
 folder. Then the engine that answers with it: the CPU/transformers engine here, or on CUDA vLLM's own OpenAI
-server with the verified folder as a `--lora-modules` entry.
+server with the verified folder as a `--lora-modules` entry. `--agent` serves the tool-calling agent adapter a
+version ships instead (`agent_to_serve`, `agent_engine`).
 """
 
 from __future__ import annotations
@@ -56,3 +57,29 @@ def vllm_command(cfg: Params, name: str, folder: Path, expected: dict, host: str
     base = model.resolve(cfg.model)
     verify_adapter(folder, expected, model.identity(base))
     return [*canary_vllm_command(base, {name: folder}, port), "--host", host]
+
+
+def agent_to_serve(root: Path, version: str | None = None) -> tuple[str, Path, dict]:
+    """(served name `clap-agent@<version>`, agent adapter folder, its pinned manifest): the tool-calling agent adapter
+    the version in prod (or `version`) serves — the one its gate shipped, or the one in prod it carried — restored
+    into models/serving/agent/<version>/adapter and checked against the bundle of the release that pinned it."""
+    from clap.release.prod import restore_version_adapter
+    from clap.release.registry import current
+
+    root = Path(root)
+    if version is None:
+        holder = current(root, "prod")
+        if holder is None:
+            raise NothingToServe("nothing is in prod: release a version (`clap release`) or name one with --version")
+        version = holder["version"]
+    folder, expected = restore_version_adapter(root, version, root / paths.MODELS / "serving" / "agent" / version /
+                                               "adapter", role="agent_adapter")
+    return f"clap-agent@{version}", folder, expected
+
+
+def agent_engine(cfg: Params, name: str, folder: Path, expected: dict):
+    """(the engine rendering the agent's conversations with its tools, the adapter attached as `name` through the
+    serving check; the `AgentServing` the application needs) — `clap.agent.engine.served_agent`."""
+    from clap.agent.engine import served_agent
+
+    return served_agent(cfg.generate, cfg.model, [(name, folder, expected)])
