@@ -159,7 +159,12 @@ def test_loop_threshold_change_release_rollback(clone):
     out = run(root, "dvc", "repro", env=env)
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
     assert ran == {"prod_adapter", "evaluate@b1", "evaluate@b2", "evaluate_decisions", "replay", "evaluate_agent",
-                   "gate", "bundle", "repair_queue"}, ran
+                   "gate", "agent_pass_k", "bundle", "repair_queue"}, ran
+    # pass^k after the gate: sampled on the agent adapter this round's gate ships (if it ships one) and on prod's
+    gate_agent = json.loads((root / "data/gate/agent.json").read_text())
+    ships = [gate_agent["candidate"]] if gate_agent["decision"] in ("promote", "canary") else []
+    pass_k = json.loads((root / "metrics/agent_pass_k.json").read_text())
+    assert list(pass_k["models"]) == [*ships, "prod"] and ("delta_vs_prod" in pass_k) == bool(ships), pass_k
     assert (root / "models/prod/adapter/adapter_model.safetensors").read_bytes() == v1_adapter
     assert hashlib.sha256((root / "models/prod/agent_adapter/adapter_model.safetensors").read_bytes()).hexdigest() \
         == pinned

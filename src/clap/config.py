@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from clap.domain.names import AGENT_CHAIN, REPLAY_ANSWER_METRICS
+from clap.domain.names import REPLAY_ANSWER_METRICS
 from clap.errors import UserError
 
 
@@ -396,7 +396,6 @@ class AgentEvaluate(_Section):
     max_tasks: PosInt | None
     batch_size: PosInt
     samples: PosInt
-    sampled_models: list[Literal["base", "prod", *AGENT_CHAIN]]
     temperature: PosFloat
     pass_k: Annotated[list[PosInt], Field(min_length=1)]
 

@@ -24,6 +24,8 @@ EVAL_METRICS = Path("metrics/eval")
 REPLAY_METRICS = Path("metrics/replay.json")
 DECISION_METRICS = Path("metrics/decisions.json")
 GATE = Path("metrics/gate.json")
+GATE_AGENT = Path("data/gate/agent.json")  # the gate's agent verdict alone ({candidate, decision}): what agent_pass_k
+                                           # samples follows it, not every change of metrics/gate.json
 BUNDLE = Path("release/bundle.json")
 BUNDLES = Path("release/bundles")  # one evidence bundle per candidate the gate judged: <candidate>.json
 PROD_POINTER = Path("release/prod.json")
@@ -35,6 +37,8 @@ AGENT_TASKS = Path("data/agent")
 AGENT_PAIRS = Path("data/agent_pairs")
 AGENT_EVAL = Path("data/eval_agent")
 AGENT_METRICS = Path("metrics/agent.json")
+AGENT_PASS_K = Path("data/eval_agent_pass_k")  # the sampled episodes of the shipped agent adapter and prod's
+AGENT_PASS_K_METRICS = Path("metrics/agent_pass_k.json")  # their pass^k, after the gate
 AGENT_RM_CHECK = Path("data/agent_rm_check")  # the reward model's verdict (verdict.json): may it drive training?
 AGENT_RM_CHECK_METRICS = Path("metrics/agent_rm_check.json")  # ... and the figures behind it
 INBOX = Path("feedback/production.jsonl")  # the flywheel's inbox: human-flagged and canary-failed cases
@@ -52,7 +56,7 @@ SIMULATED_FIXES = REPAIR_FIXED / "simulated_annotator.jsonl"  # `clap demo-annot
 REPAIR_EFFECT = Path("metrics/repair_effect.json")  # `clap demo`: what a round's repaired rows did
 ANSWER_STORE = Path("data/answer_store")  # greedy answers by content address (clap.evaluate.answer_store), a cache beside
                                           # DVC's outputs: evaluate, replay and the decision evaluation read and add
-OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_METRICS, CANARY_AGENT_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE)
+OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_AGENT_LOGS, CANARY_METRICS, CANARY_AGENT_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE)
 
 
 GUARD_REPORT_FILE = "guard_report.json"  # in every trainer's output folder: ok, stopped (with the trip) or disabled

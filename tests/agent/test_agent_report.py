@@ -62,13 +62,29 @@ def test_deltas_pair_by_task_and_skip_metrics_without_common_tasks():
     assert "arguments" not in d
 
 
-def test_model_figures_carry_an_interval_per_metric_and_kind_and_none_for_an_unsampled_pass_k():
+def test_model_figures_carry_an_interval_per_metric_and_kind():
     greedy = [episode("a", 1), episode("b", 0), episode("c", 1, abstained=1), episode("d", 0)]
     values = report.task_values(greedy, [call(t, 1, 1) for t in "abcd"], KINDS)
-    figures = report.model_figures(values, greedy, KINDS, None, 4, [1, 4], n_boot=200, ci=0.95)
+    figures = report.model_figures(values, greedy, KINDS, n_boot=200, ci=0.95)
     assert figures["metrics"]["success"]["mean"] == 0.5 and figures["metrics"]["success"]["n"] == 4
-    assert figures["metrics"]["pass^1"] == {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
+    assert not any(m.startswith("pass^") for m in figures["metrics"])  # pass^k is the agent_pass_k stage's
     assert set(figures["by_kind"]) == {"lookup", "unanswerable"}
     assert figures["by_kind"]["lookup"]["success"]["n"] == 2
-    sampled = report.model_figures(values, greedy, KINDS, {"a": 4, "b": 2, "c": 0, "d": 4}, 4, [1, 4], 200, 0.95)
+
+
+def test_pass_k_figures_per_kind_and_an_empty_interval_beyond_the_samples():
+    sampled = report.pass_k_figures({"a": 4, "b": 2, "c": 0, "d": 4}, 4, [1, 4, 5], KINDS, 200, 0.95)
     assert sampled["metrics"]["pass^4"]["mean"] == 0.5 and sampled["metrics"]["pass^1"]["mean"] == pytest.approx(0.625)
+    assert sampled["metrics"]["pass^5"] == {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
+    assert sampled["by_kind"]["lookup"]["pass^1"]["mean"] == 0.75 and sampled["by_kind"]["lookup"]["pass^4"]["n"] == 2
+    assert sampled["by_kind"]["unanswerable"]["pass^1"]["mean"] == 0.5  # c 0 of 4, d 4 of 4
+
+
+@pytest.mark.parametrize("reference, new, k, delta, n", [
+    ({"a": 4, "b": 0}, {"a": 4, "b": 4}, 4, 0.5, 2),           # b now solved in every run
+    ({"a": 3, "b": 0}, {"a": 4, "b": 0}, 4, 0.5, 2),           # 3 of 4 is pass^4 0: one failure breaks it
+    ({"a": 2, "b": 2}, {"a": 2, "b": 2, "z": 4}, 1, 0.0, 2),   # z was not sampled for the reference: not paired
+])
+def test_pass_k_deltas_pair_by_task(reference, new, k, delta, n):
+    d = report.pass_k_deltas(reference, new, 4, [k, 5], n_boot=200, ci=0.95)
+    assert set(d) == {f"pass^{k}"} and d[f"pass^{k}"]["delta"] == pytest.approx(delta) and d[f"pass^{k}"]["n"] == n

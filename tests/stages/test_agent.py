@@ -16,6 +16,7 @@ from clap.evaluate.summary import agent_table
 from clap.io import OUTPUT_MARKER, read_jsonl, write_jsonl
 from clap.stages import (
     agent_pairs,
+    agent_pass_k,
     agent_rm_check,
     agent_tasks,
     evaluate_agent,
@@ -137,7 +138,7 @@ def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(age
     n = result["n_tasks"]
     assert n == len([t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval"])
     for m in result["models"].values():
-        assert set(m["pass_hat_k"]) == {"1", "2"} and 0 <= m["tool_call_accuracy"] <= m["tool_selection_accuracy"] <= 1
+        assert "pass_hat_k" not in m and 0 <= m["tool_call_accuracy"] <= m["tool_selection_accuracy"] <= 1
         assert m["n_steps"] <= agent_cfg.agent.max_steps
     assert result["deltas_vs_base"]["agent_sft"]["success"]["n"] == n
     for same in (result["deltas_chain"]["agent_dpo-agent_sft"]["success"],  # one adapter under three names
@@ -149,7 +150,7 @@ def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(age
     table = console.export_text()
     assert "Δ success vs prod" in table and "+0.00 [+0.00, +0.00]" in table
     episodes = read_jsonl(tmp_path / "eval" / "episodes.jsonl")
-    assert len(episodes) == n + 3 * n * (1 + agent_cfg.agent.evaluate.samples)  # base: greedy alone
+    assert len(episodes) == 4 * n and {e["run"] for e in episodes} == {"greedy"}  # sampled runs: agent_pass_k
     assert all(e["messages"][1]["role"] == "user" and len(e["steps"]) >= 1 for e in episodes)
     calls = read_jsonl(tmp_path / "eval" / "next_calls.jsonl")
     gold_turns = sum(t["gold_steps"] for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "eval")
@@ -158,16 +159,53 @@ def test_evaluate_agent_scores_base_prod_and_adapters_with_full_trajectories(age
     assert len(failed) == sum(1 for e in episodes if e["model"] == "agent_dpo" and e["run"] == "greedy" and not e["success"])
     assert all(f["reason"].startswith(("no_finish", "wrong_")) for f in failed)
     assert json.loads((tmp_path / "agent.json").read_text())["models"].keys() == {"base", "prod", "agent_sft", "agent_dpo"}
-    # every task metric has its interval for each model and its paired delta in each table; pass^k where sampled
-    for name, m in result["models"].items():
+    # every task metric has its interval for each model and its paired delta in each table
+    for m in result["models"].values():
         figures = m["with_ci"]["metrics"]
         assert set(report.TASK_METRICS) <= set(figures) and figures["success"]["n"] == n
         assert all(f["ci_low"] <= f["mean"] <= f["ci_high"] for f in figures.values() if f["n"])
-        assert (figures["pass^2"]["n"] == n) == (name != "base")
         assert set(m["with_ci"]["by_kind"]) == set(result["by_kind_tasks"])
     kinds_with_both = {"abstention_recall", "false_abstention"} if "unanswerable" in result["by_kind_tasks"] else set()
     assert set(result["deltas_vs_base"]["agent_sft"]) >= set(report.TASK_METRICS) - {"abstention_recall"} | kinds_with_both
     assert set(result["success_by_kind"]["deltas_vs_base"]["agent_sft"]) == set(result["by_kind_tasks"])
+
+
+@pytest.mark.parametrize("decision, in_prod, sampled", [
+    ("promote", True, ["agent_dpo", "prod"]),   # the shipped adapter and prod's, and their paired difference
+    ("hold", True, ["prod"]),                   # the gate held the agent: only what stays in prod
+    ("hold", False, []),                        # nothing ships, nothing in prod: nothing sampled, and why
+])
+def test_agent_pass_k_samples_the_shipped_adapter_and_prod(agent_cfg, tasks_dir, agent_adapter, small_loop, tiny_dir,
+                                                            tmp_path, decision, in_prod, sampled):
+    out, _, _ = agent_adapter
+    adapter = out / "adapter"
+    manifest = json.loads((adapter / "manifest.json").read_text())
+    engine = Engine(tiny_dir, others=[("prod", adapter, manifest), ("agent_dpo", adapter, manifest)],
+                    chat_template=CHAT_TEMPLATE, tools=ReportTools.tool_schemas())
+    models = [*([("agent_dpo", "agent_dpo")] if decision == "promote" else []), *([("prod", "prod")] if in_prod else [])]
+    result = agent_pass_k.run(agent_cfg.agent, tasks_dir, small_loop / "assets", engine, models, tmp_path / "passk",
+                              tmp_path / "agent_pass_k.json", {"candidate": "agent_dpo", "decision": decision},
+                              evaluate=agent_cfg.evaluate, batches=agent_cfg.data.batches,
+                              constrained=agent_cfg.generate.constrained)
+    e, n = agent_cfg.agent.evaluate, result["n_tasks"]
+    assert list(result["models"]) == sampled and result["shipped"] == {"candidate": "agent_dpo", "decision": decision}
+    episodes = read_jsonl(tmp_path / "passk" / "episodes.jsonl")
+    assert len(episodes) == len(sampled) * e.samples * n
+    assert {x["run"] for x in episodes} == ({f"sample{k}" for k in range(e.samples)} if sampled else set())
+    for name in sampled:
+        m = result["models"][name]
+        assert set(m["pass_hat_k"]) == {str(k) for k in e.pass_k}
+        assert m["with_ci"]["metrics"][f"pass^{e.pass_k[-1]}"]["n"] == n
+        wins = [sum(x["success"] for x in episodes if x["model"] == name and x["task_id"] == t)
+                for t in {x["task_id"] for x in episodes}]
+        assert m["pass_hat_k"]["1"] == pytest.approx(sum(wins) / (e.samples * n))
+    if sampled == ["agent_dpo", "prod"]:  # one adapter under two names, each draw seeded: the same episodes
+        d = result["delta_vs_prod"][f"pass^{e.pass_k[-1]}"]
+        assert d["delta"] == d["ci_low"] == d["ci_high"] == 0.0 and d["n"] == n
+    else:
+        assert "delta_vs_prod" not in result
+    assert ("note" in result) == (not sampled)
+    assert json.loads((tmp_path / "agent_pass_k.json").read_text()) == json.loads(json.dumps(result))
 
 
 def test_agent_dpo_without_pairs_keeps_its_start_and_says_so(agent_cfg, agent_adapter, tiny_dir, tmp_path):

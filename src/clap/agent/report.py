@@ -12,7 +12,7 @@ interval and the interval of its difference from another model on the same tasks
                                the right tool ("when"), then the right tool with valid allowed arguments ("how")
     abstention_recall          on the unanswerable tasks: the agent said the reports do not hold it
     false_abstention           on the answerable tasks: the agent refused although the reports hold the answer
-    pass^k                     on sampled models: C(c, k) / C(n, k) with c of n sampled episodes succeeding
+    pass^k                     on sampled models (`agent_pass_k`): C(c, k) / C(n, k), c of n sampled runs succeeding
 Abstention precision — the share of the agent's refusals that were right — is a ratio over the episodes that
 refused, so it has a model's interval but no paired delta. Every figure is also given per task kind.
 """
@@ -77,21 +77,44 @@ def abstention_precision(greedy: list[dict], kinds: dict[str, str], n_boot: int,
     return interval(refused, n_boot, ci)
 
 
-def model_figures(values: dict[str, dict[str, float]], greedy: list[dict], kinds: dict[str, str],
-                  sampled: dict[str, int] | None, n_samples: int, pass_k: list[int], n_boot: int, ci: float) -> dict:
-    """One model's intervals: every task metric, abstention precision, pass^k (None when the model was not
-    sampled or k exceeds the samples), and per task kind the success, hallucination and calls."""
+def model_figures(values: dict[str, dict[str, float]], greedy: list[dict], kinds: dict[str, str], n_boot: int,
+                  ci: float) -> dict:
+    """One model's intervals: every task metric, abstention precision, and per task kind the success,
+    hallucination and calls."""
     figures = {m: interval([values[m][t] for t in sorted(values[m])], n_boot, ci) for m in TASK_METRICS}
     figures["abstention_precision"] = abstention_precision(greedy, kinds, n_boot, ci)
-    for k in pass_k:
-        per_task = pass_hat_k_values(sampled, n_samples, k) if sampled else {}
-        figures[f"pass^{k}"] = interval([per_task[t] for t in sorted(per_task)], n_boot, ci)
     by_kind = {}
     for kind in sorted(set(kinds.values())):
         ids = {t for t, k in kinds.items() if k == kind}
         by_kind[kind] = {m: interval([values[m][t] for t in sorted(ids & set(values[m]))], n_boot, ci)
                          for m in ("success", "hallucinated", "n_calls", "tool_selection", "arguments")}
     return {"metrics": figures, "by_kind": by_kind}
+
+
+def pass_k_figures(successes: dict[str, int], n_samples: int, pass_k: list[int], kinds: dict[str, str],
+                   n_boot: int, ci: float) -> dict:
+    """One sampled model's pass^k for each k (`successes`: task → how many of its `n_samples` sampled runs solved
+    it): the mean over tasks with its interval, overall and per task kind; an empty interval when k > n."""
+    figures, by_kind = {}, {kind: {} for kind in sorted(set(kinds.values()))}
+    for k in pass_k:
+        per_task = pass_hat_k_values(successes, n_samples, k)
+        figures[f"pass^{k}"] = interval([per_task[t] for t in sorted(per_task)], n_boot, ci)
+        for kind in by_kind:
+            by_kind[kind][f"pass^{k}"] = interval([per_task[t] for t in sorted(per_task) if kinds[t] == kind],
+                                                  n_boot, ci)
+    return {"metrics": figures, "by_kind": by_kind}
+
+
+def pass_k_deltas(reference: dict[str, int], new: dict[str, int], n_samples: int, pass_k: list[int], n_boot: int,
+                  ci: float) -> dict[str, dict]:
+    """new − reference in pass^k for each k ≤ n, paired by the tasks both were sampled on."""
+    common = sorted(set(reference) & set(new))
+    out = {}
+    for k in (k for k in pass_k if k <= n_samples):
+        ref, nw = pass_hat_k_values(reference, n_samples, k), pass_hat_k_values(new, n_samples, k)
+        out[f"pass^{k}"] = paired_bootstrap([ref[t] for t in common], [nw[t] for t in common], n=n_boot, ci=ci,
+                                            seed=17)
+    return out
 
 
 def kind_deltas(reference: dict[str, dict[str, float]], new: dict[str, dict[str, float]], kinds: dict[str, str],

@@ -119,6 +119,42 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     console.print(agent_table(result))
 
 
+@app.command("agent-pass-k")
+def agent_pass_k(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = typer.Option(paths.ASSETS),
+                 gate: Path = typer.Option(paths.GATE_AGENT, help="the gate's agent verdict (which agent adapter ships)"),
+                 out: Path = typer.Option(paths.AGENT_PASS_K), metrics: Path = typer.Option(paths.AGENT_PASS_K_METRICS),
+                 prod: Path = typer.Option(paths.PROD_ADAPTER, help="restored prod (clap prod-adapter)")) -> None:
+    """pass^k (sampled runs on the held-out agent tasks) of the agent adapter the gate ships and of prod's, with
+    CIs and their paired difference."""
+    from clap.agent.engine import agent_engine
+    from clap.io import read_json
+    from clap.release.bundle import SHIPPABLE
+
+    cfg = _params()
+    if not cfg.agent.enabled:
+        return _agent_off("agent-pass-k", out, ("episodes.jsonl",), metrics)
+    from clap.stages import agent_pass_k as stage
+
+    _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"), (gate, "dvc repro gate"))
+    shipped = read_json(gate)
+    ships = shipped.get("candidate") if shipped.get("decision") in SHIPPABLE else None
+    if ships:
+        _need((paths.adapter(ships), f"dvc repro train_{ships}"))
+    prod_dir, prod_expected = _prod(prod, "agent_adapter")
+    in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
+    models = [*([(ships, ships)] if ships else []), *([("prod", "prod")] if in_prod else [])]
+    engine = agent_engine(cfg.generate, cfg.model, [ships] if ships else [], in_prod)
+    result = stage.run(cfg.agent, tasks, assets, engine, models, out, metrics, shipped, evaluate=cfg.evaluate,
+                       batches=cfg.data.batches, constrained=cfg.generate.constrained)
+    _say_reused(engine)
+    for name, m in result["models"].items():
+        console.print(f"{name}: " + "  ".join(f"pass^{k} {v:.3f}" for k, v in m["pass_hat_k"].items() if v is not None))
+    for k, d in (result.get("delta_vs_prod") or {}).items():
+        console.print(f"{ships} − prod {k}: {d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+    if result.get("note"):
+        console.print(result["note"])
+
+
 @app.command("agent-adapter")
 def agent_adapter(version: str = typer.Argument(None, help="a registered version (default: the one in prod)"),
                   out: Path = typer.Option(paths.MODELS / "serving" / "agent")) -> None:

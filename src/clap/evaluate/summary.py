@@ -91,24 +91,21 @@ AGENT_COLS = ("success", "tool_selection_accuracy", "argument_accuracy", "tool_c
 
 
 def agent_table(result: dict) -> Table:
-    """metrics/agent.json as a table: one row per model, pass^k, and the Δ success vs base (and vs the agent
-    adapter in prod, when there is one) with its CI."""
+    """metrics/agent.json as a table: one row per model and the Δ success vs base (and vs the agent adapter in prod,
+    when there is one) with its CI."""
     refs = ["base"] + (["prod"] if "deltas_vs_prod" in result else [])
     t = Table(title=f"agent evaluation ({result['n_tasks']} held-out tasks; Δ task success [95% CI])")
     t.add_column("model")
     for c in AGENT_COLS:
         t.add_column(c.replace("_accuracy", " acc").replace("_", " "))
-    t.add_column("pass^k")
     for ref in refs:
         t.add_column(f"Δ success vs {ref}")
     for name, m in result["models"].items():
-        passk = " ".join(f"{k}:{v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
         deltas = [result[f"deltas_vs_{ref}"].get(name, {}).get("success") for ref in refs]
         success = (m.get("with_ci") or {}).get("metrics", {}).get("success") or {}
         cells = [f"{m[c]:.2f}" + (f" [{success['ci_low']:.2f}, {success['ci_high']:.2f}]"
                                   if c == "success" and success.get("n") else "") for c in AGENT_COLS]
-        t.add_row(name, *cells, passk,
-                  *[f"{ci_text(d, digits=2)}" if d else "" for d in deltas])
+        t.add_row(name, *cells, *[f"{ci_text(d, digits=2)}" if d else "" for d in deltas])
     return t
 
 

@@ -65,6 +65,8 @@ ROLES = [  # (glob under the repository, role): what a release pins, from the pa
     (f"{paths.AGENT_EVAL.as_posix()}/episodes.jsonl", "agent_episodes"),
     (f"{paths.AGENT_EVAL.as_posix()}/next_calls.jsonl", "agent_next_calls"),
     (paths.AGENT_METRICS.as_posix(), "agent_metrics"),
+    (f"{paths.AGENT_PASS_K.as_posix()}/episodes.jsonl", "agent_pass_k_episodes"),
+    (paths.AGENT_PASS_K_METRICS.as_posix(), "agent_pass_k_metrics"),
     (paths.GATE.as_posix(), "gate_decision"),
 ]
 

@@ -3,34 +3,31 @@
     clap evaluate-agent --prod models/prod   (DVC stage `evaluate_agent`: data/eval_agent/, metrics/agent.json)
 
 The held-out tasks (`agent.evaluate.max_tasks`, the kinds in turn) are those of companies, phrasings and tool
-compositions no training task has (`clap.agent.tasks.leakage`). Three measurements per model (base, the agent
+compositions no training task has (`clap.agent.tasks.leakage`). Two measurements per model (base, the agent
 adapter in prod when the release in prod shipped one, then each agent adapter of the chain), every turn under
 the action grammar when `generate.constrained` is on, as serving would decode:
   1. free-running greedy episodes → task success, the reward parts, hallucination (a final answer no
      tool return supports), abstention both ways (refusing an answerable task, answering an unanswerable
      one), calls and steps per task;
-  2. on the models `agent.evaluate.sampled_models` names, `agent.evaluate.samples` sampled episodes per
-     task → τ-bench's pass^k for each k of `agent.evaluate.pass_k` (greedy only for the rest, to bound cost);
-  3. next-call accuracy on the gold prefix (BFCL's AST rules) → "when" (the right tool) apart from
+  2. next-call accuracy on the gold prefix (BFCL's AST rules) → "when" (the right tool) apart from
      "how" (its arguments).
 Every metric carries its paired-bootstrap CI over tasks, overall and per task kind (`clap.agent.report`), and
 so does every difference: every adapter − base, every chain step − prod (the gate's reference when there is
 one), the later steps − agent SFT.
 Every episode is written with its full trajectory to data/eval_agent/episodes.jsonl; the last model's
-failed greedy episodes, with why, to failed_episodes.jsonl (the repair queue takes them).
+failed greedy episodes, with why, to failed_episodes.jsonl (the repair queue takes them). Sampled runs and pass^k
+are the `agent_pass_k` stage's, after the gate, on the adapter it ships and prod's only.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from clap.agent import chat, report, scoring
 from clap.agent.episode import engine_policy, next_calls, rollout
 from clap.agent.tasks import by_kind_round_robin, load
 from clap.agent.tools import ReportTools
-from clap.config import Agent, AgentEvaluate, Evaluate
+from clap.config import Agent, Evaluate
 from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
 
 SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "n_calls", "n_steps")
@@ -55,23 +52,14 @@ def run(a: Agent, tasks_dir: Path, assets: Path, engine, arms: list[tuple[str, b
     models = arms[:1] + ([("prod", "prod")] if prod else []) + chain
     for name, use_adapter in models:
         greedy = engine_policy(engine, use_adapter, a.turn_tokens, e.batch_size, schema)
-        runs = [("greedy", rollout(greedy, tools, tasks, a.max_steps, a.max_new_tokens))]
-        draws = e.samples if name in e.sampled_models else 0
-        for k in range(draws):  # run k draws with seed 1000 + k per request: the same episodes every time
-            torch.manual_seed(1000 + k)  # the draws without a grammar (generate.constrained off)
-            sampled = engine_policy(engine, use_adapter, a.turn_tokens, e.batch_size, schema, e.temperature,
-                                    seed=1000 + k)
-            runs.append((f"sample{k}", rollout(sampled, tools, tasks, a.max_steps, a.max_new_tokens)))
-        for run_name, eps in runs:
-            for ep in eps:
-                task = by_id[ep["task_id"]]
-                episodes.append({"model": name, "run": run_name, "batch": task["batch"], "kind": task["kind"],
-                                 **ep, **scoring.episode_scores(ep, task, a.rewards.per_extra_call,
-                                                                weights)})
+        for ep in rollout(greedy, tools, tasks, a.max_steps, a.max_new_tokens):
+            task = by_id[ep["task_id"]]
+            episodes.append({"model": name, "run": "greedy", "batch": task["batch"], "kind": task["kind"], **ep,
+                             **scoring.episode_scores(ep, task, a.rewards.per_extra_call, weights)})
         calls += [c | {"model": name} for c in next_calls(greedy, tools, tasks)]
         mine, my_calls = [x for x in episodes if x["model"] == name], [c for c in calls if c["model"] == name]
-        values[name] = report.task_values([x for x in mine if x["run"] == "greedy"], my_calls, kinds)
-        per_arm[name] = _summary(mine, my_calls, kinds, values[name], e, evaluate)
+        values[name] = report.task_values(mine, my_calls, kinds)
+        per_arm[name] = _summary(mine, my_calls, kinds, values[name], evaluate)
     result = {"n_tasks": len(tasks), "by_kind_tasks": {k: sum(t["kind"] == k for t in tasks)
                                                        for k in sorted({t["kind"] for t in tasks})},
               "models": per_arm, **_deltas(values, kinds, models, chain, prod, evaluate),
@@ -121,17 +109,12 @@ def _means(rows: list[dict]) -> dict:
     return {m: round(sum(x[m] for x in rows) / n, 4) for m in SCORES} | {"n": len(rows)}
 
 
-def _summary(episodes: list[dict], calls: list[dict], kind: dict[str, str], values: dict[str, dict], e: AgentEvaluate,
+def _summary(greedy: list[dict], calls: list[dict], kind: dict[str, str], values: dict[str, dict],
              ev: Evaluate) -> dict:
     """One model's means (the gate's keys), then every figure with its CI (`clap.agent.report.model_figures`, from
     the model's per-task `values`)."""
-    greedy = [x for x in episodes if x["run"] == "greedy"]
     unanswerable = [x for x in greedy if kind[x["task_id"]] == "unanswerable"]
     answerable = [x for x in greedy if kind[x["task_id"]] != "unanswerable"]
-    successes = {}
-    for x in episodes:
-        if x["run"] != "greedy":
-            successes[x["task_id"]] = successes.get(x["task_id"], 0) + int(x["success"])
     n = len(calls) or 1
     right_tool = [c for c in calls if c["tool_ok"]]
     return _means(greedy) | {
@@ -141,8 +124,6 @@ def _summary(episodes: list[dict], calls: list[dict], kind: dict[str, str], valu
         "abstention_accuracy": round(sum(x["abstained"] for x in unanswerable) / (len(unanswerable) or 1), 4),
         "false_abstention_rate": round(sum(x["abstained"] for x in answerable) / (len(answerable) or 1), 4),
         "finished": round(sum(x["finished"] for x in greedy) / (len(greedy) or 1), 4),
-        "pass_hat_k": {str(k): scoring.pass_hat_k(list(successes.values()), e.samples, k) for k in e.pass_k},
         "by_kind": {k: _means([x for x in greedy if kind[x["task_id"]] == k])["success"]
                     for k in sorted(set(kind.values()))},
-        "with_ci": report.model_figures(values, greedy, kind, successes or None, e.samples, e.pass_k,
-                                        ev.bootstrap, ev.ci)}
+        "with_ci": report.model_figures(values, greedy, kind, ev.bootstrap, ev.ci)}

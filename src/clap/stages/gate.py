@@ -56,6 +56,8 @@ def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches:
             **decision.summary, "agent_decision_code": judged_agent["summary"]["decision_code"],
             "agent_success_delta": judged_agent["summary"]["success_delta"]}})
     write_json(out, decision.model_dump())
+    shipped = (decision.agent or {}) if agent.enabled else {}
+    write_json(root / paths.GATE_AGENT, {"candidate": shipped.get("candidate"), "decision": shipped.get("decision")})
     return decision
 
 
