@@ -23,19 +23,25 @@ def adapter_to_serve(root: Path, version: str | None = None, adapter: Path | Non
     else `version` or the one in prod as `clap-adapter@<version>`, restored into models/serving/<version>/adapter."""
     from clap.integrity import pinned_expectation
     from clap.release.prod import restore_version_adapter
-    from clap.release.registry import current
 
     root = Path(root)
     if adapter is not None:
         return "candidate", Path(adapter), pinned_expectation(root, Path(adapter))
-    if version is None:
-        holder = current(root, "prod")
-        if holder is None:
-            raise NothingToServe("nothing is in prod: release a version (`clap release`) or name one with --version "
-                                 "(or an unreleased adapter with --adapter)")
-        version = holder["version"]
+    version = _version(root, version, " (or an unreleased adapter with --adapter)")
     folder, expected = restore_version_adapter(root, version, root / paths.MODELS / "serving" / version / "adapter")
     return f"{paths.ARTIFACT}@{version}", folder, expected
+
+
+def _version(root: Path, version: str | None, or_else: str = "") -> str:
+    """`version`, or the one in prod; NothingToServe when neither."""
+    from clap.release.registry import current
+
+    if version is not None:
+        return version
+    holder = current(root, "prod")
+    if holder is None:
+        raise NothingToServe(f"nothing is in prod: release a version (`clap release`) or name one with --version{or_else}")
+    return holder["version"]
 
 
 def cpu_engine(cfg: Params, folder: Path, expected: dict):
@@ -64,14 +70,9 @@ def agent_to_serve(root: Path, version: str | None = None) -> tuple[str, Path, d
     the version in prod (or `version`) serves — the one its gate shipped, or the one in prod it carried — restored
     into models/serving/agent/<version>/adapter and checked against the bundle of the release that pinned it."""
     from clap.release.prod import restore_version_adapter
-    from clap.release.registry import current
 
     root = Path(root)
-    if version is None:
-        holder = current(root, "prod")
-        if holder is None:
-            raise NothingToServe("nothing is in prod: release a version (`clap release`) or name one with --version")
-        version = holder["version"]
+    version = _version(root, version)
     folder, expected = restore_version_adapter(root, version, root / paths.MODELS / "serving" / "agent" / version /
                                                "adapter", role="agent_adapter")
     return f"clap-agent@{version}", folder, expected
