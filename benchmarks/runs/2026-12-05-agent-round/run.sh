@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One agent round on the real SmolLM2 from a fresh clone, every agent stage the pipeline runs (tasks, SFT, pair
 # mining, DPO, the reward model and its check, GRPO, RLOO, the held-out evaluation of base + the four chain models),
-# each stage's start stamped, for the round's time split. The evaluation is greedy (`agent.evaluate.sampled_models=[]`):
-# the cost of the sampled runs is measured apart (benchmarks/README.md). Run it alone.
+# each stage's start stamped, for the round's time split. The evaluation is greedy: at commits before `agent_pass_k`
+# (which samples after the gate) with `agent.evaluate.sampled_models=[]`; the sampled runs are timed apart
+# (benchmarks/README.md, "one agent round"). Run it alone.
 #   bash benchmarks/runs/2026-12-05-agent-round/run.sh WORK COMMIT [OVERRIDE ...]   (the venv of /work/main)
 set -euo pipefail
 work=$1; commit=$2; shift 2
@@ -15,7 +16,7 @@ rm -rf "$clone"; git clone -q "$repo" "$clone"; git -C "$clone" checkout -q "$co
   cd "$clone"
   export PYTHONPATH="$clone/src" PATH="/work/main/.venv/bin:$PATH" DVC_NO_ANALYTICS=1
   echo "== $(git rev-parse --short HEAD) ${overrides[*]:-}"
-  clap params -S 'agent.evaluate.sampled_models=[]' "${overrides[@]}"
+  clap params $(grep -q sampled_models conf/config.yaml && echo "-S agent.evaluate.sampled_models=[]") "${overrides[@]}"
   time dvc repro evaluate_agent
   echo "== done"
 ) 2>&1 | stamp > "$work/round.log"

@@ -58,7 +58,8 @@ def _params() -> Params:
 def _say_reused(engine) -> None:
     store = getattr(engine, "store", None)
     if store is not None and store.hits + store.misses:
-        console.print(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} greedy requests")
+        console.print(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} requests "
+                      "(greedy, or sampled with a seed)")
     if store is not None and store.scores_reused + store.scores_missed:
         console.print(f"log-probabilities reused from {store.root}: {store.scores_reused} of "
                       f"{store.scores_reused + store.scores_missed} scored completions")
