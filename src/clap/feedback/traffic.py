@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,9 +125,10 @@ def send_agent(cfg: Params, root: Path, url: str, paired: bool, limit: int | Non
     tools = ReportTools.over_batches(Path(root) / paths.ASSETS, cfg.data.batches)
     weights = a.rewards.weights.model_dump()
     counts: dict[str, list[int]] = {"prod": [], "canary": []}
-    for n, task in enumerate(agent_tasks(cfg, root, limit)):
+    run = uuid.uuid4().hex[:8]  # a second run of the traffic logs new episodes, never more turns of old ones
+    for task in agent_tasks(cfg, root, limit):
         for arm in (("prod", "canary") if paired else ("clap",)):
-            episode_id = f"{task['task_id']}:{arm}:{n}"
+            episode_id = f"{task['task_id']}:{arm}:{run}"
             served: list[tuple[str, str]] = []  # (request id, arm) of each turn
             policy = remote_policy(url, arm, episode_id, tools.schemas, a.turn_tokens, served)
             episode = rollout(policy, tools, [task], a.max_steps, a.max_new_tokens)[0]
