@@ -130,16 +130,14 @@ class Completions:
                             "new_tokens": new_tokens, "latency_ms": round((time.perf_counter() - started) * 1000, 2),
                             "episode_id": getattr(req, "episode_id", None)})
 
-    def agent_message(self, text: str) -> tuple[dict | None, bool]:
-        """(the assistant message of an agent turn, whether it calls a tool): the action as OpenAI's `tool_calls`,
-        or — a turn that is not an action (free decoding) — its text as content, which the client's loop reads as
-        a malformed action."""
+    @staticmethod
+    def agent_message(text: str) -> dict | None:
+        """The assistant message of an agent turn: its action as OpenAI's `tool_calls`; None for a turn that is not an
+        action (free decoding), answered as plain content, which the client's loop reads as a malformed action."""
         from clap.agent.chat import parse_action
 
         action = parse_action(text)
-        if action is None:
-            return None, False
-        return api.tool_call_message(action.thought, action.tool, action.arguments), True
+        return None if action is None else api.tool_call_message(action.thought, action.tool, action.arguments)
 
     async def answer(self, request: Request, shape, chat: bool):
         started = time.perf_counter()
@@ -157,8 +155,8 @@ class Completions:
         text, stopped = api.cut_at_stop(got.text, req.stop)
         reason = api.finish_reason(got.new_tokens, job.max_tokens, stopped)
         if self.agent is not None:
-            message, called = self.agent_message(got.text)
-            return api.chat_response(rid, req.model, got.text, "tool_calls" if called else reason, got.prompt_tokens,
+            message = self.agent_message(got.text)
+            return api.chat_response(rid, req.model, got.text, "tool_calls" if message else reason, got.prompt_tokens,
                                      got.new_tokens, message)
         build = api.chat_response if chat else api.text_response
         return build(rid, req.model, text, reason, got.prompt_tokens, got.new_tokens)
