@@ -393,6 +393,21 @@ def test_rollback_to_base_withdraws_prod_and_the_version_comes_back_from_the_cac
         release.rollback(root, "v0.0.1")
 
 
+def test_stage_tags_made_back_to_back_get_seconds_of_their_own(tmp_path):
+    """GTO orders stage events by the tag's date, to the second: an unassignment and the assignment right after it
+    must not share a second, or GTO reads the version as withdrawn."""
+    sh(tmp_path, "git", "init", "-q")
+    sh(tmp_path, "git", "config", "user.name", "t")
+    sh(tmp_path, "git", "config", "user.email", "t@t")
+    sh(tmp_path, "git", "commit", "-q", "--allow-empty", "-m", "x")
+    head = sh(tmp_path, "git", "rev-parse", "HEAD").strip()
+    names = ["clap-adapter#prod#1", "clap-adapter#prod!#2", "clap-adapter#prod#3"]
+    for name in names:
+        release._tag(tmp_path, name, name, head)
+    dates = [int(sh(tmp_path, "git", "for-each-ref", "--format=%(taggerdate:unix)", f"refs/tags/{n}")) for n in names]
+    assert dates == sorted(set(dates)), dates
+
+
 def test_withdrawing_prod_unassigns_every_version_gto_counts_in_it(repo, tiny_dir):
     """GTO lets several versions hold prod (the latest answers): unassigning only the latest would hand prod to the
     one before it, so the withdrawal tags each, most recent first."""

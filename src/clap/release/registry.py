@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
@@ -167,7 +168,23 @@ def _lock(root: Path):
         lock.unlink(missing_ok=True)
 
 
+def _after_last_stage_tag(root: Path) -> None:
+    """Wait, at most a second, until the clock has left the second of the newest stage tag.
+
+    Git dates a tag to the second and GTO orders stage events by that date alone; two stage tags in one second tie,
+    and GTO breaks the tie by event kind, not by the counter, so an assignment made in the second of an unassignment
+    (a rollback to base, then back) would read as withdrawn. Each stage tag therefore gets a second of its own."""
+    newest = _git(root, "for-each-ref", "--sort=-taggerdate", "--count=1", "--format=%(taggerdate:unix)",
+                  f"refs/tags/{ARTIFACT}#*")
+    if newest:
+        wait = int(newest) + 1 - time.time()
+        if wait > 0:
+            time.sleep(wait)
+
+
 def _tag(root: Path, name: str, message: str, commit: str) -> None:
+    if "#" in name:
+        _after_last_stage_tag(root)
     _git(root, "tag", *_sign_args(root), name, "-m", message, commit)
 
 
