@@ -175,3 +175,20 @@ def test_which_adapters_are_the_same_on_every_engine(candidate, prod, same):
     ray = RayEngine({"adapter_dir": "a", "expected": {"files": candidate}, "prod_dir": "p" if prod else None,
                      "prod_expected": {"files": prod} if prod else None}, workers=1)
     assert ray.same_adapter("candidate", "prod") is same
+
+
+@pytest.mark.parametrize("dvc_root, reuse, expected", [
+    (None, True, "data/answer_store"),  # outside DVC: the current directory's
+    ("/repo", True, "/repo/data/answer_store"),  # `dvc repro`, or a queued experiment's copy: the workspace's
+    ("/repo", False, None),  # `generate.reuse_answers=false`: no store at all
+])
+def test_queued_experiments_share_the_store_of_the_workspace_they_came_from(params, monkeypatch, dvc_root, reuse,
+                                                                           expected):
+    from clap.evaluate.engines import answer_store
+
+    if dvc_root is None:
+        monkeypatch.delenv("DVC_ROOT", raising=False)
+    else:
+        monkeypatch.setenv("DVC_ROOT", dvc_root)
+    store = answer_store(params.generate.model_copy(update={"reuse_answers": reuse}))
+    assert (str(store) if store else None) == expected

@@ -17,8 +17,9 @@ latency measured when it was decoded; records say which answers were reused. The
 ranking scores (a completion's summed log-probability under a model) are kept the same way, keyed by the
 model, the prompt-and-completion tokens and the precision (adapters merged or not).
 
-The store lives outside DVC's outputs (`paths.ANSWER_STORE`, one small JSON file per answer, each written
-atomically), like a compiler cache: deleting it costs time, never results.
+The store lives outside DVC's outputs (`paths.ANSWER_STORE` in the workspace, one small JSON file per answer, each
+written atomically), like a compiler cache: deleting it costs time, never results. The experiments of a
+`dvc exp run --queue` sweep share their workspace's store (`clap.evaluate.engines.answer_store`).
 """
 
 from __future__ import annotations

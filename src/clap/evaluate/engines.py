@@ -10,6 +10,7 @@ command passes alike.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 from clap import model, paths
@@ -19,8 +20,14 @@ from clap.io import read_json_if_exists
 
 
 def answer_store(generate: Generate) -> Path | None:
-    """Where greedy answers are reused by content (`generate.reuse_answers`), or None."""
-    return paths.ANSWER_STORE if generate.reuse_answers else None
+    """Where greedy answers are reused by content (`generate.reuse_answers`), or None.
+
+    The store belongs to the workspace DVC names in `DVC_ROOT`: `dvc exp run --queue` runs each experiment in a copy
+    under `.dvc/tmp/exps/` and points `DVC_ROOT` at the workspace it was queued from, so a sweep's experiments share
+    one store and re-decode only the models their change touched. Outside DVC, the current directory's."""
+    if not generate.reuse_answers:
+        return None
+    return Path(os.environ.get("DVC_ROOT", ".")) / paths.ANSWER_STORE
 
 
 def decoding(generate: Generate) -> dict:

@@ -168,16 +168,20 @@ def _lock(root: Path):
         lock.unlink(missing_ok=True)
 
 
+_COARSE_CLOCK_S = 0.05  # the most CLOCK_REALTIME_COARSE (git's `time()`) lags CLOCK_REALTIME: a tick is 1–10 ms
+
+
 def _after_last_stage_tag(root: Path) -> None:
     """Wait, at most a second, until the clock has left the second of the newest stage tag.
 
     Git dates a tag to the second and GTO orders stage events by that date alone; two stage tags in one second tie,
     and GTO breaks the tie by event kind, not by the counter, so an assignment made in the second of an unassignment
-    (a rollback to base, then back) would read as withdrawn. Each stage tag therefore gets a second of its own."""
+    (a rollback to base, then back) would read as withdrawn. Each stage tag therefore gets a second of its own. git
+    reads the coarse clock, which lags the one `time.time()` reads by up to a kernel tick: the wait covers it."""
     newest = _git(root, "for-each-ref", "--sort=-taggerdate", "--count=1", "--format=%(taggerdate:unix)",
                   f"refs/tags/{ARTIFACT}#*")
     if newest:
-        wait = int(newest) + 1 - time.time()
+        wait = int(newest) + 1 + _COARSE_CLOCK_S - time.time()
         if wait > 0:
             time.sleep(wait)
 
