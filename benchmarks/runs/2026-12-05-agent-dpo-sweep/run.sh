@@ -26,7 +26,7 @@ export PYTHONPATH="$clone/src" PATH="/work/main/.venv/bin:$PATH" DVC_NO_ANALYTIC
   echo "== queue start"
   dvc queue start -j 1
   sleep 30
-  while dvc queue status 2>/dev/null | grep -qE "Running|Queued"; do sleep 30; done
+  while [[ $(dvc queue status 2>/dev/null) =~ Running|Queued ]]; do sleep 30; done  # not `| grep -q`: pipefail
   dvc queue status
   echo "== done"
   dvc exp show --only-changed --md --no-pager || true
