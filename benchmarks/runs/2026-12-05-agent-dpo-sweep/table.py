@@ -37,28 +37,27 @@ def main() -> None:
     ap.add_argument("clone", type=Path)
     ap.add_argument("--copy", type=Path, help="write each point's agent.json and train_agent_dpo.json here")
     a = ap.parse_args()
-    rows = []
+    rows, sft = [], None
     for name, sha in points(a.clone):
         agent = json.loads(_git(a.clone, "show", f"{sha}:metrics/agent.json"))
         train = json.loads(_git(a.clone, "show", f"{sha}:metrics/train_agent_dpo.json"))
         steps = yaml.safe_load(_git(a.clone, "show", f"{sha}:params.yaml"))["agent"]["dpo"]
         d = agent["deltas_chain"]["agent_dpo-agent_sft"]
-        m, sft = agent["models"]["agent_dpo"], agent["models"]["agent_sft"]
+        m, sft = agent["models"]["agent_dpo"], sft or agent["models"]["agent_sft"]  # the baseline's: every point's SFT
         pairs = steps["max_steps"] * steps["gradient_accumulation"]
         rows.append((steps["max_steps"], f"| {steps['max_steps']} ({name}) | {min(pairs, train['pairs'])} of "
                      f"{train['pairs']} | {train['train_runtime_s']:.0f} s | {m['success']:.2f} | {_ci(d['success'])} "
                      f"| {m['hallucinated']:.2f} | {_ci(d['hallucinated'])} | {_ci(d['tool_selection'])} | "
-                     f"{_ci(d['arguments'])} | {_ci(d['n_calls'])} |", sft))
+                     f"{_ci(d['arguments'])} | {_ci(d['n_calls'])} |"))
         if a.copy:
             a.copy.mkdir(parents=True, exist_ok=True)
             (a.copy / f"dpo{steps['max_steps']}-agent.json").write_text(json.dumps(agent, indent=1))
             (a.copy / f"dpo{steps['max_steps']}-train_agent_dpo.json").write_text(json.dumps(train, indent=1))
-    sft = rows[0][2]
     print(f"agent SFT: success {sft['success']:.2f}, hallucinated {sft['hallucinated']:.2f} (64 held-out tasks)\n")
     print("| DPO steps | pairs seen | training | success | DPO − SFT success | hallucinated | DPO − SFT hallucinated "
           "| tool selection | arguments | calls per task |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for _, line, _ in sorted(rows):
+    for _, line in sorted(rows):
         print(line)
 
 
