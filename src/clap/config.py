@@ -358,6 +358,7 @@ class AgentSft(Lora):
 class AgentDpo(_Section):
     enabled: StrictBool
     mine_samples: Annotated[StrictInt, Field(ge=0)]
+    balance_finish: StrictBool
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)]
     beta: PosFloat
     max_steps: PosInt

@@ -208,6 +208,34 @@ def test_agent_pass_k_samples_the_shipped_adapter_and_prod(agent_cfg, tasks_dir,
     assert json.loads((tmp_path / "agent_pass_k.json").read_text()) == json.loads(json.dumps(result))
 
 
+def test_agent_dpo_with_balance_finish_learns_from_the_balanced_pairs_and_counts_what_it_left_out(
+        agent_cfg, tasks_dir, agent_adapter, tiny_dir, tmp_path):
+    """Three too-early pairs against one too-late one: balanced, DPO trains on one of each; the mined file is
+    untouched and the metrics say what was left out."""
+    from clap.agent.chat import Action
+
+    task = next(t for t in read_jsonl(tasks_dir / "tasks.jsonl") if t["split"] == "train")
+    turns = [i for i, m in enumerate(task["messages"]) if m["role"] == "assistant"]
+    early_state, finish_state = task["messages"][:turns[0]], task["messages"][:turns[-1]]
+    read = Action("Read.", "read_chunk", {"chunk_id": "c01-annual-2022-p1"}).text()
+    finish = Action("Answer.", "finish", {"answer": "not found"}).text()
+    search = Action("Find.", "search_reports", {"query": "net profit"}).text()
+    pairs = [{"pair_id": f"e{i}", "draw": "greedy", "prompt_messages": early_state, "chosen": search,
+              "rejected": finish.replace("not found", f"{i} 万元")} for i in range(3)]
+    pairs.append({"pair_id": "l0", "draw": "greedy", "prompt_messages": finish_state, "chosen": finish, "rejected": read})
+    write_jsonl(tmp_path / "pairs" / "pairs.jsonl", pairs)
+    out, _, _ = agent_adapter
+    start = out / "adapter"
+    cfg = copy.deepcopy(agent_cfg)
+    cfg.agent.dpo = cfg.agent.dpo.model_copy(update=dict(balance_finish=True))
+    metrics = train_agent_dpo.run(cfg.agent, tmp_path / "pairs", tiny_dir, tmp_path / "agent_dpo", tmp_path / "ckpt",
+                                  start, json.loads((start / "manifest.json").read_text()), train=cfg.train)
+    assert metrics["status"] == "ok" and metrics["steps"] == 2
+    assert (metrics["pairs_mined"], metrics["pairs"], metrics["pairs_left_out"]) == (4, 2, 2)
+    assert metrics["finish_direction"] == {"finish_too_early": 1, "finish_too_late": 1}
+    assert len(read_jsonl(tmp_path / "pairs" / "pairs.jsonl")) == 4
+
+
 def test_agent_dpo_without_pairs_keeps_its_start_and_says_so(agent_cfg, agent_adapter, tiny_dir, tmp_path):
     out, _, _ = agent_adapter
     start = out / "adapter"

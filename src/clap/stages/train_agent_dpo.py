@@ -7,6 +7,8 @@ agent SFT adapter's own wrong action rejected. The prompt is the conversation so
 tool-calling template (tools in the system turn); chosen and rejected are the action text plus the
 end-of-turn token. The policy starts from the agent SFT adapter, loaded trainable through the serving
 check; TRL's frozen reference is that same SFT policy. The guard watches loss and the reward margin.
+With `agent.dpo.balance_finish`, pairs that reject a too-early finish are capped at the number that reject a
+too-late one (`clap.agent.preferences`); the metrics count both directions and the pairs left out.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap import paths
-from clap.agent import chat
+from clap.agent import chat, preferences
 from clap.agent.tools import ReportTools
 from clap.config import Agent, Train
 from clap.io import atomic_dir, read_jsonl, write_json
@@ -41,7 +43,8 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
 
     started = time.time()
     d, t = agent.dpo, train
-    rows = read_jsonl(Path(pairs_dir) / "pairs.jsonl")
+    mined = read_jsonl(Path(pairs_dir) / "pairs.jsonl")
+    rows, left_out = preferences.balance_finish(mined) if d.balance_finish else (mined, [])
     tok = base_model.load_tokenizer(base_dir)
     base_identity = base_model.identity(base_dir)
     if not rows:
@@ -60,7 +63,8 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
                                         "base": base_identity})
     run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_dpo", base_identity,
-                  {"pairs": len(rows), "resumed_from": resume, "start_adapter_sha256": start_sha, "bf16": bf16}, started, start_adapter)
+                  {"pairs": len(rows), "pairs_mined": len(mined), "pairs_left_out": len(left_out),
+                   "finish_direction": preferences.finish_counts(rows), "resumed_from": resume, "start_adapter_sha256": start_sha, "bf16": bf16}, started, start_adapter)
 
 
 def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identity: dict, started: float) -> dict:
