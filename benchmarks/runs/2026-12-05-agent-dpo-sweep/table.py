@@ -1,5 +1,6 @@
 """The agent DPO sweep's table: each point's agent DPO against agent SFT on the same 64 held-out tasks, read from
-the baseline commit's and each experiment's `metrics/agent.json` (git refs DVC's queue left).
+the baseline commit's and each experiment's `metrics/agent.json` (git refs DVC's queue left). Points on balanced
+pairs (`agent.dpo.balance_finish`, benchmarks/runs/2026-12-05-agent-dpo-balanced) are marked "bal.".
 
     python benchmarks/runs/2026-12-05-agent-dpo-sweep/table.py CLONE [--copy DIR]
 """
@@ -45,18 +46,21 @@ def main() -> None:
         d = agent["deltas_chain"]["agent_dpo-agent_sft"]
         m, sft = agent["models"]["agent_dpo"], sft or agent["models"]["agent_sft"]  # the baseline's: every point's SFT
         pairs = steps["max_steps"] * steps["gradient_accumulation"]
-        rows.append((steps["max_steps"], f"| {steps['max_steps']} ({name}) | {min(pairs, train['pairs'])} of "
+        balanced = bool(steps.get("balance_finish"))
+        label = f"{steps['max_steps']}{' bal.' if balanced else ''}"
+        rows.append(((balanced, steps["max_steps"]), f"| {label} ({name}) | {min(pairs, train['pairs'])} of "
                      f"{train['pairs']} | {train['train_runtime_s']:.0f} s | {m['success']:.2f} | {_ci(d['success'])} "
-                     f"| {m['hallucinated']:.2f} | {_ci(d['hallucinated'])} | {_ci(d['tool_selection'])} | "
-                     f"{_ci(d['arguments'])} | {_ci(d['n_calls'])} |"))
+                     f"| {m['hallucinated']:.2f} | {_ci(d['hallucinated'])} | {m['finished']:.2f} | "
+                     f"{_ci(d['tool_selection'])} | {_ci(d['arguments'])} | {_ci(d['n_calls'])} |"))
         if a.copy:
             a.copy.mkdir(parents=True, exist_ok=True)
-            (a.copy / f"dpo{steps['max_steps']}-agent.json").write_text(json.dumps(agent, indent=1))
-            (a.copy / f"dpo{steps['max_steps']}-train_agent_dpo.json").write_text(json.dumps(train, indent=1))
+            stem = f"dpo{'-bal' if balanced else ''}{steps['max_steps']}"
+            (a.copy / f"{stem}-agent.json").write_text(json.dumps(agent, indent=1))
+            (a.copy / f"{stem}-train_agent_dpo.json").write_text(json.dumps(train, indent=1))
     print(f"agent SFT: success {sft['success']:.2f}, hallucinated {sft['hallucinated']:.2f} (64 held-out tasks)\n")
     print("| DPO steps | pairs seen | training | success | DPO − SFT success | hallucinated | DPO − SFT hallucinated "
-          "| tool selection | arguments | calls per task |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| finished | tool selection | arguments | calls per task |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for _, line in sorted(rows):
         print(line)
 
