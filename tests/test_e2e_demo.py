@@ -90,16 +90,25 @@ def test_demo_concludes_a_canary_round_before_the_next(tmp_path, tiny_dir):
     """A round the gate sends to canary (policy release_via_canary) does not strand the demo: the canary serves
     SIMULATED paired traffic, the sequential analysis decides — here a random tiny model answers nothing right on
     either arm, so the traffic runs out inconclusive and the canary fails closed — and it is rolled back before the
-    next round, which is judged against the prod that then holds (the base model)."""
+    next round, which is judged against the prod that then holds (the base model). The agent track is on and its
+    relaxed policy ships agent SFT, so the version's agent adapter gets its own canary (held-out agent tasks as paired
+    episodes, task success the outcome), and the conclusion weighs both."""
     root = tmp_path / "clap"
     overrides = [o for o in TINY_OVERRIDES if not o.startswith("data.batches=")] + [
-        f"model.base={tiny_dir}", "demo.rounds=[{batches:[b1]},{batches:[b1,b2]}]", "agent.enabled=false",
+        f"model.base={tiny_dir}", "demo.rounds=[{batches:[b1]},{batches:[b1,b2]}]",
         "gate.release_via_canary=true", "canary.min_requests=2"]
     env = make_clone(root, overrides)
     out = run(root, "clap", "demo", *[a for o in overrides for a in ("-S", o)], env=env)
     assert "round 1: canary v0.0.1 on SIMULATED traffic" in out
     assert "traffic_exhausted" in out and "released v0.0.1 to canary" in out
     assert "canary failed → canary rolled back" in out
+    assert "round 1: agent canary v0.0.1 on SIMULATED traffic" in out and "task success" in out
+    concluded = run(root, "git", "log", "--format=%H", "--grep", "round 1: canary v0.0.1", env=env).split()[0]
+    agent_analysis = json.loads(run(root, "git", "show", f"{concluded}:metrics/canary_agent.json", env=env))
+    assert agent_analysis["versions"]["canary"] == "v0.0.1" and agent_analysis["traffic"] == "SIMULATED"
+    assert agent_analysis["kind"] == "agent" and agent_analysis["requests"] > 0
+    message = run(root, "git", "tag", "-l", "--format=%(contents)", "clap-adapter#canary!#2", env=env)
+    assert "canary analysis failed" in message and "agent:" in message, message
     log = run(root, "git", "log", "--format=%s", env=env).splitlines()
     assert "clap demo round 1: canary v0.0.1 failed → canary rolled back" in log, log
     analysis = json.loads(run(root, "git", "show", "clap-adapter@v0.0.2:metrics/canary.json", env=env)

@@ -80,17 +80,31 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         summary.print_loop_summary(console, Path("."), _params().data.batches)
 
     def run_canary(k: int) -> dict:
+        """Both canaries of the version in canary, then one conclusion: the extraction canary always, the agent
+        canary when the version ships an agent adapter of its own (its gate passed the agent); either failing,
+        or running out of traffic undecided, rolls the version back (`canary_analysis.joint`)."""
+        from clap.feedback.canary_analysis import joint
         from clap.release import registry as rel
+        from clap.release.bundle import agent_source
         from clap.serve.canary import simulated_canary
 
         cfg = _params()
         version = rel.current(Path("."), "canary")["version"]
         console.rule(f"round {k}: canary {version} on SIMULATED traffic (held-out replay questions, paired)")
         counts, analysis = simulated_canary(Path("."), cfg, paths.CANARY_LOGS / version, 100,
-                                                   fail_when_exhausted=True)
+                                            fail_when_exhausted=True)
         _print_traffic(cfg, counts)
         _print_analysis(analysis, paths.CANARY_METRICS)
-        return rel.conclude_canary(Path("."), analysis)
+        others = []
+        if cfg.agent.enabled and (agent_source(Path("."), version) or ("",))[0] == version:
+            console.rule(f"round {k}: agent canary {version} on SIMULATED traffic (held-out agent tasks, paired "
+                         "episodes, task success)")
+            counts, agent_analysis = simulated_canary(Path("."), cfg, paths.CANARY_AGENT_LOGS / version, 100,
+                                                      fail_when_exhausted=True, agent=True)
+            _print_traffic(cfg, counts, "task success")
+            _print_analysis(agent_analysis, paths.CANARY_AGENT_METRICS)
+            others.append(agent_analysis)
+        return rel.conclude_canary(Path("."), joint(analysis, others))
 
     result = rounds.run(schedule, overrides, lambda line: console.rule(escape(line)), after_round, run_canary)
     for r in result["rounds"]:
