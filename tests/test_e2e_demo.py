@@ -95,7 +95,7 @@ def test_demo_concludes_a_canary_round_before_the_next(tmp_path, tiny_dir):
     episodes, task success the outcome), and the conclusion weighs both."""
     root = tmp_path / "clap"
     overrides = [o for o in TINY_OVERRIDES if not o.startswith("data.batches=")] + [
-        f"model.base={tiny_dir}", "demo.rounds=[{batches:[b1]},{batches:[b1,b2]}]",
+        f"model.base={tiny_dir}", "demo.rounds=[{batches:[b1]},{batches:[b1,b2]}]", "agent.enabled=true",
         "gate.release_via_canary=true", "canary.min_requests=2"]
     env = make_clone(root, overrides)
     out = run(root, "clap", "demo", *[a for o in overrides for a in ("-S", o)], env=env)
