@@ -9,9 +9,8 @@
 # Table: python benchmarks/runs/2026-12-05-agent-chain-sweep/table.py CLONE
 set -euo pipefail
 clone=$1; rm_steps=$2; rloo_steps=$3; grpo_steps=$4
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%H:%M:%S)" "$line"; done; }
-cd "$clone"
-export PYTHONPATH="$clone/src" PATH="/work/main/.venv/bin:$PATH" DVC_NO_ANALYTICS=1
+source "$(cd "$(dirname "$0")/.." && pwd)/dvc_queue.sh"
+in_clone "$clone"
 {
   for n in $rm_steps; do clap exp run --queue -n "rm-$n" -S "agent.rm.max_steps=$n" agent_rm_check; done
   for n in $rloo_steps; do
@@ -20,10 +19,5 @@ export PYTHONPATH="$clone/src" PATH="/work/main/.venv/bin:$PATH" DVC_NO_ANALYTIC
   for n in $grpo_steps; do
     clap exp run --queue -n "grpo-$n" -S "agent.grpo.max_steps=$n" train_agent_grpo evaluate_agent
   done
-  echo "== queue start"
-  dvc queue start -j 1
-  sleep 30
-  while [[ $(dvc queue status 2>/dev/null) =~ Running|Queued ]]; do sleep 30; done  # not `| grep -q`: pipefail
-  dvc queue status
-  echo "== done"
+  run_queue
 } 2>&1 | stamp

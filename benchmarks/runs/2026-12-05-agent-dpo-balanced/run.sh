@@ -9,25 +9,17 @@
 set -euo pipefail
 clone=$1; commit=$2; shift 2
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%H:%M:%S)" "$line"; done; }
-cd "$clone"
-export PYTHONPATH="$clone/src" PATH="/work/main/.venv/bin:$PATH" DVC_NO_ANALYTICS=1
+source "$repo/benchmarks/runs/dvc_queue.sh"
+in_clone "$clone"
 {
-  git diff --quiet HEAD || git -c user.name=bench -c user.email=b@b commit -qam "round state"
-  git fetch -q "$repo" "$commit" && git checkout FETCH_HEAD -- src dvc.yaml conf
-  clap params
+  take_code "$repo" "$commit"
   dvc commit -f train_agent_dpo
   dvc status
   time dvc repro evaluate_agent
-  git add -A && git -c user.name=bench -c user.email=b@b commit -qm "baseline at $commit"
+  commit_baseline "$commit"
   for steps in "$@"; do
     clap exp run --queue -n "dpo-bal-$steps" -S agent.dpo.balance_finish=true -S "agent.dpo.max_steps=$steps" \
       train_agent_dpo evaluate_agent
   done
-  echo "== queue start"
-  dvc queue start -j 1
-  sleep 30
-  while [[ $(dvc queue status 2>/dev/null) =~ Running|Queued ]]; do sleep 30; done  # not `| grep -q`: pipefail
-  dvc queue status
-  echo "== done"
+  run_queue
 } 2>&1 | stamp

@@ -42,11 +42,11 @@ def finish_direction(pair: dict) -> str | None:
 def balance_finish(pairs: list[dict]) -> tuple[list[dict], list[dict]]:
     """(kept, left out): every pair, except too-early ones beyond the number of too-late ones. Kept pairs keep
     their order."""
-    early = [p for p in pairs if finish_direction(p) == TOO_EARLY]
-    late = sum(finish_direction(p) == TOO_LATE for p in pairs)
-    ranked = sorted(early, key=lambda p: (p.get("draw") != "greedy", p["pair_id"]))
-    dropped = {id(p) for p in ranked[late:]}
-    return [p for p in pairs if id(p) not in dropped], [p for p in pairs if id(p) in dropped]
+    directions = [finish_direction(p) for p in pairs]
+    early = [i for i, d in enumerate(directions) if d == TOO_EARLY]
+    ranked = sorted(early, key=lambda i: (pairs[i].get("draw") != "greedy", pairs[i]["pair_id"]))
+    dropped = set(ranked[directions.count(TOO_LATE):])
+    return ([p for i, p in enumerate(pairs) if i not in dropped], [p for i, p in enumerate(pairs) if i in dropped])
 
 
 def finish_counts(pairs: list[dict]) -> dict:

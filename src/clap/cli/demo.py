@@ -96,7 +96,8 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         _print_traffic(cfg, counts)
         _print_analysis(analysis, paths.CANARY_METRICS)
         others = []
-        if cfg.agent.enabled and (agent_source(Path("."), version) or ("",))[0] == version:
+        source = agent_source(Path("."), version) if cfg.agent.enabled else None
+        if source is not None and source[0] == version:  # its own agent adapter, not one carried from prod
             console.rule(f"round {k}: agent canary {version} on SIMULATED traffic (held-out agent tasks, paired "
                          "episodes, task success)")
             counts, agent_analysis = simulated_canary(Path("."), cfg, paths.CANARY_AGENT_LOGS / version, 100,

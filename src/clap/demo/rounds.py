@@ -11,8 +11,8 @@ SIMULATED annotator (`clap.demo.annotator`, the demo generator's ground truth, n
 share of the previous round's repair queue into `repair/fixed/`, which the round's assetize reads; what the
 repair did is measured into `metrics/repair_effect.json`. A round the gate sends to canary is concluded before the
 next: the canary serves SIMULATED traffic (the agent canary too, when the version ships an agent adapter of its
-own), the sequential analysis decides, and the canary is promoted to prod or rolled back (tags and a commit), so the next round is judged against what prod then is. After the last round, a
-rollback drill: prod goes
+own), the sequential analysis decides, and the canary is promoted to prod or rolled back (tags and a commit), so
+the next round is judged against what prod then is. After the last round, a rollback drill: prod goes
 back to the version before it, restored from the DVC cache and verified against its release bundle — or, when
 only one version was ever in prod, to the base model, and that version back from the DVC cache after its
 adapter folder is deleted.

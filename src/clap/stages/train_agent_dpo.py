@@ -64,7 +64,8 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
     run_training(trainer, resume)
     return finish(trainer, guard, out, "agent_dpo", base_identity,
                   {"pairs": len(rows), "pairs_mined": len(mined), "pairs_left_out": len(left_out),
-                   "finish_direction": preferences.finish_counts(rows), "resumed_from": resume, "start_adapter_sha256": start_sha, "bf16": bf16}, started, start_adapter)
+                   "finish_direction": preferences.finish_counts(rows), "resumed_from": resume,
+                   "start_adapter_sha256": start_sha, "bf16": bf16}, started, start_adapter)
 
 
 def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identity: dict, started: float) -> dict:
