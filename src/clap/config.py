@@ -390,6 +390,7 @@ class AgentGrpo(_GrpoRun):
 class AgentRloo(_GrpoRun):
     reward_model_weight: NonNegFloat
     states_per_step: PosInt
+    gradient_checkpointing: StrictBool
     bf16: Switch
 
 

@@ -1,7 +1,9 @@
 """The agent chain's dose sweep tables — the reward model, RLOO, GRPO — read from the clone's baseline commit (HEAD)
 and each experiment DVC's queue ran from it (git refs named rm-N, rloo-N, grpo-N).
 
-    python benchmarks/runs/2026-12-05-agent-chain-sweep/table.py CLONE [--copy DIR]
+    python benchmarks/runs/2026-12-05-agent-chain-sweep/table.py CLONE [--copy DIR] [--only rm rloo grpo]
+
+Run it with the clone at the sweep's baseline: the experiments are the ones DVC's queue ran from HEAD.
 
 A step whose training the baseline took from its finished checkpoint shows the stage's wall time in the agent round
 instead (benchmarks/README.md, "one agent round", pauses left out), marked "(round)".
@@ -28,12 +30,15 @@ def _ci(d: dict) -> str:
 
 
 def points(clone: Path, prefix: str) -> list[tuple[str, str]]:
-    """(name, commit): the baseline (HEAD) and each experiment named `prefix`-N."""
-    out = [("baseline", _git(clone, "rev-parse", "HEAD").strip())]
-    for line in _git(clone, "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps").splitlines():
+    """(name, commit): the baseline (HEAD) and each experiment named `prefix`-N that DVC's queue ran from it
+    (its refs are refs/exps/<baseline[:2]>/<baseline[2:]>/<name>)."""
+    baseline = _git(clone, "rev-parse", "HEAD").strip()
+    out = [("baseline", baseline)]
+    under = f"refs/exps/{baseline[:2]}/{baseline[2:]}"
+    for line in _git(clone, "for-each-ref", "--format=%(refname) %(objectname)", under).splitlines():
         ref, sha = line.split()
         name = ref.rsplit("/", 1)[1]
-        if "/celery/" not in ref and name.startswith(prefix + "-") and name[len(prefix) + 1:].isdigit():
+        if name.startswith(prefix + "-") and name[len(prefix) + 1:].isdigit():
             out.append((name, sha))
     return out
 
@@ -94,12 +99,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("clone", type=Path)
     ap.add_argument("--copy", type=Path, help="write each point's metrics files here")
+    ap.add_argument("--only", nargs="+", choices=("rm", "rloo", "grpo"), default=("rm", "rloo", "grpo"),
+                    help="the tables to print (default: all three)")
     a = ap.parse_args()
     if a.copy:
         a.copy.mkdir(parents=True, exist_ok=True)
-    rm_table(a.clone, a.copy)
+    if "rm" in a.only:
+        rm_table(a.clone, a.copy)
     for step in ("rloo", "grpo"):
-        policy_table(a.clone, step, a.copy)
+        if step in a.only:
+            policy_table(a.clone, step, a.copy)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ the sandboxed tools and scored on its own:
                    the rule rewards stand alone and the metrics say why.
 The actions are sampled by the trainer's own `generate` (RLOOTrainer has no rollout hook for a grammar), so a
 malformed action costs its format and process reward. The guards watch KL, reward spread and clipped turns as
-for GRPO. The step is a chain candidate like agent DPO and GRPO: evaluated, gated against agent SFT and prod.
+for GRPO. The trainer is TRL's, with each state's prompt run once for its `num_generations` actions
+(`clap.train.shared_prefix`). The step is a chain candidate like agent DPO and GRPO: evaluated, gated against
+agent SFT and prod.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
 from clap.train.common import finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
+from clap.train.shared_prefix import SharedPrefixRLOOTrainer
 
 
 def states(tools: ReportTools, tasks: list[dict]) -> list[dict]:
@@ -115,7 +118,7 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
     `rm_check`: its verdict (data/agent_rm_check, `clap agent-rm-check`). `agent`: the `rloo` dose, `turn_tokens`
     and the reward weights; `train`: seed and guards; `batches`: the tools' data (`data.batches`)."""
     import torch
-    from trl import RLOOConfig, RLOOTrainer
+    from trl import RLOOConfig
 
     started = time.time()
     a, r, t = agent, agent.rloo, train
@@ -141,10 +144,12 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
                       max_completion_length=a.turn_tokens, reward_weights=weights,
                       per_device_train_batch_size=r.num_generations * r.states_per_step,
                       logging_steps=r.logging_steps, save_steps=r.save_steps, save_total_limit=2, report_to=[],
-                      seed=t.seed, bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
+                      seed=t.seed, bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
+                      gradient_checkpointing=r.gradient_checkpointing)
     guard = GuardCallback("agent_rloo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
-    trainer = RLOOTrainer(model=model, args=args, train_dataset=build_dataset(tok, rows), processing_class=tok,
-                          reward_funcs=funcs, callbacks=[*(callbacks or []), guard])
+    trainer = SharedPrefixRLOOTrainer(model=model, args=args, train_dataset=build_dataset(tok, rows),
+                                      processing_class=tok, reward_funcs=funcs,
+                                      callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": r, "turn_tokens": a.turn_tokens, "weights": a.rewards.weights,
                                         "seed": t.seed, "start": start_sha, "tasks": [x["task_id"] for x in tasks],
                                         "base": base_identity, "reward_model": rm_expected if use_rm else None})
