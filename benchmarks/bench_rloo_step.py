@@ -9,7 +9,8 @@ SFT adapter with the committed `agent.rloo` settings. `clap` is the stage as com
 `clap.train.shared_prefix`), without gradient checkpointing. `trl` swaps in TRL's own `RLOOTrainer` with TRL's
 default gradient checkpointing, as a user of TRL runs it; `trl_no_checkpointing` is TRL's trainer without it, so
 the two savings (no recomputation, each prompt once) show apart. Each run is its own process, the two alternate `--repeats` times (this VM's speed
-drifts), and a step's seconds come from the trainer's step callbacks, so loading and set-up are counted apart.
+drifts), and a step's seconds come from the trainer's step callbacks, so loading and set-up are counted apart;
+`parts_s_per_step` splits them (`time_parts`).
 The first step samples the same actions in both (same seed, same policy): its logged KL, reward and loss beside
 each other show the two compute the same step up to bf16 rounding. Run it alone.
 """
@@ -29,6 +30,35 @@ from pathlib import Path
 TRAINERS = ("clap", "trl", "trl_no_checkpointing")
 
 
+def time_parts(trainer_class) -> dict:
+    """Seconds spent in the step's parts, summed over the run: sampling the actions, the log-probability forwards
+    without gradients (the policy before the update and the reference) and with them (the update, whose backward
+    is the rest of `training_step`)."""
+    import functools
+
+    import torch
+
+    spent = {"sampling": 0.0, "logps_no_grad": 0.0, "logps_update": 0.0, "training_step": 0.0}
+
+    def timed(name, label=None):
+        f = getattr(trainer_class, name)
+
+        @functools.wraps(f)
+        def wrapper(self, *a, **k):
+            t = time.perf_counter()
+            try:
+                return f(self, *a, **k)
+            finally:
+                key = label(torch.is_grad_enabled()) if callable(label) else label or name
+                spent[key] += time.perf_counter() - t
+        setattr(trainer_class, name, wrapper)
+
+    timed("_generate_single_turn", "sampling")
+    timed("_get_per_token_logps_and_entropies", lambda grad: "logps_update" if grad else "logps_no_grad")
+    timed("training_step")
+    return spent
+
+
 def one(which: str, steps: int) -> dict:
     from transformers import TrainerCallback
 
@@ -41,6 +71,7 @@ def one(which: str, steps: int) -> dict:
         from trl import RLOOTrainer
 
         train_agent_rloo.SharedPrefixRLOOTrainer = RLOOTrainer
+    parts = time_parts(train_agent_rloo.SharedPrefixRLOOTrainer)
 
     class StepTimes(TrainerCallback):
         def __init__(self):
@@ -67,6 +98,7 @@ def one(which: str, steps: int) -> dict:
                              train=cfg.train, batches=cfg.data.batches)
     wall = time.perf_counter() - t
     return {"step_s": [round(s, 1) for s in timer.seconds], "setup_s": round(wall - sum(timer.seconds), 1),
+            "parts_s_per_step": {k: round(v / max(len(timer.seconds), 1), 1) for k, v in parts.items()},
             "first_step": timer.logs[0] if timer.logs else None,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
