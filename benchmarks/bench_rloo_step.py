@@ -8,11 +8,11 @@ SFT adapter with the committed `agent.rloo` settings. `clap` is the stage as com
 `SharedPrefixRLOOTrainer` (each state's prompt run once for its `num_generations` actions,
 `clap.train.shared_prefix`), without gradient checkpointing. `trl` swaps in TRL's own `RLOOTrainer` with TRL's
 default gradient checkpointing, as a user of TRL runs it; `trl_no_checkpointing` is TRL's trainer without it, so
-the two savings (no recomputation, each prompt once) show apart. Each run is its own process, the two alternate `--repeats` times (this VM's speed
-drifts), and a step's seconds come from the trainer's step callbacks, so loading and set-up are counted apart;
-`parts_s_per_step` splits them (`time_parts`).
-The first step samples the same actions in both (same seed, same policy): its logged KL, reward and loss beside
-each other show the two compute the same step up to bf16 rounding. Run it alone.
+the two savings (no recomputation, each prompt once) show apart. Each run is its own process, the three alternate
+`--repeats` times (this VM's speed drifts), and a step's seconds come from the trainer's step callbacks, so loading
+and set-up are counted apart; `parts_s_per_step` splits them (`time_parts`). The first step samples the same
+actions in all three (same seed, same policy): its logged KL, reward and loss side by side show they compute the
+same step up to dropout and bf16 rounding. Run it alone.
 """
 
 from __future__ import annotations
@@ -66,12 +66,13 @@ def one(which: str, steps: int) -> dict:
     from clap.config import load
     from clap.integrity import pinned_expectation
     from clap.stages import train_agent_rloo
+    from clap.train import shared_prefix
 
-    if which.startswith("trl"):  # this process only: the same stage with TRL's own trainer
-        from trl import RLOOTrainer
+    if which.startswith("trl"):  # this process only: the same stage with TRL's own trainer (the stage imports
+        from trl import RLOOTrainer  # its trainer from `clap.train.shared_prefix` when it runs)
 
-        train_agent_rloo.SharedPrefixRLOOTrainer = RLOOTrainer
-    parts = time_parts(train_agent_rloo.SharedPrefixRLOOTrainer)
+        shared_prefix.SharedPrefixRLOOTrainer = RLOOTrainer
+    parts = time_parts(shared_prefix.SharedPrefixRLOOTrainer)
 
     class StepTimes(TrainerCallback):
         def __init__(self):

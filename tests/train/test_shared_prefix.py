@@ -43,15 +43,15 @@ def _batch(pad, prompt_lengths=(70, 12), completions=((4, 9, 2), (7, 1, 5))):
     """Left-padded prompts (the first longer than the tiny Gemma's 64-token window), each with 3 right-padded
     completions of different lengths."""
     g = torch.Generator().manual_seed(1)
-    width = max(prompt_lengths)
+    width, keep = max(prompt_lengths), max(map(max, completions))
     ids, mask = [], []
     for length, lens in zip(prompt_lengths, completions):
         prompt = torch.randint(10, 400, (length,), generator=g).tolist()
         for n in lens:
             done = torch.randint(10, 400, (n,), generator=g).tolist()
-            ids.append([pad] * (width - length) + prompt + done + [pad] * (max(map(max, completions)) - n))
-            mask.append([0] * (width - length) + [1] * (length + n) + [0] * (max(map(max, completions)) - n))
-    return torch.tensor(ids), torch.tensor(mask), max(map(max, completions))
+            ids.append([pad] * (width - length) + prompt + done + [pad] * (keep - n))
+            mask.append([0] * (width - length) + [1] * (length + n) + [0] * (keep - n))
+    return torch.tensor(ids), torch.tensor(mask), keep
 
 
 def _logps_and_grads(trainer, method, ids, mask, keep):

@@ -44,7 +44,6 @@ from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
 from clap.train.common import finish, resume_point, run_training, start_from
 from clap.train.guards import GuardCallback
-from clap.train.shared_prefix import SharedPrefixRLOOTrainer
 
 
 def states(tools: ReportTools, tasks: list[dict]) -> list[dict]:
@@ -119,6 +118,8 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
     and the reward weights; `train`: seed and guards; `batches`: the tools' data (`data.batches`)."""
     import torch
     from trl import RLOOConfig
+
+    from clap.train.shared_prefix import SharedPrefixRLOOTrainer
 
     started = time.time()
     a, r, t = agent, agent.rloo, train

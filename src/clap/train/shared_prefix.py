@@ -45,13 +45,14 @@ def shared_prompts(input_ids, attention_mask, logits_to_keep: int):
             torch.tensor(row_prompt, dtype=torch.long, device=input_ids.device))
 
 
-def prefix_logps(model, input_ids, attention_mask, logits_to_keep: int):
+def prefix_logps(model, input_ids, attention_mask, logits_to_keep: int, groups=None):
     """(log_probs, outputs) of the last `logits_to_keep` tokens of each row, as TRL's `fused_lm_head` forward
     computes them over the full rows: the prompts but their last token run once per distinct prompt with a key/
     value cache; the last prompt token and the completion run per row on the cache copied to it. `model` is the
-    policy as TRL holds it (a PEFT model whose causal LM carries TRL's fused head)."""
+    policy as TRL holds it (a PEFT model whose causal LM carries TRL's fused head); `groups`: `shared_prompts`'s
+    answer when the caller has it."""
     prompt_len = input_ids.size(1) - logits_to_keep
-    first, row_prompt = shared_prompts(input_ids, attention_mask, logits_to_keep)
+    first, row_prompt = groups or shared_prompts(input_ids, attention_mask, logits_to_keep)
     head = model(input_ids=input_ids[first, :prompt_len - 1], attention_mask=attention_mask[first, :prompt_len - 1],
                  use_cache=True, logits_to_keep=1)
     cache = head.cache
@@ -79,7 +80,8 @@ class SharedPrefixRLOOTrainer(RLOOTrainer):
         import torch
 
         prompt_len = input_ids.size(1) - logits_to_keep
-        distinct = len(shared_prompts(input_ids, attention_mask, logits_to_keep)[0]) if prompt_len >= 2 else 0
+        groups = shared_prompts(input_ids, attention_mask, logits_to_keep) if prompt_len >= 2 else None
+        distinct = len(groups[0]) if groups else 0
         recomputed = torch.is_grad_enabled() and model.training and checkpointed(model)
         if (compute_aux_loss or recomputed or any(v is not None for v in multimodal.values())
                 or not 0 < distinct < input_ids.size(0)):
@@ -87,5 +89,5 @@ class SharedPrefixRLOOTrainer(RLOOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
         with self.accelerator.autocast():
-            logps, outputs = prefix_logps(model, input_ids, attention_mask, logits_to_keep)
+            logps, outputs = prefix_logps(model, input_ids, attention_mask, logits_to_keep, groups)
         return logps, (outputs.entropy[:, -logits_to_keep:] if compute_entropy else None), None
