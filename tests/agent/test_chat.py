@@ -50,6 +50,25 @@ def test_loss_mask_covers_the_agents_turns_and_their_end_token_only(tok):
     assert "OBSERVED" not in trained and "Q?" not in trained
 
 
+def test_a_base_without_a_template_ends_each_action_with_the_token_generation_stops_at(tok):
+    """Gemma 3 270M's GGUF brings no template and no `<|im_end|>` token: its actions must end with its own
+    end-of-sequence token, or a sampled action never ends (TRL counts every RL completion as clipped)."""
+    import copy
+
+    other = copy.deepcopy(tok)
+    other.chat_template, other.eos_token = None, "<|endoftext|>"
+    assert other.eos_token_id != tok.eos_token_id and not chat.own_template(other)
+    a1 = chat.Action("Find.", "search_reports", {"query": "Apex 2022"})
+    a2 = chat.Action("Answer.", "finish", {"answer": "1234.5 万元"})
+    messages = chat.start("Q?") + [a1.message(), chat.tool_message("search_reports", "OBSERVED"), a2.message()]
+    row = tokenize(other, messages, ReportTools.tool_schemas())
+    trained = [t for t in row["labels"] if t != -100]
+    assert other.decode(trained) == a1.text() + "<|endoftext|>" + a2.text() + "<|endoftext|>"
+    assert trained[-1] == other.eos_token_id and trained.count(other.eos_token_id) == 2
+    assert chat.end_of_turn(other) == "<|endoftext|>" and chat.end_of_turn_ids(other) == [other.eos_token_id]
+    assert chat.end_of_turn(tok) == "<|im_end|>" and chat.end_of_turn_ids(tok) == [tok.eos_token_id]
+
+
 @pytest.mark.parametrize("text", [
     "", "I will search the reports.", '{"tool": "finish", "arguments": {"answer": "x"}}',
     '{"thought": "t", "tool": "finish", "arguments": "x"}', '{"thought": 1, "tool": "finish", "arguments": {}}',

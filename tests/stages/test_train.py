@@ -286,3 +286,20 @@ print(sorted(m for m in ("torch", "transformers", "peft", "trl") if m in sys.mod
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_guard_that_stopped_training_is_named_on_the_command_line(capsys):
+    """`clap train …` says which guard stopped the step, with its value and threshold, and which adapter it kept."""
+    from clap.cli.train import _say_trained
+
+    m = {"status": "stopped", "steps": 1, "train_loss": -0.01, "tokens_per_s": 68.0,
+         "adapter_source": "start (models/agent_sft/adapter): tripped before the first checkpoint"}
+    _say_trained("agent-rloo", m, {"rule": "completion_length_clipped", "step": 1, "value": 1.0, "threshold": 0.8})
+    out = capsys.readouterr()
+    said = " ".join((out.out + out.err).split())
+    assert "agent-rloo: stopped after 1 steps" in said
+    assert "guard completion_length_clipped tripped at step 1 (value 1.0, threshold 0.8)" in said
+    assert "adapter: start (models/agent_sft/adapter)" in said
+    _say_trained("agent-rloo", m | {"status": "ok", "adapter_source": "final"})
+    out = capsys.readouterr()
+    assert "guard" not in out.out + out.err

@@ -1,5 +1,6 @@
 """The agent chain's dose sweep tables — the reward model, RLOO, GRPO — read from the clone's baseline commit (HEAD)
-and each experiment DVC's queue ran from it (git refs named rm-N, rloo-N, grpo-N).
+and each experiment DVC's queue ran from it (git refs named rm-N, rloo-N, grpo-N; rloo-N-sS, grpo-N-sS for one dose
+at training seed S, benchmarks/runs/2026-12-05-agent-seed-spread/run.sh).
 
     python benchmarks/runs/2026-12-05-agent-chain-sweep/table.py CLONE [--copy DIR] [--only rm rloo grpo]
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -30,15 +32,15 @@ def _ci(d: dict) -> str:
 
 
 def points(clone: Path, prefix: str) -> list[tuple[str, str]]:
-    """(name, commit): the baseline (HEAD) and each experiment named `prefix`-N that DVC's queue ran from it
-    (its refs are refs/exps/<baseline[:2]>/<baseline[2:]>/<name>)."""
+    """(name, commit): the baseline (HEAD) and each experiment named `prefix`-N or `prefix`-N-sS that DVC's queue ran
+    from it (its refs are refs/exps/<baseline[:2]>/<baseline[2:]>/<name>)."""
     baseline = _git(clone, "rev-parse", "HEAD").strip()
     out = [("baseline", baseline)]
     under = f"refs/exps/{baseline[:2]}/{baseline[2:]}"
     for line in _git(clone, "for-each-ref", "--format=%(refname) %(objectname)", under).splitlines():
         ref, sha = line.split()
         name = ref.rsplit("/", 1)[1]
-        if name.startswith(prefix + "-") and name[len(prefix) + 1:].isdigit():
+        if re.fullmatch(rf"{prefix}-\d+(-s\d+)?", name):
             out.append((name, sha))
     return out
 
@@ -78,19 +80,21 @@ def policy_table(clone: Path, step: str, copy: Path | None) -> None:
     rows, sft = [], None
     for name, sha in points(clone, step):
         agent, train = _show(clone, sha, "metrics/agent.json"), _show(clone, sha, f"metrics/train_agent_{step}.json")
-        n = yaml.safe_load(_git(clone, "show", f"{sha}:params.yaml"))["agent"][step]["max_steps"]
+        params = yaml.safe_load(_git(clone, "show", f"{sha}:params.yaml"))
+        n, seed = params["agent"][step]["max_steps"], params["train"]["seed"]
         d, m = agent["deltas_chain"][f"agent_{step}-agent_sft"], agent["models"][f"agent_{step}"]
         sft = sft or agent["models"]["agent_sft"]  # the baseline's: every point's SFT
-        rows.append((n, f"| {n} ({name}) | {_runtime(train, 'agent_' + step)} | {m['success']:.2f} | "
+        rows.append(((n, seed, name), f"| {n} ({name}) | {seed} | {_runtime(train, 'agent_' + step)} | {m['success']:.2f} | "
                      f"{_ci(d['success'])} | {m['hallucinated']:.2f} | {_ci(d['hallucinated'])} | {m['finished']:.2f} | "
                      f"{_ci(d['tool_selection'])} | {_ci(d['arguments'])} | {_ci(d['n_calls'])} |"))
         if copy:
-            (copy / f"{step}{n}-agent.json").write_text(json.dumps(agent, indent=1))
-            (copy / f"{step}{n}-train_agent_{step}.json").write_text(json.dumps(train, indent=1))
+            stem = f"baseline-{step}{n}" if name == "baseline" else name.replace("-", "")  # rloo-6-s18: rloo6s18
+            (copy / f"{stem}-agent.json").write_text(json.dumps(agent, indent=1))
+            (copy / f"{stem}-train_agent_{step}.json").write_text(json.dumps(train, indent=1))
     print(f"\nagent SFT: success {sft['success']:.2f}, hallucinated {sft['hallucinated']:.2f} (64 held-out tasks)\n")
-    print(f"| {step.upper()} steps | training | success | − SFT success | hallucinated | − SFT hallucinated | finished "
+    print(f"| {step.upper()} steps | training seed | training | success | − SFT success | hallucinated | − SFT hallucinated | finished "
           "| tool selection | arguments | calls per task |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for _, line in sorted(rows):
         print(line)
 

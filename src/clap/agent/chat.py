@@ -13,8 +13,11 @@ it — a conversation without tools renders byte for byte as before (tests check
 tools in the system turn, writes an assistant tool call as `{"thought": …, "tool": …, "arguments": …}`
 and a tool return as a `tool` turn. It adds no token (`<|im_start|>tool` is the existing marker and a
 word), so no embedding rows become trainable `modules_to_save`, which vLLM's LoRA serving refuses.
-The assistant turn and its `<|im_end|>` sit inside `{% generation %}`: SFT trains on the agent's
-turns only, stop token included, and never on tool returns it cannot predict.
+The assistant turn and its stop token sit inside `{% generation %}`: SFT trains on the agent's
+turns only, stop token included, and never on tool returns it cannot predict. The stop token is the tokenizer's
+end-of-sequence token — `<|im_end|>` on SmolLM2, so its rendering is unchanged — because that is the one token
+generation stops at: a base without a template of its own (Gemma 3 270M's GGUF) has no `<|im_end|>` token, and an
+assistant turn closed by that text would never end a sampled action (every RL completion clipped).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ CHAT_TEMPLATE = (
     "{%- else -%}"
     "{{ message['content'] }}"
     "{%- endif -%}"
-    "{{ '<|im_end|>' }}"
+    "{{ eos_token if eos_token else '<|im_end|>' }}"
     "{%- endgeneration -%}"
     "{{ '\n' }}"
     "{%- else -%}"

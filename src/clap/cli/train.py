@@ -95,7 +95,7 @@ def _record_trained(kind: str, m: dict, tracking, out: Path) -> None:
     manifest = read_json_if_exists(Path(out) / "adapter" / "manifest.json") or {}
     m |= tracking.close(m, manifest.get("base_model"), (manifest.get("files") or {}).get("adapter_model.safetensors"))
     write_json(paths.train_metrics(trainer_name(kind)), m)
-    _say_trained(kind, m)
+    _say_trained(kind, m, (read_json_if_exists(Path(out) / paths.GUARD_REPORT_FILE) or {}).get("trip"))
 
 
 def _training_inputs(kind: str, batches: list[str], materialized: Path, admission: Path, start: Path | None) -> None:
@@ -152,6 +152,11 @@ def _train_agent(cfg: Params, kind: str, base: Path, out: Path, checkpoints: Pat
     _record_trained(kind, m, tracking, out)
 
 
-def _say_trained(kind: str, m: dict) -> None:
+def _say_trained(kind: str, m: dict, trip: dict | None = None) -> None:
+    """One line after training; a guard that stopped it is named with its value and threshold, and where the
+    adapter came from (the last good checkpoint, or the policy the step started from)."""
     speed = "taken from its finished checkpoint" if m["tokens_per_s"] is None else f"{m['tokens_per_s']} tokens/s"
     console.print(f"{kind}: {m['status']} after {m['steps']} steps, loss {m['train_loss']}, {speed}")
+    if trip:
+        console.print(f"{kind}: guard {trip['rule']} tripped at step {trip['step']} (value {trip['value']}, "
+                      f"threshold {trip['threshold']}); adapter: {m.get('adapter_source')}")
