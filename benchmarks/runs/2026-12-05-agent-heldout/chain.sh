@@ -9,11 +9,10 @@
 set -euo pipefail
 work=$1; label=$2; shift 2
 overrides=(); for o in "$@"; do overrides+=(-S "$o"); done
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%H:%M:%S)" "$line"; done; }
+source "$(cd "$(dirname "$0")/../../.." && pwd)/benchmarks/runs/dvc_queue.sh"  # in_clone, stamp
 clone="$work/$label"
 (
-  cd "$clone"
-  export PYTHONPATH="$clone/src" PATH="/work/main/.venv/bin:$PATH" DVC_NO_ANALYTICS=1
+  in_clone "$clone"
   echo "== $(git rev-parse --short HEAD) $label chain ${overrides[*]:-}"
   clap params -S agent.rm.max_steps=2 "${overrides[@]}"
   time dvc repro evaluate_agent

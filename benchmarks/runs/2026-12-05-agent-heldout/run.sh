@@ -11,13 +11,12 @@ set -euo pipefail
 work=$1; commit=$2; label=${3:-smollm2-135m}; shift $(( $# < 3 ? $# : 3 ))
 overrides=(); for o in "$@"; do overrides+=(-S "$o"); done
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%H:%M:%S)" "$line"; done; }
+source "$repo/benchmarks/runs/dvc_queue.sh"  # in_clone, stamp
 clone="$work/$label"
 rm -rf "$clone"; git clone -q "$repo" "$clone"; git -C "$clone" checkout -q "$commit"
 log="$work/$label.log"; [ "$label" = smollm2-135m ] && log="$work/run.log"
 (
-  cd "$clone"
-  export PYTHONPATH="$clone/src" PATH="/work/main/.venv/bin:$PATH" DVC_NO_ANALYTICS=1
+  in_clone "$clone"
   echo "== $(git rev-parse --short HEAD) $label ${overrides[*]:-}"
   clap params -S agent.dpo.enabled=false -S agent.grpo.enabled=false \
     $(grep -q "sampled_models" conf/config.yaml && echo "-S agent.evaluate.sampled_models=[]") \
