@@ -390,14 +390,20 @@ def terms_found(terms: MetricTerms | None, text_lower: str, text_key: str) -> bo
 _QUARTER = re.compile(r"Q([1-4])|第([一二三四1-4])季度", re.I)
 
 
+_FY_SHORT = re.compile(r"\bFY\s*'?(\d{2})\b", re.I)
+
+
 def normalize_period(period_raw: object) -> str:
-    """`FY2023`, `2023年`, `２０２３` → `2023`; `2023年第一季度`/`Q1 2023` → `2023Q1`; no year → folded text."""
+    """`FY2023`, `FY23`, `2023年`, `２０２３`, `Year Ended December 31, 2023`, `April 26, 2023` → `2023`;
+    `2023年第一季度`/`Q1 2023`/`Q1 FY23` → `2023Q1`; no year → folded text."""
     s = fold(period_raw)
     year = re.search(r"(19|20)\d{2}", s)
-    if not year:
+    short = _FY_SHORT.search(s) if not year else None
+    if not year and not short:
         return s
+    y = year.group(0) if year else f"20{short.group(1)}"
     q = _QUARTER.search(s)
     if not q:
-        return year.group(0)
+        return y
     n = q.group(1) or q.group(2)
-    return f"{year.group(0)}Q{n if n.isdigit() else '一二三四'.index(n) + 1}"
+    return f"{y}Q{n if n.isdigit() else '一二三四'.index(n) + 1}"

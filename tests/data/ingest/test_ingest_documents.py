@@ -59,8 +59,8 @@ def test_html_blocks_page_breaks_and_tables(tmp_path):
         "<p style='break-after: page'>Last words.</p><p>After the break.</p></body></html>", encoding="utf-8")
     doc = read_document(tmp_path / "r.html")
     assert kinds(doc) == [("heading", 1, "Quality"), ("paragraph", 1, "The defect rate fell to 1.8%."),
-                          ("heading", 2, "Suppliers"), ("table_row", 2, "Supplier | Lots"),
-                          ("table_row", 2, "Northwind | 120"), ("paragraph", 2, "Last words."),
+                          ("heading", 2, "Suppliers"), ("table_header", 2, "Supplier | Lots"),
+                          ("table_row", 2, "Northwind | Lots: 120"), ("paragraph", 2, "Last words."),
                           ("paragraph", 3, "After the break.")]
     assert doc.xbrl is None
 
@@ -79,8 +79,8 @@ def test_docx_headings_page_breaks_tables_and_date(tmp_path):
     assert kinds(doc) == [("heading", 1, "Quality report 2024"),
                           ("paragraph", 1, "The defect rate fell to 1.8% in 2024 after the line was recalibrated."),
                           ("paragraph", 1, "Reworked pieces were 3,120 in the year."),
-                          ("heading", 2, "Suppliers"), ("table_row", 2, "Supplier | Lots | Defects"),
-                          ("table_row", 2, "Northwind | 120 | 4")]
+                          ("heading", 2, "Suppliers"), ("table_header", 2, "Supplier | Lots | Defects"),
+                          ("table_row", 2, "Northwind | Lots: 120 | Defects: 4")]
     assert doc.date == "2024-11-05"
 
 

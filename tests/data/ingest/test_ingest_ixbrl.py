@@ -39,7 +39,7 @@ def test_every_numeric_fact_resolved(tmp_path, version, prefixed):
     row = next(f for f in facts if f["metric"] == "Current assets" and f["period"] == "2024-12-31")
     assert row["entity"] == "Acme Holdings plc" and row["entity_identifier"] == "0000123456"
     assert row["concept"] == "us-gaap:AssetsCurrent" and row["value_scaled"] == "2909000000"
-    assert row["evidence"] == "Current assets | 2,909 | 4,585"
+    assert row["evidence"] == "Current assets | 2024: 2,909 | 2023: 4,585"
     assert row["evidence"] in chunks[int(row["chunk_id"][1:])].text  # the chunk that shows it
     loss = next(f for f in facts if f["concept"] == "us-gaap:NetIncomeLoss")
     assert loss["value_scaled"] == "-35000000" and loss["period_start"] == "2024-01-01"

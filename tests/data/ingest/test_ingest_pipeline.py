@@ -123,7 +123,7 @@ def test_table_facts_find_their_evidence_in_the_cited_document(tmp_path, monkeyp
                                                                  "value": "Val", "unit": "Unit", "doc_id": "Doc", "page": "Pg"}}]
     report = ingest(section(tables=tables), docs, tmp_path / "raw", ["b1"])
     assert report["tables"] == [{"table": 0, "path": "kpis.csv", "kind": "facts", "rows": 6, "mapped": 5, "quarantined": 1}]
-    assert report["table_facts_located"] == {"facts": 5, "found": 2}
+    assert report["table_facts_located"] == {"facts": 5, "found": 2, "period_from_header": 0, "no_period": 0}
     facts = [f for f in read_jsonl(tmp_path / "raw" / "facts.jsonl") if f["record_id"].startswith("kpis-")]
     found = {f["record_id"]: (f["evidence"], f["page"]) for f in facts}
     assert found["kpis-r2"] == ("Defect rate (%) | 1.8 | 2.4", 1)
@@ -187,9 +187,9 @@ def clap_ingest_with(project, tables_yaml: str):
      "value: Amont, doc_id: Source}}\n",
      "sources/tables/k.csv: column 'Amont' (mapped to `value`, ingest.tables[0].columns) is not in the file; its "
      "columns: Company, KPI, FY, Amount, Source"),
-    ("tables:\n  - {path: sources/tables/k.csv, kind: facts, columns: {entity: Company, metric: KPI, value: Amount, "
+    ("tables:\n  - {path: sources/tables/k.csv, kind: facts, columns: {entity: Company, period: FY, value: Amount, "
      "doc_id: Source}}\n",
-     "sources/tables/k.csv: required field `period` of the raw facts contract is mapped to no column and has no "
+     "sources/tables/k.csv: required field `metric` of the raw facts contract is mapped to no column and has no "
      "constant (ingest.tables[0].columns)"),
     ("tables:\n  - {path: sources/tables/k.csv, kind: facts, columns: {entity: Company, metric: KPI, period: FY, "
      "value: Amount, doc_id: Source, vaule: Amount}}\n",
@@ -235,3 +235,23 @@ def test_folder_batches_need_a_tables_batch(tmp_path, monkeypatch):
     report = ingest(section(batch_by="folder", tables=[tables[0] | {"constants": {"batch": "b1"}}]), tmp_path / "docs",
                     tmp_path / "raw", ["b1"])
     assert report["written"]["chunks"] == 1 and report["batches"] == {"b1": 1}
+
+
+def test_a_fact_without_a_mapped_period_takes_its_columns_header_or_is_quarantined(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "p.html").write_text("<html><body><table><tr><td></td><td>FY19</td><td>FY18</td></tr>"
+                                 "<tr><td>Cost of sales</td><td>$624</td><td>$640</td></tr></table>"
+                                 "<p>Staff numbers rose to 1,250 people.</p></body></html>", encoding="utf-8")
+    pd.DataFrame([["Acme", "Cost of sales", "640", "thousand USD", "p.html"],
+                  ["Acme", "Staff", "1,250", "", "p.html"]],  # in prose: no column header gives a period
+                 columns=["Co", "Line item", "Amount", "Unit", "Page"]).to_csv(tmp_path / "f.csv", index=False)
+    tables = [{"path": "f.csv", "kind": "facts", "columns": {"entity": "Co", "metric": "Line item", "value": "Amount",
+                                                              "unit": "Unit", "doc_id": "Page"}}]
+    report = ingest(section(tables=tables), docs, tmp_path / "raw", ["b1"])
+    facts = read_jsonl(tmp_path / "raw" / "facts.jsonl")
+    assert [(f["period"], f["evidence"]) for f in facts] == [("2018", "Cost of sales | FY19: $624 | FY18: $640")]
+    bad = read_jsonl(tmp_path / "raw" / "ingest_quarantine.jsonl")
+    assert [(q["rule"], q["file"], q["row"]) for q in bad] == [("no_period", "f.csv", 3)]
+    assert report["table_facts_located"] == {"facts": 2, "found": 2, "period_from_header": 1, "no_period": 1}

@@ -2,8 +2,10 @@
 
     doc = read_document(Path("reports/annual-2024.pdf"))   # BadDocument(reason, detail) when it cannot be read
 
-A block is a heading, a paragraph or a table row (cells joined with " | ", so a row reads as a quotable line:
-"Current assets | 2,909 | 4,585"). Pages are the PDF's pages; for HTML and DOCX the document's own page
+A block is a heading, a paragraph, a table's header line or a table row. A row is one quotable line whose values
+carry their column headers ("Current assets | 2019: 2,909 | 2018: 4,585", clap.data.ingest.grid), in every
+format that has tables: HTML, DOCX and Markdown tables, and the number columns of a PDF or text page under a line
+of periods. Pages are the PDF's pages; for HTML and DOCX the document's own page
 breaks (CSS `page-break-*`/`break-*: page`, Word's page breaks), else 1; for text and Markdown a form feed.
 Readers: pypdfium2 (PDF; Apache-2.0/BSD, not PyMuPDF, which is AGPL), lxml (HTML/XHTML and inline XBRL),
 python-docx (DOCX), markdown-it-py (Markdown). A document that cannot be read raises `BadDocument` with a
@@ -16,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from clap.data.ingest.grid import qualify
 
 FORMATS = {".pdf": "pdf", ".html": "html", ".htm": "html", ".xhtml": "html", ".docx": "docx", ".md": "markdown",
            ".markdown": "markdown", ".txt": "text"}
@@ -34,7 +38,7 @@ class BadDocument(Exception):
 @dataclass
 class Block:
     text: str
-    kind: str  # heading | paragraph | table_row
+    kind: str  # heading | paragraph | table_header | table_row
     page: int
     section: str = ""  # the nearest heading above the block
     facts: list = field(default_factory=list)  # inline XBRL: the numeric fact elements shown in this block
@@ -124,7 +128,42 @@ def lines_to_blocks(lines: list[str], page: int) -> list[Block]:
             if line.endswith((".", "!", "?", "。", "！", "？")) and len(line) < 50:  # a short closing line ends it
                 flush()
     flush()
-    return blocks
+    return _qualify_runs(blocks)
+
+
+def _qualify_runs(blocks: list[Block]) -> list[Block]:
+    """A page's run of table rows whose first row is a line of periods only ("2019 | 2018 | 2017"), qualified as
+    a table: each row's trailing values take the headers of the columns they stand under (right-aligned, as the
+    numbers of a text layer are)."""
+    out: list[Block] = []
+    i = 0
+    while i < len(blocks):
+        j = i
+        while j < len(blocks) and blocks[j].kind == "table_row" and blocks[j].page == blocks[i].page:
+            j += 1
+        run = blocks[i:j]
+        if len(run) >= 2 and not _has_label(run[0].text):
+            heads = run[0].text.split(" | ")
+            grid = [[""] + heads]
+            for b in run[1:]:
+                cells = b.text.split(" | ")
+                label, values = (cells[0], cells[1:]) if _has_label(b.text) else ("", cells)
+                values = values[-len(heads):] if len(values) >= len(heads) else values
+                grid.append([label] + [""] * (len(heads) - len(values)) + values)
+            out += [Block(text, kind, run[0].page) for kind, text, _ in qualify(grid)]
+            i = j
+        elif run:
+            out += run
+            i = j
+        else:
+            out.append(blocks[i])
+            i += 1
+    return out
+
+
+def _has_label(row_text: str) -> bool:
+    first = row_text.split(" | ", 1)[0]
+    return not _NUMBER.match(first)
 
 
 # ---------------------------------------------------------------- PDF
@@ -193,17 +232,22 @@ def _read_markdown(path: Path) -> Document:
     blocks: list[Block] = []
     for n, text in enumerate(decode(path.read_bytes()).split("\f"), start=1):
         tokens = md.parse(text)
-        kind, cells = None, None
+        kind, cells, grid = None, None, None
         for tok in tokens:
             if tok.type == "heading_open":
                 kind = "heading"
+            elif tok.type == "table_open":
+                grid = []
+            elif tok.type == "table_close":
+                blocks += [Block(text, k, n) for k, text, _ in qualify(grid or [])]
+                grid = None
             elif tok.type == "tr_open":
                 cells = []
             elif tok.type == "inline" and cells is not None:
                 cells.append(squash(tok.content))
             elif tok.type == "tr_close":
-                if any(cells):
-                    blocks.append(Block(" | ".join(c for c in cells if c), "table_row", n))
+                if any(cells) and grid is not None:
+                    grid.append(cells)
                 cells = None
             elif tok.type == "inline" and tok.content.strip():
                 blocks.append(Block(squash(tok.content), kind or "paragraph", n))
@@ -293,10 +337,15 @@ class _HtmlWalker:
         if "before" in breaks and (self.blocks or self.loose):
             self.flush()
             self.page += 1
-        if name == "tr":
+        if name == "table" and not _layout_table(el):
             self.flush()
-            cells = [squash("".join(c.itertext())) for c in el if local(c.tag) in ("td", "th")]
-            cells = [c for c in cells if c]
+            rows = [tr for tr in el.iter() if local(tr.tag) == "tr" and _table_of(tr) is el]
+            grid = [_html_cells(tr) for tr in rows]
+            for kind, text, r in qualify(grid):
+                self.blocks.append(Block(text, kind, self.page, facts=_facts_in(rows[r])))
+        elif name == "tr":  # a row of a layout table: its cells as they are
+            self.flush()
+            cells = [c for c in (squash("".join(c.itertext())) for c in el if local(c.tag) in ("td", "th")) if c]
             if cells:
                 self.blocks.append(Block(" | ".join(cells), "table_row", self.page, facts=_facts_in(el)))
         elif name in BLOCK_TAGS and not any(local(c.tag) in BLOCK_TAGS for c in el.iterdescendants()
@@ -325,6 +374,35 @@ class _HtmlWalker:
         if "after" in breaks:
             self.flush()
             self.page += 1
+
+
+def _layout_table(table) -> bool:
+    """A table that lays out a page rather than tabulating numbers: one holding another table, or a cell of prose."""
+    return any(local(x.tag) == "table" for x in table.iterdescendants() if isinstance(x.tag, str)) or any(
+        local(c.tag) in ("td", "th") and len(squash("".join(c.itertext()))) > 300 for c in table.iter()
+        if isinstance(c.tag, str))
+
+
+def _table_of(tr):
+    parent = tr.getparent()
+    while parent is not None and local(parent.tag) != "table":
+        parent = parent.getparent()
+    return parent
+
+
+def _html_cells(tr) -> list[str | None]:
+    """A row's cells in column order; a cell spanning n columns is followed by n − 1 `None` (covered)."""
+    cells: list[str | None] = []
+    for c in tr:
+        if local(c.tag) not in ("td", "th"):
+            continue
+        cells.append(squash("".join(_visible_text(c))))
+        try:
+            span = max(1, min(int(c.get("colspan") or 1), 64))
+        except ValueError:
+            span = 1
+        cells += [None] * (span - 1)
+    return cells
 
 
 def _visible_text(el):
@@ -373,13 +451,24 @@ def _read_docx(path: Path) -> Document:
             if ppr is not None and ppr.find(f"{_W}sectPr") is not None:
                 page += 1
         elif name == "tbl":
-            for tr in el.iter(f"{_W}tr"):
-                cells = [squash("".join(t.text or "" for t in tc.iter(f"{_W}t"))) for tc in tr.iter(f"{_W}tc")]
-                cells = [c for i, c in enumerate(cells) if c and c not in cells[:i]]  # merged cells repeat
-                if cells:
-                    blocks.append(Block(" | ".join(cells), "table_row", page))
+            grid = [_docx_cells(tr) for tr in el.iter(f"{_W}tr")]
+            blocks += [Block(text, kind, page) for kind, text, _ in qualify(grid)]
     created = document.core_properties.created
     return Document(path, "docx", blocks, created.date().isoformat() if created else None)
+
+
+def _docx_cells(tr) -> list[str | None]:
+    """A Word row's cells in grid columns; a cell spanning n grid columns (gridSpan) is followed by n − 1 `None`."""
+    cells: list[str | None] = []
+    for tc in tr.iter(f"{_W}tc"):
+        cells.append(squash("".join(t.text or "" for t in tc.iter(f"{_W}t"))))
+        span = tc.find(f"{_W}tcPr/{_W}gridSpan")
+        try:
+            n = max(1, min(int(span.get(f"{_W}val")), 64)) if span is not None else 1
+        except (TypeError, ValueError):
+            n = 1
+        cells += [None] * (n - 1)
+    return cells
 
 
 def _docx_style(document, ppr) -> str:

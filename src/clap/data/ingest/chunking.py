@@ -61,7 +61,7 @@ def chunk_blocks(blocks: list[Block], max_chars: int) -> tuple[list[Chunk], list
     where: list[int] = []
     current: Chunk | None = None
     for block in blocks:
-        pieces = [block.text] if block.kind == "table_row" else split_long(block.text, max_chars)
+        pieces = [block.text] if block.kind in ("table_row", "table_header") else split_long(block.text, max_chars)
         first = None
         for piece in pieces:
             fresh = (current is None or block.kind == "heading" or (block.page, block.section) != (current.page, current.section)

@@ -10,7 +10,9 @@ column and the field). Then:
      not the folder): read (blocks), chunked, inline XBRL facts extracted; chunks of the documents the
      tables' facts cite are kept (text only) to find their evidence;
   3. table facts: the cited document resolved (its path, file name or doc id), the value found in a line of
-     that document (on the mapped page when there is one) — that line is the fact's evidence and its chunk.
+     that document (on the mapped page when there is one) — that line is the fact's evidence and its chunk; a
+     fact without a mapped period takes the one its value's column header names (`2019: $624`), else it is
+     quarantined (`no_period`).
 Nothing is lost: documents in = ingested + listed as bad with a reason; rows in = written + quarantined with
 a rule (`ingest_quarantine.jsonl`); both checked before the output replaces the previous one.
 """
@@ -35,7 +37,7 @@ REPORT = "ingest_report.json"
 QUARANTINE = "ingest_quarantine.jsonl"
 TABLES = ("chunks", "facts", "decisions")
 # contract fields ingest fills itself when a table does not map them
-AUTO_FIELDS = {"facts": {"record_id", "batch", "lang", "page", "chunk_id", "evidence", "question"},
+AUTO_FIELDS = {"facts": {"record_id", "batch", "lang", "page", "chunk_id", "evidence", "question", "period"},
                "decisions": {"record_id", "batch", "lang"},
                "chunks": {"chunk_id", "batch", "lang", "page"}}
 DATE_FIELD = "date"  # a mapped column that dates each row, for `batch_by: date`
@@ -231,7 +233,7 @@ def _ingest(section, docs: Path, settings: dict, work: Path, writers: _Writers) 
                 aliases[key] = result["doc_id"]
     located = _write_table_rows(spilled, kept, aliases, writers, batches_seen)
     documents["by_format"] = dict(documents["by_format"])
-    return {"documents": documents, "tables": table_report, "ixbrl_facts": writers.counts["facts"] - located["facts"],
+    return {"documents": documents, "tables": table_report, "ixbrl_facts": writers.counts["facts"] - located["facts"] + located["no_period"],
             "table_facts_located": located, "batches": dict(batches_seen),  # rows (chunks, facts, decisions) per batch
              "quarantine_rules": dict(writers.rules)}
 
@@ -314,17 +316,28 @@ def _contract_row(fields: dict, source, path: Path, row_number: int, settings: d
 def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writers, batches_seen: Counter) -> dict:
     from clap.domain.quantities import parse_quantity, terms_in_text, value_in_text
 
-    located = {"facts": 0, "found": 0}
+    located = {"facts": 0, "found": 0, "period_from_header": 0, "no_period": 0}
     for kind in TABLES:
         with spilled[kind] as fh:
             for line in fh:
                 row = json.loads(line)
-                row.pop("_source", None)
+                source = row.pop("_source", None) or ":"
                 batches_seen[row["batch"]] += 1
                 if kind == "facts":
                     row = _locate(row, kept, aliases, parse_quantity, value_in_text, terms_in_text)
                     located["facts"] += 1
                     located["found"] += row["chunk_id"] is not None
+                    located["period_from_header"] += row.pop("_period_from_header", False)
+                    if not row.get("period"):
+                        from clap.io import quarantine_record
+
+                        why = ("no period: none is mapped (ingest.tables[].columns.period) and the column header of "
+                               "its value in the evidence row names no year")
+                        file, _, number = source.rpartition(":")
+                        writers.write("quarantine", quarantine_record("ingest", file, int(number) if number.isdigit()
+                                                                      else None, "no_period", "period", row | {"why": why}))
+                        located["no_period"] += 1
+                        continue
                 row.setdefault("page", 1)
                 writers.write(kind, row)
     return located
@@ -356,6 +369,11 @@ def _locate(row: dict, kept: dict, aliases: dict, parse_quantity, value_in_text,
             break
     if best is not None:
         row["chunk_id"], row["page"], row["evidence"] = best[0], best[1], best[2]
+        if not row.get("period"):
+            from clap.data.ingest.grid import period_of_value
+
+            row["period"] = period_of_value(best[2], quantity.value)
+            row["_period_from_header"] = row["period"] is not None
     return row
 
 
