@@ -448,6 +448,7 @@ class Gate(_Section):
     max_hallucination_rate: Fraction
     max_hallucination_increase: Fraction
     max_wrong_fact_increase: Fraction
+    max_wrong_fact_rate: Fraction
     max_p95_latency_ratio: Annotated[float, Field(ge=1.0)]
     min_parse_ok: Fraction
     require_guards_ok: StrictBool

@@ -168,10 +168,12 @@ def decisions(vs_base: dict[str, float], vs_sft: dict[str, float], prod: bool = 
     deltas = {f"{m}-{ref}": ci(d) for m, d in vs_base.items()} | {f"{m}-sft": ci(d) for m, d in vs_sft.items()}
     models = {m: {"decision_score": 0.5} for m in ["base", *(["prod"] if prod else []), *vs_base]}
     ext = {s: 0.0 for s in vs_sft} | (extraction_vs_sft or {})
-    extraction = {"n": 60, "models": {s: {"hallucination_rate": (hallucination or {}).get(s, 0.0), "overall_score": 0.8}
+    extraction = {"n": 60, "models": {s: {"hallucination_rate": (hallucination or {}).get(s, 0.0), "overall_score": 0.8,
+                                      "wrong_fact_rate": 0.05}
                                       for s in ["sft", *ext]},
                   "deltas": {f"{s}-sft": {"overall_score": ci(d)["decision_score"],
-                                          "hallucination_rate": ci(0.0, 0.0)["decision_score"]} for s, d in ext.items()}}
+                                          "hallucination_rate": ci(0.0, 0.0)["decision_score"],
+                                          "wrong_fact_rate": ci(0.0, 0.0)["decision_score"]} for s, d in ext.items()}}
     return {"n": 20, "models": models, "deltas": deltas, "extraction": extraction}
 
 
@@ -352,3 +354,34 @@ def test_agent_chain_ships_dpo_only_when_it_beats_sft():
     unclear = judged({"delta": 0.1, "ci_low": -0.05, "ci_high": 0.2, "n": 28})
     assert unclear["candidate"] == "agent_sft" and unclear["candidates"]["agent_dpo"]["decision"] == "hold"
     assert any(r["rule"] == "agent_success_agent_dpo_minus_agent_sft" for r in unclear["candidates"]["agent_dpo"]["reasons"])
+
+
+def test_a_candidate_better_than_the_base_but_often_wrong_never_promotes():
+    """Real report pages: the base states a wrong number in 0.58 of its answers, the candidate in 0.50 and is far
+    better overall. Relative rules see a gain; the absolute ceiling `max_wrong_fact_rate` holds it."""
+    ev = evaluation([0.40] * 5, ci_half=0.1, wrong=6 / 12)
+    for rec in ev.values():
+        rec["baseline"]["wrong_fact_rate"] = 7 / 12
+        rec["deltas"]["wrong_fact_rate"] = {"delta": -1 / 12, "ci_low": -1 / 12, "ci_high": -1 / 12, "n": 12}
+    d = decide(POLICY, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
+    assert d.decision == "hold"
+    rules = {r.rule: r for r in d.reasons}
+    assert "wrong_fact_increase" not in rules and rules["wrong_fact_rate_pooled"].threshold == POLICY.max_wrong_fact_rate
+    assert rules["wrong_fact_rate_pooled"].observed.startswith("0.5000 [0.3")  # its Wilson interval, n = 60
+    assert {r.batch for r in d.reasons if r.rule == "wrong_fact_rate"} == {"b1", "b2", "b3", "b4", "b5"}
+
+
+@pytest.mark.parametrize("wrong, expected, rule", [
+    (1 / 12, "promote", None),                                      # 0.08: under the ceiling
+    (2 / 12, "canary", "wrong_fact_rate_pooled_not_significant"),   # 0.17 of 60: above on the point, not on the interval
+    (3 / 12, "hold", "wrong_fact_rate_pooled"),                     # 0.25 of 60: the whole interval is above 0.15
+])
+def test_the_wrong_fact_ceiling_acts_on_the_pooled_interval(wrong, expected, rule):
+    ev = evaluation([0.05] * 5, wrong=wrong)
+    for rec in ev.values():
+        rec["baseline"]["wrong_fact_rate"] = wrong
+        rec["deltas"]["wrong_fact_rate"] = {"delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "n": 12}
+    d = decide(POLICY, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
+    assert d.decision == expected, d.reasons
+    assert rule is None or rule in {r.rule for r in d.reasons}
+    assert not any(r.rule == "wrong_fact_rate" for r in d.reasons)  # no single batch of 12 shows it alone

@@ -9,7 +9,9 @@ M is the adapter in prod when there is one (the base model before the first rele
             recorded only;
 - reject:   the candidate is broken (cannot answer parseable JSON);
 - hold:     a guard of the candidate's trainer tripped (a probe's trip holds that probe only), admission did not allow training, a critical per-batch regression,
-            too many regressed batches, or risk increases beyond τ;
+            too many regressed batches, risk increases beyond τ, or risk itself is above its absolute ceiling
+            (`max_hallucination_rate`, `max_wrong_fact_rate`: a base that answers nothing right never makes a
+            candidate that is often wrong look safe);
 - canary:   quality did not drop but the evidence is not conclusive (CI crosses zero, or replay
             shows no gain, or latency rises beyond the ratio);
 - promote:  everything above passed.
@@ -157,6 +159,7 @@ def decide(policy: Gate, admission: dict[str, dict], guards: dict[str, dict], ev
                             summary=summary)
     per_batch, regressed = _batch_rules(fire, policy, evaluation)
     mean_delta = _pooled_rules(fire, policy, evaluation, regressed)
+    _wrong_fact_rule(fire, policy, evaluation)
     parse = [ev["candidate"]["parse_ok"] for ev in evaluation.values()]
     if parse and statistics.fmean(parse) < policy.min_parse_ok:
         fire("parse_ok", round(statistics.fmean(parse), 4), policy.min_parse_ok, "reject")
@@ -238,10 +241,45 @@ def _batch_rules(fire, policy: Gate, evaluation: dict) -> tuple[dict[str, str], 
             if observed > limit:
                 fire(rule, observed, limit, "hold", b)
                 outcome = "hold"
+        if _wilson(cand["wrong_fact_rate"], ev["n"])[0] > policy.max_wrong_fact_rate:
+            fire("wrong_fact_rate", _rate_text(cand["wrong_fact_rate"], ev["n"]), policy.max_wrong_fact_rate, "hold", b)
+            outcome = "hold"
         if _latency_rule(fire, policy, ev.get("latency"), ref, b):
             outcome = max(outcome, "canary", key=SEVERITY.index)
         per_batch[b] = outcome
     return per_batch, regressed
+
+
+def _wilson(rate: float, n: int) -> tuple[float, float]:
+    """The Wilson score interval (95 %) of a share `rate` of `n` answers (pure; (0, 1) for n = 0)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if n <= 0:
+        return 0.0, 1.0
+    low, high = proportion_confint(round(rate * n), n, alpha=0.05, method="wilson")
+    return float(low), float(high)
+
+
+def _rate_text(rate: float, n: int) -> str:
+    low, high = _wilson(rate, n)
+    return f"{rate:.4f} [{low:.4f}, {high:.4f}] (n={n})"
+
+
+def _wrong_fact_rule(fire, policy: Gate, evaluation: dict) -> None:
+    """The candidate's wrong-fact rate over every batch's holdout, pooled (answers weighted by n), against the
+    absolute ceiling `max_wrong_fact_rate` — whatever the base or prod scored, so a base that answers nothing
+    right cannot make a candidate that is often wrong look safe. On the interval: hold when the whole Wilson
+    interval is above the ceiling, canary when the point is; on the point: hold when the point is above."""
+    n = sum(ev["n"] for ev in evaluation.values())
+    if not n:
+        return
+    rate = sum(ev["candidate"]["wrong_fact_rate"] * ev["n"] for ev in evaluation.values()) / n
+    low, _ = _wilson(rate, n)
+    if policy.acts_on.pooled == "interval" and low > policy.max_wrong_fact_rate or \
+            policy.acts_on.pooled == "point" and rate > policy.max_wrong_fact_rate:
+        fire("wrong_fact_rate_pooled", _rate_text(rate, n), policy.max_wrong_fact_rate, "hold")
+    elif rate > policy.max_wrong_fact_rate:
+        fire("wrong_fact_rate_pooled_not_significant", _rate_text(rate, n), policy.max_wrong_fact_rate, "canary")
 
 
 def _latency_rule(fire, policy: Gate, latency: dict | None, ref: str, batch: str) -> bool:
@@ -373,6 +411,9 @@ def _chain_extraction_rules(fire, policy: Gate, extraction: dict | None, step: s
     rate = extraction["models"][step]["hallucination_rate"]
     if rate > policy.max_hallucination_rate:
         fire(f"extraction_hallucination_rate:{step}", rate, policy.max_hallucination_rate, "hold")
+    wrong = extraction["models"][step]["wrong_fact_rate"]
+    if wrong > policy.max_wrong_fact_rate:
+        fire(f"extraction_wrong_fact_rate:{step}", wrong, policy.max_wrong_fact_rate, "hold")
 
 
 def agent_chain(agent: Agent) -> list[str]:
