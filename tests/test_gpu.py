@@ -26,7 +26,7 @@ def test_vllm_backend_answers_like_the_transformers_engine(smollm2_dir):
     from clap.evaluate.generate import Engine
     from clap.evaluate.generate_vllm import VLLMEngine
 
-    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, f"Source:\nRevenue for FY202{i} was {i},234.5 RMB 10k.\n"
+    convs = [prompts.messages(prompts.system_extract(["万元", "%"]), f"Source:\nRevenue for FY202{i} was {i},234.5 RMB 10k.\n"
                               f"Question: What was the revenue for FY202{i}?") for i in range(8)]
     hf = [g.text for g in Engine(smollm2_dir).generate(convs, use_adapter=False, max_new_tokens=48, progress=False)]
     vl = [g.text for g in VLLMEngine(smollm2_dir).generate(convs, use_adapter=False, max_new_tokens=48, progress=False)]

@@ -34,7 +34,12 @@ def test_init_makes_a_project_that_starts_from_its_sources(tmp_path):
     params = yaml.safe_load((p / "params.yaml").read_text())
     assert "demo" not in params and params["ingest"]["docs"] == "sources/docs" and params["data"]["batches"] == ["b1"]
     assert not params["train"]["dpo"]["enabled"] and not params["train"]["grpo"]["enabled"]
-    assert not params["agent"]["enabled"] and params["train"]["sft"]["max_steps"] == 20
+    assert not params["agent"]["enabled"]
+    # sized from the project's data, not the demo's caps: every row, SFT steps from epochs
+    assert params["train"]["sft"]["max_steps"] == -1 and params["train"]["sft"]["epochs"] == 2
+    assert all(params["materialize"][k] is None for k in ("max_train_per_batch", "max_eval_per_batch",
+                                                          "max_replay_per_batch"))
+    assert "demo sizing" not in (p / "conf/config.yaml").read_text()
     assert clap("params", "--check", cwd=p).returncode == 0
     log = subprocess.run(["git", "log", "--oneline"], cwd=p, capture_output=True, text=True).stdout
     assert "clap init" in log

@@ -8,7 +8,8 @@ The pipeline and the configuration are this repository's own `dvc.yaml` and `con
 project's copy leaves out the dependencies on CLAP's source files (a project has no `src/clap`), and for own
 data replaces the `demo_data` stage with `ingest`, composes `conf/ingest/default.yaml`, drops the `demo`
 section and starts with one batch and the extraction track (DPO/GRPO need a decisions table; the agent track
-costs an hour a round on CPU — both are one key away). Refuses a non-empty folder unless `--force`, and even
+costs an hour a round on CPU — both are one key away), every row used and SFT sized in epochs rather than the
+demo's caps. Refuses a non-empty folder unless `--force`, and even
 then never overwrites a file. The project starts with one commit (bundles name the commit their evidence was made at).
 """
 
@@ -103,11 +104,21 @@ def project_pipeline(template: dict, demo: bool) -> dict:
 
 def project_config(text: str) -> str:
     """conf/config.yaml for own data (pure, on the text so its comments stay): the ingest group composed, the demo
-    section gone, one batch, the extraction track only."""
+    section gone, one batch, the extraction track only, every row used and SFT sized in epochs (`clap train sft`
+    prints its rows, steps and time before it runs)."""
     text = text.replace("  - gate: default\n", "  - gate: default\n  - ingest: default\n", 1)
     text = re.sub(r"\ndemo:\n(?:(?:[ #].*)?\n)*?(?=\S)", "\n", text, count=1)
     text = re.sub(r"(\ndata:\n  batches: )\[[^\]]*\]", r"\1[b1]             # one id per batch ingest finds (ingest.batch_by)",
                   text, count=1)
+    # a project's own data: every row, SFT sized in epochs (the demo's caps and step count are the demo's)
+    for key, comment in (("max_train_per_batch", "every train row; a number caps each batch"),
+                         ("max_eval_per_batch", "every held-out row; a number caps each batch (2 models × n generations)"),
+                         ("max_replay_per_batch", "every held-out fact as a replay case; a number caps each batch")):
+        text = re.sub(rf"(\n  {key}: )\S+ *#.*", rf"\1null   # {comment}", text, count=1)
+    text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    epochs: )\S+ *#.*",
+                  r"\g<1>2                   # passes over the train rows (max_steps -1 reads it)", text, count=1)
+    text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    max_steps: )\S+ *#.*",
+                  r"\g<1>-1              # -1: steps from epochs; a number caps the run", text, count=1)
     for section in ("dpo", "grpo"):
         text = re.sub(rf"(\n  {section}:\n(?:    #.*\n)*    enabled: )true", r"\1false", text, count=1)
     text = re.sub(r"(\nagent:.*\n  enabled: )true", r"\1false", text, count=1)

@@ -107,7 +107,7 @@ def test_constrained_batches_decode_as_one_by_one(tiny_dir):
     from clap.evaluate.generate import plain_generate_loop
 
     engine = Engine(tiny_dir)
-    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, prompts.extraction_prompt("Revenue?", c)) for c in CHUNKS]
+    convs = [prompts.messages(prompts.system_extract(["万元", "%"]), prompts.extraction_prompt("Revenue?", c)) for c in CHUNKS]
     schemas = [answer_schema([c], with_location=False) for c in CHUNKS]
     got = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=60, batch_size=2, progress=False,
                                            schemas=schemas)]

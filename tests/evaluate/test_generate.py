@@ -21,7 +21,7 @@ def test_json_end(text, end):
 
 
 def test_batched_engine_matches_plain_loop(tiny_dir):
-    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, q) for q in
+    convs = [prompts.messages(prompts.system_extract(["万元", "%"]), q) for q in
              ["Source:\nRevenue was 5.", "Source:\nA much longer source text, with several clauses; " * 4 + "\nQuestion: x",
               "短的问题？", "Question: what?", "Source:\n" + "数字 1,234.5 万元。" * 3]]
     engine = Engine(tiny_dir)
@@ -91,7 +91,7 @@ def test_sampled_answers_under_a_grammar_run_in_the_engines_loop(tiny_dir, monke
 
     monkeypatch.setattr(GenerationMixin, "generate", lambda *a, **k: pytest.fail("generate() was called"))
     engine = Engine(tiny_dir)
-    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, f"Question {i}: pick one.") for i in range(12)]
+    convs = [prompts.messages(prompts.system_extract(["万元", "%"]), f"Question {i}: pick one.") for i in range(12)]
 
     def sampled(seed: int) -> list[str]:
         torch.manual_seed(seed)
@@ -114,7 +114,7 @@ def test_a_seeded_draw_is_the_requests_own_whatever_the_batch(tiny_dir):
     import json
 
     engine = Engine(tiny_dir)
-    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, f"Question {i}: pick one.") for i in range(10)]
+    convs = [prompts.messages(prompts.system_extract(["万元", "%"]), f"Question {i}: pick one.") for i in range(10)]
 
     def sampled(rows, seed, batch_size):
         torch.manual_seed(len(rows) * 7 + batch_size)  # the global RNG moves: seeded draws must not follow it
@@ -141,7 +141,7 @@ def test_sample_under_grammar_says_which_completions_closed(tiny_dir):
     from clap.evaluate.generate import sample_under_grammar
 
     engine = Engine(tiny_dir)
-    encoded = [engine.encode(prompts.messages(prompts.SYSTEM_EXTRACT, f"Question {i}: pick one.")) for i in range(4)]
+    encoded = [engine.encode(prompts.messages(prompts.system_extract(["万元", "%"]), f"Question {i}: pick one.")) for i in range(4)]
     compiled = [engine.grammars.compiled(ENUM_SCHEMA)] * len(encoded)
     torch.manual_seed(0)
     whole = sample_under_grammar(engine.model, encoded, compiled, 24, 1.0, engine.tok.pad_token_id)

@@ -78,7 +78,7 @@ def fake_vllm(monkeypatch):
 
 
 def test_engine_sends_our_prompt_ids_greedy_and_cuts_at_the_json_end(fake_vllm, tiny_dir):
-    convs = [prompts.messages(prompts.SYSTEM_EXTRACT, q) for q in ["Source:\nRevenue was 5.", "短的问题？", "Question: x"]]
+    convs = [prompts.messages(prompts.system_extract(["万元", "%"]), q) for q in ["Source:\nRevenue was 5.", "短的问题？", "Question: x"]]
     engine = VLLMEngine(tiny_dir)
     got = engine.generate(convs, use_adapter=False, max_new_tokens=40, batch_size=2, progress=False)
     init = fake_vllm["init"][0]
@@ -114,8 +114,8 @@ def test_candidate_runs_as_a_verified_lora_request(fake_vllm, tiny_dir, tmp_path
     monkeypatch.setattr("clap.evaluate.generate_vllm.verify_adapter", lambda d, expected, ident: checked.append((d, expected)))
     pinned = {"files": {"adapter_model.safetensors": "ab" * 32}, "base": "tiny"}
     engine = VLLMEngine(tiny_dir, adapter, pinned, base_identity={"base": "tiny"})
-    engine.generate([prompts.messages(prompts.SYSTEM_EXTRACT, "q")], use_adapter=True, progress=False)
-    engine.generate([prompts.messages(prompts.SYSTEM_EXTRACT, "q")], use_adapter=False, progress=False)
+    engine.generate([prompts.messages(prompts.system_extract(["万元", "%"]), "q")], use_adapter=True, progress=False)
+    engine.generate([prompts.messages(prompts.system_extract(["万元", "%"]), "q")], use_adapter=False, progress=False)
     assert checked == [(adapter, pinned)]
     assert not engine.same_adapter("candidate", "prod")  # no prod loaded
     assert fake_vllm["init"][0]["enable_lora"] is True

@@ -151,7 +151,7 @@ def _extraction_sample(i, batch):
     source = f"Acme Co. Annual Report 2021, page 1. Revenue for FY2021 was {100 + i} million yuan."
     target = {"entity": "Acme Co.", "metric": "Revenue", "period": "2021", "value": 100 + i, "unit": "百万元",
               "evidence": source.split(". ", 1)[1]}
-    return {"sample_id": f"s{batch}{i}", "record_id": f"f{i}", "batch": batch, "system": prompts.SYSTEM_EXTRACT,
+    return {"sample_id": f"s{batch}{i}", "record_id": f"f{i}", "batch": batch, "system": prompts.system_extract(["万元", "%"]),
             "prompt": f"Source:\n{source}\nQuestion: Acme's revenue in FY2021?", "source": source,
             "target": json.dumps(target, ensure_ascii=False)}
 

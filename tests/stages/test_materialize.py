@@ -4,6 +4,8 @@ import re
 import pandas as pd
 
 from clap.domain import prompts
+from clap.domain.quantities import UNITS
+from clap.stages.materialize import project_units
 from clap.io import read_json, read_jsonl
 
 
@@ -25,7 +27,11 @@ def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(smal
             assert len(shown) == params.retrieval.k and r["chunk_id"] in {c for c, _ in shown}
             assert not {d for _, d in shown} & holdout_docs
             assert set(prompts.LOCATION_KEYS) <= set(json.loads(r["target"]))
-        assert all(r["system"] == prompts.SYSTEM_EXTRACT for r in holdout)
+        # the extraction prompt names the units the project's facts use (every batch's), in the registry's order
+        units = project_units(small_loop / "assets")
+        assert units and set(units) <= set(UNITS) and list(units) == [u for u in UNITS if u in units]
+        assert all(r["system"] == prompts.system_extract(units) for r in holdout)
+        assert all(f"unit is one of {' '.join(units)}." in r["system"] for r in holdout)
 
 
 def test_decision_cases_split_by_case_into_holdout_and_the_chain_s_training_rows(small_loop):
@@ -69,3 +75,9 @@ def test_a_capped_sample_keeps_its_rows_when_the_pool_grows_and_takes_repaired_r
     assert repaired <= set(with_repairs["record_id"]) and len(set(first["record_id"]) - set(with_repairs["record_id"])) == 2
     assert not capped(_pool(40), 12, seed=7, salt="train").equals(first)  # each cap ranks with its own salt
     assert capped(_pool(10), 12, seed=7, salt="holdout").equals(_pool(10))  # under the cap: every row
+
+
+def test_the_extraction_prompt_names_the_projects_units_or_none():
+    assert prompts.system_extract(["thousand USD", "%"]).endswith("unit is one of thousand USD %.")
+    assert prompts.system_extract([]).endswith("unit is the one written beside it.")
+    assert "元" not in prompts.system_extract(["million USD"])

@@ -4,7 +4,7 @@ from clap.stages.train_sft import split_by_length
 
 
 def _row(i, prompt):
-    return {"batch": "b1", "sample_id": f"s{i}", "system": prompts.SYSTEM_EXTRACT, "prompt": prompt,
+    return {"batch": "b1", "sample_id": f"s{i}", "system": prompts.system_extract(["万元", "%"]), "prompt": prompt,
             "target": '{"value": 1}'}
 
 

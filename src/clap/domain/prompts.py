@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import json
 
-SYSTEM_EXTRACT = ("Extract the asked fact from the source. Reply with one JSON object with keys entity, metric, "
-                  "period, evidence, value, unit. evidence quotes the source sentence verbatim; value is its number "
-                  "as written; unit is one of 元 千元 万元 百万元 亿元 % 吨 千克 件 天.")
+_EXTRACT = ("Extract the asked fact from the source. Reply with one JSON object with keys entity, metric, period, "
+            "evidence, value, unit. evidence quotes the source sentence verbatim; value is its number as written; ")
+
+
+def system_extract(units: list[str]) -> str:
+    """The offline extraction task's system prompt, naming the units this project's facts use (canonical spellings,
+    registry order: `clap.domain.quantities.UNITS`); with none, the unit is the one written beside the number (the
+    decoding grammar constrains it either way)."""
+    named = [u for u in units if u]
+    return _EXTRACT + (f"unit is one of {' '.join(named)}." if named else "unit is the one written beside it.")
 SYSTEM_APP = ("Answer from the retrieved sources. Reply with one JSON object with keys entity, metric, period, "
               "evidence, value, unit, chunk_id, doc_id, page. evidence quotes the source sentence verbatim; value "
               "is its number as written.")

@@ -68,8 +68,9 @@ def run(m: Materialize, assets: Path, batch: str, out: Path, *, rewards: Rewards
     holdout = capped(split["holdout"], m.max_eval_per_batch, seed, "holdout")
     contexts = _retrieved(train, chunks[~chunks["doc_id"].map(lambda d: _in_eval(d, frac, seed))],
                           retrieval_k)
-    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, seed, m.app_share)
-    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, seed, app_share=0.0)
+    system = prompts.system_extract(project_units(Path(assets)))
+    sft_train = _sft_rows(train, "train", chunk_by_id, contexts, seed, m.app_share, system)
+    sft_eval = _sft_rows(holdout, "eval", chunk_by_id, {}, seed, 0.0, system)
     replay = _replay_rows(capped(split["replay_pool"], m.max_replay_per_batch, seed, "replay"))
     pairs, groups, decision_eval = _decision_rows(decisions, batch, m, rewards)
     sft_train += _decision_sft_rows(groups, batch)
@@ -97,6 +98,13 @@ def _load(assets: Path, batch: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
         raise InputFileError(f"{assets}/facts.parquet: batch {batch!r} has no facts (batches present: "
                              f"{', '.join(present) or 'none'}); check data.batches")
     return facts, pd.read_parquet(assets / "chunks.parquet"), pd.read_parquet(assets / "decisions.parquet")
+
+
+def project_units(assets: Path) -> list[str]:
+    """The canonical units the project's facts use, over every batch (so a batch's prompt does not depend on which
+    batch it is), in the registry's order."""
+    used = {nz.canonical_unit(u) for u in pd.read_parquet(assets / "facts.parquet", columns=["unit"])["unit"].dropna()}
+    return [u for u in nz.UNITS if u in used]
 
 
 def _split(facts: pd.DataFrame, m: Materialize, work: Path) -> dict:
@@ -177,9 +185,10 @@ def _retrieved(facts: pd.DataFrame, pool: pd.DataFrame, k: int) -> dict[str, lis
 
 
 def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, contexts: dict[str, list[str]], seed: int,
-              app_share: float) -> list[dict]:
+              app_share: float, system_extract: str) -> list[dict]:
     """One sample per fact; with probability `app_share` (drawn per record, so a row's form does not depend on
-    which other rows the batch holds) in the application's prompt over its retrieved chunks."""
+    which other rows the batch holds) in the application's prompt over its retrieved chunks, else the offline
+    extraction task under `system_extract`."""
     rows = []
     for f in df.to_dict("records"):
         rng = random.Random(content_hash(seed, "form", f["record_id"]))
@@ -192,7 +201,7 @@ def _sft_rows(df: pd.DataFrame, split: str, chunk_by_id: dict, contexts: dict[st
                 prompts.target_json(f, with_location=True)
             source = "\n\n".join(c["text"] for c in context)
         else:
-            system, prompt, target = prompts.SYSTEM_EXTRACT, prompts.extraction_prompt(f["question"], gold), \
+            system, prompt, target = system_extract, prompts.extraction_prompt(f["question"], gold), \
                 prompts.target_json(f)
             source = gold["text"]
         rows.append({"sample_id": content_hash(system, prompt, target)[:16], "record_id": f["record_id"], "batch": f["batch"],

@@ -20,7 +20,16 @@ from clap import paths
 from clap.config import Sft, Train
 from clap.data.admission import NotAdmitted
 from clap.domain import prompts
-from clap.train.common import admitted_rows, finish, lora_config, resume_point, run_training
+from clap.train.common import (
+    admitted_rows,
+    estimate_callback,
+    finish,
+    lora_config,
+    planned_steps,
+    resume_point,
+    run_training,
+    sizing_line,
+)
 from clap.train.guards import GuardCallback
 
 
@@ -76,8 +85,12 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
         model = prepare_model_for_kbit_training(model)
     args = sft_config(s, t.seed, checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
     guard = GuardCallback("sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    steps, per_epoch = planned_steps(len(rows), s.per_device_batch_size, s.gradient_accumulation, s.epochs, s.max_steps)
+    print(sizing_line("sft", len(rows), steps, per_epoch, "train.sft.max_steps or materialize.max_train_per_batch"),
+          flush=True)
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                                     peft_config=lora_config(s, model), callbacks=[*(callbacks or []), guard])
+                                     peft_config=lora_config(s, model),
+                                     callbacks=[*(callbacks or []), guard, estimate_callback("sft", steps)])
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
     resume = resume_point(checkpoints, {"cfg": s, "seed": t.seed, "rows": rows, "base": base_identity})
     if resume:

@@ -98,6 +98,39 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
     return get_last_checkpoint(str(folder))
 
 
+def planned_steps(rows: int, batch: int, accumulation: int, epochs: float, max_steps: int) -> tuple[int, int]:
+    """(optimizer steps, steps per epoch) a run will take (pure): `max_steps` when set (> 0), else epochs × the
+    steps one pass over `rows` takes at `batch` × `accumulation` rows a step."""
+    per_epoch = max(1, -(-rows // max(1, batch * accumulation)))
+    return (max_steps if max_steps > 0 else max(1, int(-(-epochs * per_epoch // 1)))), per_epoch
+
+
+def sizing_line(trainer: str, rows: int, steps: int, per_epoch: int, cap_keys: str) -> str:
+    """The one line a trainer prints before it starts: what it will do, and where to cap it."""
+    return (f"clap: {trainer}: {rows} rows, {steps} steps ({steps / per_epoch:.1f} epochs of {per_epoch} steps); "
+            f"the time per step follows after the first one; cap it with {cap_keys}")
+
+
+def estimate_callback(trainer: str, steps: int):
+    """A transformers callback: after the first optimizer step, one line with that step's time and the run's
+    estimate on this machine."""
+    from transformers import TrainerCallback
+
+    class EstimateCallback(TrainerCallback):
+        started: float | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 1 and self.started is not None:
+                took = time.time() - self.started
+                print(f"clap: {trainer}: the first step took {took:.1f} s → about {took * steps / 60:.0f} min for "
+                      f"{steps} steps on this machine", flush=True)
+
+    return EstimateCallback()
+
+
 def run_training(trainer, resume: str | None) -> None:
     """`trainer.train(resume_from_checkpoint=resume)`, except when `resume` already holds the run's last step:
     then its adapter and state are taken as they are. (Transformers resumed from the final checkpoint runs one
