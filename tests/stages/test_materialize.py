@@ -5,8 +5,8 @@ import pandas as pd
 
 from clap.domain import prompts
 from clap.domain.quantities import UNITS
-from clap.stages.materialize import project_units
 from clap.io import read_json, read_jsonl
+from clap.stages.materialize import project_units
 
 
 def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(small_loop, params):
