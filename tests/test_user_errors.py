@@ -374,6 +374,57 @@ def test_two_writers_of_one_output_one_line_and_nothing_left(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["assets"]
 
 
+def _racer(out, go, outcomes):
+    import os
+    import time
+
+    from clap.io import OutputRefused, atomic_dir
+
+    write = os.write
+
+    def slow_write(fd, data):  # widens the window between taking a lock and writing its pid, where a race would hide
+        time.sleep(0.002)
+        return write(fd, data)
+
+    os.write = slow_write
+    go.wait(10)
+    try:
+        with atomic_dir(out) as tmp:
+            holder = os.open(out.parent / "holder", os.O_CREAT | os.O_EXCL)  # a second holder fails here
+            (tmp / "x").write_text(str(os.getpid()))
+            os.close(holder)
+            os.unlink(out.parent / "holder")
+        outcomes.put("wrote")
+    except OutputRefused as exc:
+        outcomes.put("refused" if "is writing it" in str(exc) and "\n" not in str(exc) else f"bad message: {exc}")
+    except BaseException as exc:  # a double holder, a raw OSError: the test names it
+        outcomes.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_two_writers_racing_a_thousand_times_never_both_hold_the_lock(tmp_path):
+    """1,000 rounds of two processes started together on one output: each round one writes and the other is
+    refused in one line (or both write, one after the other), never both at once, and nothing is left behind."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    seen = {}
+    for n in range(1000):
+        root = tmp_path / f"r{n}"
+        root.mkdir()
+        go, outcomes = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_racer, args=(root / "assets", go, outcomes)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        go.set()
+        for p in procs:
+            p.join(30)
+        got = sorted(outcomes.get(timeout=10) for _ in procs)
+        assert got in (["refused", "wrote"], ["wrote", "wrote"]), (n, got)
+        assert sorted(x.name for x in root.iterdir()) == ["assets"], (n, list(root.iterdir()))
+        seen[tuple(got)] = seen.get(tuple(got), 0) + 1
+    assert seen.get(("refused", "wrote"), 0) > 0  # the race was run, not two writers one after the other each time
+
+
 def test_a_killed_writers_lock_is_taken_over(tmp_path):
     from clap.io import atomic_dir
 

@@ -188,35 +188,43 @@ def _write_dir(out: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _writer_lock(out: Path) -> Iterator[None]:
-    """One writer per output at a time: `.name.lock` beside it, created exclusively and holding the writer's pid.
-    A second writer gets `OutputRefused` naming the first and leaves nothing behind; a lock whose process is gone
-    (killed) is taken over."""
+    """One writer per output at a time: an exclusive `flock` on `.name.lock` beside it, which holds the writer's pid
+    for the message. The kernel takes the lock and the pid's file in one step and releases it when the writer exits
+    however it ends (a killed writer leaves no stale lock to take over, so two writers can never both hold it). A
+    second writer gets `OutputRefused` naming the first and leaves nothing behind."""
+    import fcntl
+
     lock = out.with_name(f".{out.name}.lock")
-    for _ in range(2):
+    for _ in range(50):
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            break
-        except FileExistsError:
-            try:
-                holder = int(lock.read_text() or 0)
-            except (OSError, ValueError):
-                holder = 0
-            if holder and _alive(holder) and holder != os.getpid():
-                raise OutputRefused(f"{out}: another clap process (pid {holder}) is writing it; nothing was changed "
-                                    f"— wait for it, or remove {lock} if that process is not clap") from None
-            if holder == os.getpid():
-                raise OutputRefused(f"{out}: this process is writing it already") from None
-            lock.unlink(missing_ok=True)  # the writer was killed: its lock is stale
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
         except OSError as exc:
             raise OutputRefused(f"{out}: cannot write ({exc.strerror or exc})") from None
-    else:
-        raise OutputRefused(f"{out}: another clap process took the lock first; nothing was changed")
-    try:
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if holder == str(os.getpid()):
+                raise OutputRefused(f"{out}: this process is writing it already") from None
+            raise OutputRefused(f"{out}: another clap process (pid {holder}) is writing it; nothing was changed "
+                                "— wait for it") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino  # not a file its last holder unlinked meanwhile
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
         os.close(fd)
+    else:
+        raise OutputRefused(f"{out}: the lock {lock} kept changing under this process; nothing was changed")
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)  # before the release: a writer waiting on this file retries on a fresh one
+        os.close(fd)
 
 
 def write_switched_off(out: Path, empty_files: tuple[str, ...], report: dict) -> None:
