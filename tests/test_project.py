@@ -117,3 +117,53 @@ def test_the_wheel_installs_in_a_clean_venv_and_starts_a_project(tmp_path):
     r = subprocess.run([str(python.parent / "clap"), "init", "proj"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(x.name for x in (tmp_path / "proj" / "conf").iterdir()) == ["accelerate", "config.yaml", "gate", "ingest", "model"]
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", *args], cwd=cwd,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_init_in_an_existing_repository_commits_only_its_own_files(tmp_path):
+    """The user's edited, staged and untracked files (an API key in .env.local among them) stay out of the commit
+    and as they were."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q", cwd=repo)
+    (repo / "tracked.txt").write_text("v1\n")
+    git("add", "tracked.txt", cwd=repo)
+    git("commit", "-qm", "first", cwd=repo)
+    (repo / "tracked.txt").write_text("v1\nunfinished edit\n")
+    (repo / "staged.txt").write_text("staged\n")
+    git("add", "staged.txt", cwd=repo)
+    (repo / ".env.local").write_text("OPENAI_API_KEY=sk-not-for-git\n")
+    (repo / "notes.md").write_text("my notes\n")
+    r = clap("init", "--force", str(repo))
+    assert r.returncode == 0, r.stdout + r.stderr
+    committed = git("show", "--name-only", "--format=", "HEAD", cwd=repo).split()
+    assert "dvc.yaml" in committed and "params.yaml" in committed
+    assert not {"tracked.txt", "staged.txt", ".env.local", "notes.md"} & set(committed)
+    assert sorted(git("status", "--porcelain", cwd=repo).splitlines()) == [" M tracked.txt", "?? .env.local", "?? notes.md",
+                                                                          "A  staged.txt"]
+
+
+@pytest.mark.parametrize("make", ["params", "dangling_symlink", "symlinked_folder"])
+def test_init_force_never_clobbers_nor_writes_through_a_symlink(tmp_path, make):
+    p, outside = tmp_path / "p", tmp_path / "outside"
+    p.mkdir()
+    outside.mkdir()
+    if make == "params":
+        (p / "params.yaml").write_text("mine: 1\n")
+        named = "params.yaml: exists; clap init never overwrites a file"
+    elif make == "dangling_symlink":
+        (p / "README.md").symlink_to(outside / "written-through.md")
+        named = "README.md: exists; clap init never overwrites a file"
+    else:
+        (p / "conf").symlink_to(outside, target_is_directory=True)
+        named = "conf: a symlink; clap init writes only inside the project folder"
+    r = clap("init", "--force", str(p))
+    assert r.returncode == 2 and named in r.stdout and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert list(outside.iterdir()) == []
+    assert not (p / "dvc.yaml").exists() and not (p / ".git").exists()
+    if make == "params":
+        assert (p / "params.yaml").read_text() == "mine: 1\n"

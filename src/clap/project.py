@@ -9,8 +9,9 @@ project's copy leaves out the dependencies on CLAP's source files (a project has
 data replaces the `demo_data` stage with `ingest`, composes `conf/ingest/default.yaml`, drops the `demo`
 section and starts with one batch and the extraction track (DPO/GRPO need a decisions table; the agent track
 costs an hour a round on CPU — both are one key away), every row used and SFT sized in epochs rather than the
-demo's caps. Refuses a non-empty folder unless `--force`, and even
-then never overwrites a file. The project starts with one commit (bundles name the commit their evidence was made at).
+demo's caps. Refuses a non-empty folder unless `--force`, and even then never overwrites a file nor writes through a
+symlink; in an existing repository its commit holds only the files it wrote. The project starts with one commit
+(bundles name the commit their evidence was made at).
 """
 
 from __future__ import annotations
@@ -157,31 +158,63 @@ def init(target: Path, demo: bool = False, force: bool = False) -> list[Path]:
     files[Path("README.md")] = README.format(name=target.resolve().name)
     for keep in ("data/.gitkeep", "models/.gitkeep", *([] if demo else [f"{DOCS}/.gitkeep", f"{TABLES}/.gitkeep"])):
         files[Path(keep)] = ""
-    clash = sorted(str(p) for p in files if (target / p).exists())
-    if clash:
-        raise InitError(f"{target / clash[0]}: exists; clap init never overwrites a file")
+    _refuse_clobber(target, [*files, Path("params.yaml")])
     for rel, text in files.items():
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
-        (target / rel).write_text(text, encoding="utf-8")
+        _write_new(target / rel, text)
     params = check(compose([], conf=target / "conf"), f"{target}/conf (composed)")
-    (target / "params.yaml").write_text(dump(params), encoding="utf-8")
-    _vcs(target)
-    return [*files, Path("params.yaml")]
+    _write_new(target / "params.yaml", dump(params))
+    written = [*files, Path("params.yaml")]
+    _vcs(target, written)
+    return written
 
 
-def _vcs(target: Path) -> None:
-    def run(*cmd: str) -> None:
+def _refuse_clobber(target: Path, rels: list[Path]) -> None:
+    """Before anything is written: no file the project would write exists (a dangling symlink included), and no
+    folder on its way is a symlink (a write would land outside the project)."""
+    import os
+
+    for rel in sorted(rels):
+        path = target / rel
+        if os.path.lexists(path):
+            raise InitError(f"{path}: exists; clap init never overwrites a file (--force only lets it add its files "
+                            "to a folder that is not empty)")
+        for parent in [*reversed(rel.parents)][1:]:
+            if (target / parent).is_symlink():
+                raise InitError(f"{target / parent}: a symlink; clap init writes only inside the project folder")
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create `path` (never through a symlink, never over a file: O_EXCL | O_NOFOLLOW)."""
+    import os
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        raise InitError(f"{path}: exists; clap init never overwrites a file") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _vcs(target: Path, written: list[Path]) -> None:
+    """git and DVC for the project; the first commit holds the files clap init wrote and nothing else (not the
+    user's edited, staged or untracked files of an existing repository)."""
+    def run(*cmd: str) -> str:
         r = subprocess.run(cmd, cwd=target, capture_output=True, text=True)
         if r.returncode != 0:
             raise InitError(f"{target}: `{' '.join(cmd)}` failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+        return r.stdout
 
+    own = [p.as_posix() for p in written]
     if not (target / ".git").exists():
         run("git", "init", "-q")
     if not (target / ".dvc").exists():
         run("dvc", "init", "-q")
         (target / ".dvc" / "config").write_text(DVC_CONFIG, encoding="utf-8")
-    run("git", "add", "-A")
+        own += [".dvc/config", ".dvc/.gitignore", ".dvcignore"]
+    own = [p for p in own if (target / p).exists()]
+    run("git", "add", "--", *own)
     # the first commit: every bundle names the commit its evidence was made at, so the project starts with one
     identity = subprocess.run(["git", "config", "user.email"], cwd=target, capture_output=True, text=True).stdout.strip()
     run("git", *([] if identity else ["-c", "user.name=clap init", "-c", "user.email=clap@localhost"]),
-        "commit", "-qm", "clap init: a new CLAP project")
+        "commit", "-q", "-m", "clap init: a new CLAP project", "--only", "--", *own)
