@@ -529,6 +529,9 @@ class Ingest(_Section):
     lang: Literal["auto", "en", "zh"]               # auto: zh when CJK characters are over a fifth of the letters
     max_chunk_chars: Annotated[StrictInt, Field(ge=200, le=20_000)]
     workers: Annotated[StrictInt, Field(ge=1, le=256)]  # documents read at once (processes)
+    max_document_mb: Annotated[StrictInt, Field(ge=1, le=1 << 16)]  # a file, or a DOCX's unpacked XML, above it: too_large
+    max_html_depth: Annotated[StrictInt, Field(ge=16, le=100_000)]  # deeper HTML elements are read as one block's text
+    follow_symlinks: StrictBool                      # read a symlink that leads outside the documents folder
     tables: list[TableSource] = []
 
 

@@ -25,9 +25,12 @@ def ingest(docs: Path = typer.Option(None, help="folder of documents (default: i
     report = stage.run(section, Path(docs or section.docs), out, list(params.data.batches))
     d = report["documents"]
     console.print(f"documents {d['seen']}: ingested {d['ingested']} ({', '.join(f'{v} {k}' for k, v in d['by_format'].items())}"
-                  f"; {d['pages']} pages, {d['ixbrl']} inline XBRL), not readable {len(d['bad'])}")
+                  f"; {d['pages']} pages, {d['ixbrl']} inline XBRL), not readable {len(d['bad'])}, skipped "
+                  f"{sum(d['skipped'].values())}{' (' + ', '.join(f'{k}={v}' for k, v in d['skipped'].items()) + ')' if d['skipped'] else ''}")
     for bad in d["bad"]:
         console.print(f"  [bold yellow]{escape(bad['file'])}[/]: {bad['reason']} ({escape(bad['detail'])})")
+    for note in d["notes"]:
+        console.print(f"  [bold yellow]{escape(note['file'])}[/]: {escape(note['note'])}")
     for t in report["tables"]:
         console.print(f"table {t['path']} → {t['kind']}: rows {t.get('rows', 0)}, mapped {t.get('mapped', 0)}, "
                       f"quarantined {t.get('quarantined', 0)}")

@@ -19,7 +19,8 @@ from clap.domain.contracts import RAW_SCHEMAS, split_valid
 
 def section(**over) -> Ingest:
     return Ingest.model_validate({"docs": "docs", "batch_by": "single", "batch": "b1", "date_format": "year",
-                                  "lang": "auto", "max_chunk_chars": 600, "workers": 1} | over)
+                                  "lang": "auto", "max_chunk_chars": 600, "workers": 1,
+                                  "max_document_mb": 256, "max_html_depth": 512, "follow_symlinks": False} | over)
 
 
 def mixed_folder(root: Path) -> Path:
@@ -46,7 +47,7 @@ def test_nothing_is_lost_and_the_output_meets_the_raw_contract(tmp_path):
     docs = mixed_folder(tmp_path)
     report = ingest(section(), docs, tmp_path / "raw", ["b1"])
     d = report["documents"]
-    assert d["seen"] == 9 and d["ingested"] == 5
+    assert d["seen"] == 10 and d["ingested"] == 5 and d["skipped"] == {"hidden": 1}  # .hidden.txt: counted, not read
     assert {b["file"]: b["reason"] for b in d["bad"]} == {"locked.pdf": "encrypted", "scan.pdf": "no_text_layer",
                                                           "legacy.txt": "unknown_encoding", "slides.pptx": "unsupported_format"}
     assert d["by_format"] == {"pdf": 1, "html": 1, "docx": 1, "markdown": 1, "text": 1} and d["ixbrl"] == 1
@@ -123,15 +124,17 @@ def test_table_facts_find_their_evidence_in_the_cited_document(tmp_path, monkeyp
                                                                  "value": "Val", "unit": "Unit", "doc_id": "Doc", "page": "Pg"}}]
     report = ingest(section(tables=tables), docs, tmp_path / "raw", ["b1"])
     assert report["tables"] == [{"table": 0, "path": "kpis.csv", "kind": "facts", "rows": 6, "mapped": 5, "quarantined": 1}]
-    assert report["table_facts_located"] == {"facts": 5, "found": 2, "period_from_header": 0, "no_period": 0}
+    assert report["table_facts_located"] == {"facts": 4, "found": 2, "period_from_header": 0, "no_period": 0,
+                                             "no_such_document": 1}
     facts = [f for f in read_jsonl(tmp_path / "raw" / "facts.jsonl") if f["record_id"].startswith("kpis-")]
     found = {f["record_id"]: (f["evidence"], f["page"]) for f in facts}
     assert found["kpis-r2"] == ("Defect rate (%) | 1.8 | 2.4", 1)
     assert found["kpis-r3"] == ("Reworked pieces (pcs) | 3,120 | 870", 1)
     assert found["kpis-r4"] == (None, 2) and found["kpis-r5"] == (None, 1)
-    assert next(f for f in facts if f["record_id"] == "kpis-r6")["doc_id"] == "missing.pdf"
+    assert "kpis-r6" not in found  # missing.pdf names no document: quarantined at ingest, with its row
     bad = [q for q in read_jsonl(tmp_path / "raw" / "ingest_quarantine.jsonl") if q["file"] == "kpis.csv"]
-    assert [(q["row"], q["rule"], q["column"]) for q in bad] == [(7, "bad_page", "page")]
+    assert sorted((q["row"], q["rule"], q["column"]) for q in bad) == [(6, "no_such_document", "doc_id"),
+                                                                       (7, "bad_page", "page")]
 
 
 def test_decisions_need_a_mapping_of_causes(tmp_path, monkeypatch):
@@ -254,4 +257,5 @@ def test_a_fact_without_a_mapped_period_takes_its_columns_header_or_is_quarantin
     assert [(f["period"], f["evidence"]) for f in facts] == [("2018", "Cost of sales | FY19: $624 | FY18: $640")]
     bad = read_jsonl(tmp_path / "raw" / "ingest_quarantine.jsonl")
     assert [(q["rule"], q["file"], q["row"]) for q in bad] == [("no_period", "f.csv", 3)]
-    assert report["table_facts_located"] == {"facts": 2, "found": 2, "period_from_header": 1, "no_period": 1}
+    assert report["table_facts_located"] == {"facts": 2, "found": 2, "period_from_header": 1, "no_period": 1,
+                                             "no_such_document": 0}

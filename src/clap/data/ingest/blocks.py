@@ -16,6 +16,7 @@ the caller lists it in the ingest report and goes on with the rest of the folder
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,18 @@ class Document:
     blocks: list[Block]
     date: str | None = None  # the document's own date (PDF CreationDate, DOCX created, HTML <meta name="date">)
     xbrl: object | None = None  # the parsed tree when the document is inline XBRL
+    notes: list[str] = field(default_factory=list)  # what the reader had to bound (a depth), for the ingest report
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a reader bounds: a file's size (and a DOCX's unpacked XML), HTML nesting depth."""
+
+    max_bytes: int = 256 << 20
+    max_html_depth: int = 512
+
+
+LIMITS = Limits()
 
 
 def squash(text: str) -> str:
@@ -61,12 +74,17 @@ def document_format(path: Path) -> str | None:
     return FORMATS.get(path.suffix.lower())
 
 
-def read_document(path: Path) -> Document:
+def read_document(path: Path, limits: Limits = LIMITS) -> Document:
     fmt = document_format(path)
     if fmt is None:
         raise BadDocument("unsupported_format", f"{path.suffix or 'no suffix'} is not one of {', '.join(sorted(FORMATS))}")
-    doc = {"pdf": _read_pdf, "html": _read_html, "docx": _read_docx, "markdown": _read_markdown,
-           "text": _read_text}[fmt](path)
+    size = path.stat().st_size
+    if size > limits.max_bytes:
+        raise BadDocument("too_large", f"{size >> 20} MB > ingest.max_document_mb {limits.max_bytes >> 20}")
+    if fmt == "docx":
+        _check_unpacked(path, limits)
+    doc = _read_html(path, limits) if fmt == "html" else {
+        "pdf": _read_pdf, "docx": _read_docx, "markdown": _read_markdown, "text": _read_text}[fmt](path)
     if not doc.blocks:
         raise BadDocument("empty", "no text in the document")
     _assign_sections(doc.blocks)
@@ -274,7 +292,10 @@ def namespace(tag) -> str:
     return tag[1:].split("}", 1)[0] if isinstance(tag, str) and tag.startswith("{") else ""
 
 
-def _read_html(path: Path) -> Document:
+_XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
+
+
+def _read_html(path: Path, limits: Limits = LIMITS) -> Document:
     from lxml import etree
     from lxml import html as lxml_html
 
@@ -286,20 +307,31 @@ def _read_html(path: Path) -> Document:
         except etree.XMLSyntaxError as exc:
             if b"inlineXBRL" in data[:4096]:
                 raise BadDocument("corrupt", f"inline XBRL that is not well-formed XML ({exc})") from None
-    if root is None:
-        text = _html_text(data)
+    if root is None:  # HTML, or XHTML that is not well-formed XML (`<br>`, `&nbsp;`): the lenient parser reads it
+        text = _XML_DECLARATION.sub("", _html_text(data), count=1)
+        parser = lxml_html.HTMLParser(huge_tree=True)  # nesting up to libxml2's hard bound (2048), not 256
         try:
-            root = lxml_html.document_fromstring(text)
+            root = lxml_html.document_fromstring(text, parser=parser)
         except (etree.ParserError, ValueError) as exc:
             raise BadDocument("corrupt", f"not HTML ({exc})") from None
+        limit = next((e.message for e in parser.error_log if e.type_name == "ERR_RESOURCE_LIMIT"), None)
+        if limit:  # libxml2 stopped there: what follows would be lost without a word
+            raise BadDocument("too_deep", f"the HTML parser's bound was hit ({limit}); the text past it cannot be read")
     ixbrl = any(namespace(el.tag) in IX_NAMESPACES for el in root.iter() if isinstance(el.tag, str))
-    walker = _HtmlWalker()
+    walker = _HtmlWalker(limits.max_html_depth)
     body = next((el for el in root.iter() if local(el.tag) == "body"), root)
-    walker.walk(body)
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, 3 * limits.max_html_depth + 1000))  # the walk recurses two frames a level
+    try:
+        walker.walk(body)
+    finally:
+        sys.setrecursionlimit(before)
     walker.flush()
     date = next((el.get("content") for el in root.iter() if local(el.tag) == "meta"
                  and (el.get("name") or "").lower() in ("date", "dc.date", "dcterms.date") and el.get("content")), None)
-    return Document(path, "html", walker.blocks, date, root if ixbrl else None)
+    notes = [f"nested deeper than ingest.max_html_depth {limits.max_html_depth}: {walker.flattened} element(s) past "
+             "it read as one block's text each"] if walker.flattened else []
+    return Document(path, "html", walker.blocks, date, root if ixbrl else None, notes)
 
 
 def _html_text(data: bytes) -> str:
@@ -317,9 +349,10 @@ class _HtmlWalker:
     """Depth-first over the body: an element without block-level children is one block; its text, with the
     inline XBRL facts inside it. Page breaks from the CSS of any element."""
 
-    def __init__(self):
+    def __init__(self, max_depth: int = LIMITS.max_html_depth):
         self.blocks: list[Block] = []
         self.page = 1
+        self.max_depth, self.depth, self.flattened = max_depth, 0, 0
         self.loose: list[str] = []  # text directly inside a container, between its block children
         self.loose_facts: list = []
 
@@ -333,6 +366,20 @@ class _HtmlWalker:
         name = local(el.tag)
         if name in _SKIP or name == "header" and namespace(el.tag) in IX_NAMESPACES or not isinstance(el.tag, str):
             return
+        if self.depth >= self.max_depth:  # past the bound: the element's whole text as one block (no recursion)
+            self.flush()
+            text = squash("".join(_visible_text(el)))
+            if text:
+                self.blocks.append(Block(text, "paragraph", self.page, facts=_facts_in(el)))
+            self.flattened += 1
+            return
+        self.depth += 1
+        try:
+            self._walk(el, name)
+        finally:
+            self.depth -= 1
+
+    def _walk(self, el, name: str) -> None:
         breaks = {m.group(1).lower() for m in _PAGE_BREAK.finditer(el.get("style") or "")}
         if "before" in breaks and (self.blocks or self.loose):
             self.flush()
@@ -424,16 +471,34 @@ def _facts_in(el) -> list:
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 
 
+def _check_unpacked(path: Path, limits: Limits) -> None:
+    """A DOCX is a zip: its members' unpacked size is read from the directory before anything is inflated, so a
+    zip bomb (a 1 MB file that unpacks to 1 GB of XML) is refused without the memory it would take."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            unpacked = sum(i.file_size for i in z.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise BadDocument("corrupt", f"not a readable DOCX ({exc})") from None
+    if unpacked > limits.max_bytes:
+        raise BadDocument("too_large", f"unpacks to {unpacked >> 20} MB > ingest.max_document_mb "
+                                       f"{limits.max_bytes >> 20} (a zip bomb?)")
+
+
 def _read_docx(path: Path) -> Document:
     import zipfile
 
     import docx
     from docx.opc.exceptions import PackageNotFoundError
+    from lxml import etree
 
     try:
         document = docx.Document(str(path))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise BadDocument("corrupt", f"not a readable DOCX ({exc})") from None
+    except etree.LxmlError as exc:
+        raise BadDocument("corrupt", f"its XML is not well-formed ({type(exc).__name__}: {exc})") from None
     blocks: list[Block] = []
     page = 1
     for el in document.element.body.iterchildren():

@@ -100,16 +100,20 @@ def doc_id_of(rel: str, data: bytes) -> str:
 def process_document(path: str, rel: str, settings: dict) -> dict:
     """One document, in a worker process: its chunks and inline XBRL facts, or why it could not be read."""
     from clap.data.ingest import ixbrl
+    from clap.data.ingest.blocks import Limits
 
     file = Path(path)
+    limits = Limits(settings["max_document_mb"] << 20, settings["max_html_depth"])
     try:
+        doc = read_document(file, limits)
         data = file.read_bytes()
-        doc = read_document(file)
         batch = _batch_of(rel, doc.date, settings)
     except BadDocument as exc:
         return {"file": rel, "bad": {"reason": exc.reason, "detail": exc.detail}}
-    except (OSError, RecursionError, MemoryError, ValueError) as exc:
-        return {"file": rel, "bad": {"reason": "corrupt", "detail": f"{type(exc).__name__}: {exc}"}}
+    except MemoryError:
+        return {"file": rel, "bad": {"reason": "too_large", "detail": "reading it ran out of memory"}}
+    except Exception as exc:  # noqa: BLE001 — one document never costs the others; only plain strings cross the pool
+        return {"file": rel, "bad": {"reason": "corrupt", "detail": f"{type(exc).__name__}: {str(exc)[:300]}"}}
     doc_id = doc_id_of(rel, data)
     lang = settings["lang"] if settings["lang"] != "auto" else lang_of(" ".join(b.text for b in doc.blocks))
     chunks, where = chunk_blocks(doc.blocks, settings["max_chunk_chars"])
@@ -120,7 +124,7 @@ def process_document(path: str, rel: str, settings: dict) -> dict:
     if doc.xbrl is not None:
         facts, bad = ixbrl.extract_facts(doc, [ids[w] for w in where], doc_id=doc_id, batch=batch, lang=lang, file=rel)
     return {"file": rel, "doc_id": doc_id, "format": doc.format, "pages": max(b.page for b in doc.blocks),
-            "chunks": rows, "facts": facts, "quarantine": bad, "ixbrl": doc.xbrl is not None}
+            "chunks": rows, "facts": facts, "quarantine": bad, "ixbrl": doc.xbrl is not None, "notes": doc.notes}
 
 
 def _batch_of(rel: str, date: str | None, settings: dict) -> str:
@@ -140,9 +144,32 @@ def _batch_of(rel: str, date: str | None, settings: dict) -> str:
     return period_of(date, settings["date_format"])
 
 
-def document_files(docs: Path) -> list[Path]:
-    """Every file under `docs` (hidden ones aside), sorted: the unit of the conservation count."""
-    return sorted(p for p in docs.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.relative_to(docs).parts))
+def document_files(docs: Path, follow_symlinks: bool = False) -> tuple[list[Path], list[dict], Counter]:
+    """Every file under `docs`, sorted: the unit of the conservation count — (files to read, files refused with a
+    reason, files skipped by reason). Hidden files and folders (".git", ".DS_Store") are skipped and counted; a
+    symlink that leads outside `docs` is refused (`outside_folder`) unless `follow_symlinks`; a symlinked folder is
+    not walked (`symlinked_folder`, counted)."""
+    root = docs.resolve()
+    files, refused, skipped = [], [], Counter()
+    for p in sorted(docs.rglob("*")):
+        rel = p.relative_to(docs)
+        if any(x.startswith(".") for x in rel.parts):
+            if not p.is_dir() or p.is_symlink():
+                skipped["hidden"] += 1
+            continue
+        if p.is_symlink() and p.is_dir():
+            skipped["symlinked_folder"] += 1
+            continue
+        if not p.is_file():
+            if p.is_symlink():
+                refused.append({"file": rel.as_posix(), "reason": "broken_symlink", "detail": "the link leads nowhere"})
+            continue
+        if p.is_symlink() and not follow_symlinks and not p.resolve().is_relative_to(root):
+            refused.append({"file": rel.as_posix(), "reason": "outside_folder",
+                            "detail": f"a symlink to {p.resolve()}, outside {docs} (ingest.follow_symlinks: true reads it)"})
+            continue
+        files.append(p)
+    return files, refused, skipped
 
 
 def _in_order(files: list[Path], docs: Path, settings: dict, workers: int) -> Iterator[dict]:
@@ -189,7 +216,8 @@ def ingest(section, docs: Path, out: Path, batches: list[str]) -> dict:
     docs, out = Path(docs), Path(out)
     check_sources(section, docs)
     settings = {"batch_by": section.batch_by, "batch": section.batch, "date_format": section.date_format,
-                "lang": section.lang, "max_chunk_chars": section.max_chunk_chars}
+                "lang": section.lang, "max_chunk_chars": section.max_chunk_chars,
+                "max_document_mb": section.max_document_mb, "max_html_depth": section.max_html_depth}
     with atomic_dir(out, (docs,)) as tmp, tempfile.TemporaryDirectory(dir=tmp.parent, prefix=".ingest-") as work:
         writers = _Writers(tmp)
         try:
@@ -206,16 +234,18 @@ def ingest(section, docs: Path, out: Path, batches: list[str]) -> dict:
 
 def _ingest(section, docs: Path, settings: dict, work: Path, writers: _Writers) -> dict:
     spilled, cited, table_report = _read_tables(section, settings, work, writers)
-    files = document_files(docs)
+    files, refused, skipped = document_files(docs, section.follow_symlinks)
     kept: dict[str, list[tuple[str, int, str]]] = {}  # doc key -> (chunk id, page, text) of cited documents
     aliases: dict[str, str] = {}
-    documents = {"seen": len(files), "ingested": 0, "bad": [], "by_format": Counter(), "pages": 0, "ixbrl": 0}
+    documents = {"seen": len(files) + len(refused) + sum(skipped.values()), "ingested": 0, "bad": list(refused),
+                 "skipped": dict(skipped), "notes": [], "by_format": Counter(), "pages": 0, "ixbrl": 0}
     batches_seen: Counter = Counter()
     for result in _in_order(files, docs, settings, section.workers):
         if "bad" in result:
             documents["bad"].append({"file": result["file"], **result["bad"]})
             continue
         documents["ingested"] += 1
+        documents["notes"] += [{"file": result["file"], "note": n} for n in result["notes"]]
         documents["by_format"][result["format"]] += 1
         documents["pages"] += result["pages"]
         documents["ixbrl"] += result["ixbrl"]
@@ -233,7 +263,8 @@ def _ingest(section, docs: Path, settings: dict, work: Path, writers: _Writers) 
                 aliases[key] = result["doc_id"]
     located = _write_table_rows(spilled, kept, aliases, writers, batches_seen)
     documents["by_format"] = dict(documents["by_format"])
-    return {"documents": documents, "tables": table_report, "ixbrl_facts": writers.counts["facts"] - located["facts"] + located["no_period"],
+    table_facts_written = located["facts"] - located["no_period"]
+    return {"documents": documents, "tables": table_report, "ixbrl_facts": writers.counts["facts"] - table_facts_written,
             "table_facts_located": located, "batches": dict(batches_seen),  # rows (chunks, facts, decisions) per batch
              "quarantine_rules": dict(writers.rules)}
 
@@ -316,13 +347,23 @@ def _contract_row(fields: dict, source, path: Path, row_number: int, settings: d
 def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writers, batches_seen: Counter) -> dict:
     from clap.domain.quantities import parse_quantity, terms_in_text, value_in_text
 
-    located = {"facts": 0, "found": 0, "period_from_header": 0, "no_period": 0}
+    located = {"facts": 0, "found": 0, "period_from_header": 0, "no_period": 0, "no_such_document": 0}
     for kind in TABLES:
         with spilled[kind] as fh:
             for line in fh:
                 row = json.loads(line)
                 source = row.pop("_source", None) or ":"
                 batches_seen[row["batch"]] += 1
+                if kind == "facts" and str(row["doc_id"]) not in aliases:
+                    from clap.io import quarantine_record
+
+                    file, _, number = source.rpartition(":")
+                    why = (f"its doc_id {row['doc_id']!r} names no document read from the documents folder (its file "
+                           "name, path or stem); see ingest_report.json for the documents that could not be read")
+                    writers.write("quarantine", quarantine_record("ingest", file, int(number) if number.isdigit() else None,
+                                                                  "no_such_document", "doc_id", row | {"why": why}))
+                    located["no_such_document"] += 1
+                    continue
                 if kind == "facts":
                     row = _locate(row, kept, aliases, parse_quantity, value_in_text, terms_in_text)
                     located["facts"] += 1
@@ -387,9 +428,9 @@ def _check_batches(report: dict, batches: list[str]) -> None:
 
 def _check_conservation(report: dict) -> None:
     docs = report["documents"]
-    if docs["seen"] != docs["ingested"] + len(docs["bad"]):
+    if docs["seen"] != docs["ingested"] + len(docs["bad"]) + sum(docs["skipped"].values()):
         raise RuntimeError(f"ingest lost documents: {docs['seen']} seen, {docs['ingested']} ingested, "
-                           f"{len(docs['bad'])} reported")
+                           f"{len(docs['bad'])} reported, {sum(docs['skipped'].values())} skipped")
     for t in report["tables"]:
         if t.get("rows", 0) != t.get("mapped", 0) + t.get("quarantined", 0):
             raise RuntimeError(f"ingest lost rows of {t['path']}: {t}")
