@@ -54,7 +54,8 @@ def test_the_tutorial_runs_as_written(tmp_path, tiny_dir):
     assert "ingested 11 (3 html, 6 pdf, 1 markdown, 1 docx" in outputs["clap ingest"]
     assert "→ data/raw: 24 chunks, 45 facts (21 inline XBRL), 12 decisions" in outputs["clap ingest"]
     report = json.loads((cwd / "data/raw/ingest_report.json").read_text())
-    assert report["table_facts_located"] == {"facts": 24, "found": 24}
+    assert report["table_facts_located"] == {"facts": 24, "found": 24, "period_from_header": 0, "no_period": 0,
+                                             "no_such_document": 0}
     assert json.loads((cwd / "metrics/gate.json").read_text())["decision"] == "promote"
     tags = subprocess.run(["git", "tag"], cwd=cwd, capture_output=True, text=True).stdout.split()
     assert {"clap-adapter@v0.0.1", "clap-adapter#prod#1"} <= set(tags)
