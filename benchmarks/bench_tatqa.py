@@ -5,7 +5,9 @@ figures that say whether the adapter states the right number.
     python benchmarks/bench_tatqa.py --out /tmp/tatqa-smollm2                      # SmolLM2-135M (the default profile)
     python benchmarks/bench_tatqa.py --model gemma3-270m --out /tmp/tatqa-gemma    # Gemma 3 270M (`make gemma` first)
     python benchmarks/bench_tatqa.py --convert-only --out /tmp/tatqa               # the project and its sources only
-    python benchmarks/bench_tatqa.py --clap-src /tmp/old/src --out /tmp/tatqa-old  # the same on another checkout's code
+    python benchmarks/bench_tatqa.py --clap-src /tmp/old/src --period-column --out /tmp/tatqa-old \
+        --set materialize.max_train_per_batch=null --set materialize.max_eval_per_batch=null \
+        --set materialize.max_replay_per_batch=null         # the same on an older checkout (before header rows)
 
 The conversion (`convert`), as a team would do it by hand:
 - every page (278) becomes an HTML document in `sources/docs/` — its table as the report prints it (plain `<td>`
@@ -47,9 +49,21 @@ CURRENCY = {"$": "USD", "£": "GBP", "€": "EUR"}
 MAPPING = """tables:
   - path: sources/tables/facts.csv
     kind: facts
-    columns: {metric: Line item, value: Amount, unit: Unit, doc_id: Source page, question: Question}
+    columns: {metric: Line item, value: Amount, unit: Unit, doc_id: Source page, question: Question%s}
     constants: {entity: The company}
 """
+
+
+def header_period(page: Path, fact: dict) -> str | None:
+    """The period the fact's column header gives it, read the way ingest reads the page (for `--period-column`)."""
+    from clap.data.ingest.blocks import read_document
+    from clap.data.ingest.grid import period_of_value
+    from clap.domain.quantities import parse_quantity, terms_in_text, value_in_text
+
+    q = parse_quantity(fact["Amount"], fact["Unit"])
+    rows = [b.text for b in read_document(page).blocks if b.kind == "table_row" and value_in_text(q.value, b.text)]
+    rows.sort(key=lambda line: not terms_in_text(fact["Line item"], line))
+    return period_of_value(rows[0], q.value) if rows else None
 
 
 def page_html(ctx: dict) -> str:
@@ -98,9 +112,11 @@ def fact_of(ctx: dict, q: dict) -> tuple[dict | None, str]:
             "Question": q["question"].strip()}, "kept"
 
 
-def convert(data: Path, project: Path) -> dict:
+def convert(data: Path, project: Path, period_column: bool = False) -> dict:
     """The pages into `sources/docs/`, the facts table into `sources/tables/facts.csv` and its mapping; returns the
-    counts (pages, questions kept, and why the others stay out)."""
+    counts (pages, questions kept, and why the others stay out). `period_column`: the table gets a `Fiscal year`
+    column (the period its column header gives, as ingest reads it; facts without one stay out), for code that
+    cannot take a period from the page (the comparison with an older checkout)."""
     contexts = json.loads(data.read_text(encoding="utf-8"))
     docs, tables = project / "sources" / "docs", project / "sources" / "tables"
     docs.mkdir(parents=True, exist_ok=True)
@@ -111,6 +127,10 @@ def convert(data: Path, project: Path) -> dict:
         (docs / f"{ctx['table']['uid']}.html").write_text(page_html(ctx), encoding="utf-8")
         for q in ctx["questions"]:
             row, reason = fact_of(ctx, q)
+            if row and period_column:
+                row["Fiscal year"] = header_period(docs / row["Source page"], row)
+                if row["Fiscal year"] is None:
+                    row, reason = None, "no period in its column header"
             why[reason] += 1
             if row:
                 facts.append(row)
@@ -121,7 +141,8 @@ def convert(data: Path, project: Path) -> dict:
     conf = project / "conf" / "ingest" / "default.yaml"
     text = conf.read_text(encoding="utf-8")
     assert "tables: []" in text, conf
-    conf.write_text(text.replace("tables: []\n", MAPPING), encoding="utf-8")
+    conf.write_text(text.replace("tables: []\n", MAPPING % (", period: Fiscal year" if period_column else "")),
+                    encoding="utf-8")
     return {"pages": len(contexts), "questions": sum(why.values()), "facts": len(facts),
             "pages_with_facts": len({f["Source page"] for f in facts}), "left_out": dict(why)}
 
@@ -180,6 +201,7 @@ def main() -> None:
     ap.add_argument("--clap-src", type=Path, help="run another checkout's clap (its src/ on PYTHONPATH)")
     ap.add_argument("--set", action="append", default=[], help="a Hydra override for `clap params -S`")
     ap.add_argument("--convert-only", action="store_true")
+    ap.add_argument("--period-column", action="store_true", help="map a period column (code before header periods)")
     ap.add_argument("--json", type=Path, help="write the result here")
     a = ap.parse_args()
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
@@ -188,7 +210,7 @@ def main() -> None:
     if a.out.exists():
         shutil.rmtree(a.out)
     sh(["clap", "init", str(a.out)], Path.cwd(), env)
-    conversion = convert(a.data, a.out)
+    conversion = convert(a.data, a.out, a.period_column)
     print(json.dumps(conversion))
     config = a.out / "conf" / "config.yaml"
     config.write_text(re.sub(r"(\n  - model: )\S+", rf"\g<1>{a.model}", config.read_text(encoding="utf-8"), count=1))
