@@ -118,6 +118,11 @@ def project_config(text: str) -> str:
         text = re.sub(rf"(\n  {key}: )\S+ *#.*", rf"\1null   # {comment}", text, count=1)
     text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    epochs: )\S+ *#.*",
                   r"\g<1>2                   # passes over the train rows (max_steps -1 reads it)", text, count=1)
+    # a report page's application prompt holds retrieval.k chunks of up to ingest.max_chunk_chars (1,200) characters:
+    # at the demo's 1,024 tokens half of the rows of real annual-report pages were set aside
+    text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    max_length: )\S+ *#.*\n(?: +#.*\n)*",
+                  r"\g<1>2048            # tokens of a conversation: 3 retrieved chunks of 1,200 characters fit;"
+                  r" longer rows are set aside by name\n", text, count=1)
     text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    max_steps: )\S+ *#.*",
                   r"\g<1>-1              # -1: steps from epochs; a number caps the run", text, count=1)
     for section in ("dpo", "grpo"):
