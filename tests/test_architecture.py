@@ -7,53 +7,15 @@ threads left by earlier tests (Ray, uvicorn, tokenizers) run (python/cpython#106
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import clap
+from clap.codedeps import import_graph
 
 SRC = Path(clap.__file__).parent
-
-
-def _module(path: Path, src: Path) -> str:
-    parts = ("clap", *path.relative_to(src).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _resolve(name: str, modules: set[str]) -> str | None:
-    """The clap module `name` refers to (`clap.x.y` may be an attribute of `clap.x`)."""
-    while name and name not in modules:
-        name = name.rpartition(".")[0]
-    return name or None
-
-
-def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    """module → the clap modules it imports (anywhere in the file, function bodies too)."""
-    files = {_module(p, src): p for p in src.rglob("*.py")}
-    modules = set(files)
-    graph = {m: set() for m in modules}
-    for mod, path in files.items():
-        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, *([base] if base else [])])
-                targets = [f"{base}.{a.name}" for a in node.names] + [base]
-            else:
-                continue
-            for t in targets:
-                if t.startswith("clap"):
-                    hit = _resolve(t, modules)
-                    if hit and hit != mod and hit != "clap":
-                        graph[mod].add(hit)
-    return graph
 
 
 def graph_of(src: Path = SRC) -> dict[str, set[str]]:

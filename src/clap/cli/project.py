@@ -10,6 +10,28 @@ from clap.cli.common import _fail, app, console
 from clap.errors import UserError
 
 
+@app.command("dvc-deps")
+def dvc_deps(write: bool = typer.Option(False, help="rewrite each stage's src/clap deps in dvc.yaml from its imports"),
+             pipeline: Path = typer.Option(Path("dvc.yaml"), help="the pipeline file")) -> None:
+    """Each stage's code deps from the imports of the code it runs (clap.codedeps): check, or --write them."""
+    from clap.codedeps import derived_deps, differences, import_graph, listed_deps, rewrite
+
+    if not pipeline.is_file():
+        raise UserError(f"{pipeline}: no such file (run it in CLAP's repository)")
+    text, graph = pipeline.read_text(encoding="utf-8"), import_graph()
+    if write:
+        new = rewrite(text, {name: derived_deps(name, graph) for name in listed_deps(text)})
+        pipeline.write_text(new, encoding="utf-8")
+        console.print(f"{pipeline}: each stage's code deps written from its imports")
+        return
+    problems = differences(text, graph)
+    for line in problems:
+        console.print(line, highlight=False, soft_wrap=True)
+    if problems:
+        raise typer.Exit(1)
+    console.print(f"{pipeline}: every stage's code deps match its imports")
+
+
 @app.command()
 def reference(out: Path = typer.Option(Path("docs/reference"), help="folder of the generated pages"),
               check: bool = typer.Option(False, help="fail when a page differs from what the code generates")) -> None:
