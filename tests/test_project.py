@@ -80,7 +80,11 @@ def test_the_project_pipeline_is_this_repositorys_own():
     for name, stage in ours["stages"].items():
         if name != "demo_data":
             body, copy = stage.get("do", stage), theirs["stages"][name].get("do", theirs["stages"][name])
-            assert {k: v for k, v in body.items() if k != "deps"} == {k: v for k, v in copy.items() if k != "deps"}
+            assert copy["params"][-1] == {"clap-code.json": [f"stages.{name}"]}  # CLAP's code, pinned per stage
+            copy = copy | {"params": copy["params"][:-1]}
+            assert {k: v for k, v in body.items() if k not in ("deps", "params")} == \
+                {k: v for k, v in copy.items() if k not in ("deps", "params")}
+            assert body.get("params", []) == copy["params"]
 
 
 @pytest.mark.parametrize("key", ["  - ingest: default", "data:\n  batches: [b1]"])
@@ -168,3 +172,32 @@ def test_init_force_never_clobbers_nor_writes_through_a_symlink(tmp_path, make):
     assert not (p / "dvc.yaml").exists() and not (p / ".git").exists()
     if make == "params":
         assert (p / "params.yaml").read_text() == "mine: 1\n"
+
+
+def test_the_installed_clap_code_is_pinned_per_stage_and_a_mismatch_is_one_line(tmp_path):
+    """clap-code.json pins each stage's code; every stage depends on its own pin; a stage run under other code stops
+    before any work naming both identities; `clap upgrade` re-pins and DVC sees exactly that stage's pin change."""
+    import json
+
+    p = tmp_path / "p"
+    assert clap("init", str(p)).returncode == 0
+    pins = json.loads((p / "clap-code.json").read_text())
+    pipeline = yaml.safe_load((p / "dvc.yaml").read_text())
+    assert set(pins["stages"]) == set(pipeline["stages"]) and pins["commands"]["train_sft"] == "train sft"
+    for name, stage in pipeline["stages"].items():
+        assert {"clap-code.json": [f"stages.{name}"]} in stage.get("do", stage)["params"], name
+    pinned = pins["stages"]["train_sft"]
+    pins["stages"]["train_sft"] = "0" * 16  # the project was pinned by another CLAP
+    (p / "clap-code.json").write_text(json.dumps(pins))
+    git("commit", "-qam", "pinned by another clap", cwd=p)
+    r = clap("train", "sft", "--out", "models/sft", cwd=p)
+    out = " ".join(r.stdout.split())
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
+    assert (f"clap-code.json: stage train_sft is pinned to CLAP {pins['clap']} code 0000000000000000, the installed "
+            f"CLAP {pins['clap']} runs code {pinned}; run `clap upgrade` to re-pin") in out
+    assert not (p / "models" / "sft").exists()
+    r = clap("upgrade", cwd=p)
+    assert r.returncode == 0 and f"train_sft: 0000000000000000 → {pinned}" in r.stdout
+    diff = subprocess.run(["dvc", "params", "diff"], cwd=p, env=ENV, capture_output=True, text=True).stdout
+    changed = [line for line in diff.splitlines() if "stages." in line]
+    assert len(changed) == 1 and "stages.train_sft" in changed[0], diff

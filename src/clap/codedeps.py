@@ -84,7 +84,7 @@ def stage_closure(stage: str, graph: dict[str, set[str]]) -> set[str]:
             if t.startswith("clap.stages.") and t != own or t.startswith("clap.cli.") and t not in start:
                 continue
             todo.append(t)
-    return seen | {p for m in seen for p in _packages(m)}
+    return seen | {p for m in seen for p in _packages(m) if p in graph}  # a namespace package has no file
 
 
 def module_file(module: str, src: Path = SRC) -> str:
@@ -154,3 +154,62 @@ def differences(text: str, graph: dict[str, set[str]], src: Path = SRC) -> list[
             problems.append(f"dvc.yaml: stage {name} lists {f} in its deps but does not import it; "
                             "run `clap dvc-deps --write`")
     return problems
+
+
+# ---------------------------------------------------------------- the installed CLAP's code, pinned in a project
+PINS = Path("clap-code.json")  # in a project made by `clap init`: tracked, every stage depends on its own key
+
+
+def command_words(cmd: str) -> str:
+    """`clap train sft --out models/sft` → `train sft`; `clap materialize ${item} …` → `materialize`."""
+    words = []
+    for w in cmd.split()[1:]:
+        if w.startswith(("-", "$")) or "/" in w:
+            break
+        words.append(w)
+    return " ".join(words)
+
+
+def code_identity(stage: str, graph: dict[str, set[str]], src: Path = SRC) -> str:
+    """A hash of the files stage `stage` runs, their paths and bytes: equal exactly when the code is."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in derived_deps(stage, graph, src):
+        h.update(f.encode() + b"\0" + (src / f.removeprefix("src/clap/")).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def pin(commands: dict[str, str], src: Path = SRC) -> dict:
+    """The pins of a project whose stages run `commands` (stage → command words): CLAP's version and each stage's
+    code identity."""
+    graph = import_graph(src)
+    return {"clap": clap.__version__, "commands": dict(sorted(commands.items())),
+            "stages": {s: code_identity(s, graph, src) for s in sorted(commands)}}
+
+
+def stage_of(argv: list[str], commands: dict[str, str]) -> str | None:
+    """The stage a `clap …` command line runs (its command words a prefix of `argv`), the longest match."""
+    hits = [(len(words.split()), s) for s, words in commands.items() if words and argv[: len(words.split())] == words.split()]
+    return max(hits)[1] if hits else None
+
+
+def check_pinned(argv: list[str], folder: Path = Path(".")) -> None:
+    """Before a stage's command does any work in a project that pins CLAP's code: the installed code of that stage
+    must be the pinned one, else one line naming both and the command that re-pins."""
+    from clap.errors import UserError
+    from clap.io import read_json
+
+    path = folder / PINS
+    if not path.is_file():
+        return
+    pins = read_json(path)
+    stage = stage_of(argv, pins.get("commands", {}))
+    if stage is None:
+        return
+    pinned = pins.get("stages", {}).get(stage)
+    installed = code_identity(stage, import_graph())
+    if pinned != installed:
+        raise UserError(f"{path}: stage {stage} is pinned to CLAP {pins.get('clap')} code {pinned}, the installed CLAP "
+                        f"{clap.__version__} runs code {installed}; run `clap upgrade` to re-pin (then `dvc status` "
+                        "names the stages that will rerun), or install the pinned CLAP")

@@ -5,7 +5,9 @@ a short README — whose pipeline starts from the team's own sources (`clap inge
     clap init my-demo --demo        # today's demo: the generated corpus and its rounds
 
 The pipeline and the configuration are this repository's own `dvc.yaml` and `conf/` (one definition): the
-project's copy leaves out the dependencies on CLAP's source files (a project has no `src/clap`), and for own
+project's copy replaces the dependencies on CLAP's source files (a project has no `src/clap`) by a pin of the
+installed CLAP's code per stage in `clap-code.json` (clap.codedeps; each stage depends on its own key, a stage run
+under other code stops in one line, `clap upgrade` re-pins and `dvc status` then names the stages to rerun), and for own
 data replaces the `demo_data` stage with `ingest`, composes `conf/ingest/default.yaml`, drops the `demo`
 section and starts with one batch and the extraction track (DPO/GRPO need a decisions table; the agent track
 costs an hour a round on CPU — both are one key away), every row used and SFT sized in epochs rather than the
@@ -16,6 +18,7 @@ symlink; in an existing repository its commit holds only the files it wrote. The
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -24,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from clap import paths
+from clap.codedeps import PINS, command_words, pin
 from clap.errors import UserError
 
 SOURCES = Path("sources")
@@ -92,7 +96,7 @@ def project_pipeline(template: dict, demo: bool) -> dict:
     for name, stage in template["stages"].items():
         if name == "demo_data" and not demo:
             continue
-        stage = dict(stage)
+        stage = copy.deepcopy(stage)  # the template stays as it is
         body = stage.get("do", stage)
         deps = [d for d in body.get("deps", []) if not str(d).startswith("src/")]
         if deps:
@@ -100,7 +104,15 @@ def project_pipeline(template: dict, demo: bool) -> dict:
         else:
             body.pop("deps", None)
         stages[name] = stage
+    for name, stage in stages.items():  # CLAP's code: each stage depends on its own pin (clap.codedeps)
+        body = stage.get("do", stage)
+        body["params"] = [*body.get("params", []), {PINS.as_posix(): [f"stages.{name}"]}]
     return {**({"artifacts": template["artifacts"]} if "artifacts" in template else {}), "stages": stages}
+
+
+def stage_commands(pipeline: dict) -> dict[str, str]:
+    """stage → the `clap` command words it runs (from the pipeline's `cmd`s)."""
+    return {name: command_words(stage.get("do", stage)["cmd"]) for name, stage in pipeline["stages"].items()}
 
 
 def project_config(text: str) -> str:
@@ -161,6 +173,7 @@ def init(target: Path, demo: bool = False, force: bool = False) -> list[Path]:
     files[paths.AGENT_HUMAN_LABELS] = ""  # people's labels on agent episodes, until `clap human import`
     files[paths.HUMAN_METRICS] = json.dumps({"imported": False}, indent=2) + "\n"  # until `clap human import`
     files[Path("README.md")] = README.format(name=target.resolve().name)
+    files[PINS] = json.dumps(pin(stage_commands(pipeline)), indent=2) + "\n"  # the installed CLAP's code, per stage
     for keep in ("data/.gitkeep", "models/.gitkeep", *([] if demo else [f"{DOCS}/.gitkeep", f"{TABLES}/.gitkeep"])):
         files[Path(keep)] = ""
     _refuse_clobber(target, [*files, Path("params.yaml")])
@@ -223,3 +236,16 @@ def _vcs(target: Path, written: list[Path]) -> None:
     identity = subprocess.run(["git", "config", "user.email"], cwd=target, capture_output=True, text=True).stdout.strip()
     run("git", *([] if identity else ["-c", "user.name=clap init", "-c", "user.email=clap@localhost"]),
         "commit", "-q", "-m", "clap init: a new CLAP project", "--only", "--", *own)
+
+
+def upgrade(folder: Path = Path(".")) -> dict[str, tuple[str | None, str]]:
+    """Re-pin the installed CLAP's code in a project (`clap upgrade`); returns the stages whose pin changed (old, new)."""
+    from clap.io import read_json
+
+    path = folder / PINS
+    if not path.is_file():
+        raise InitError(f"{path}: no such file; `clap upgrade` re-pins CLAP's code in a project made by `clap init`")
+    old = read_json(path)
+    new = pin(old["commands"])
+    path.write_text(json.dumps(new, indent=2) + "\n", encoding="utf-8")
+    return {s: (old["stages"].get(s), code) for s, code in new["stages"].items() if old["stages"].get(s) != code}

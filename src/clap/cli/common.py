@@ -44,6 +44,9 @@ class _UserErrorsInOneLine(TyperGroup):
 
     def invoke(self, ctx):
         try:
+            from clap.codedeps import check_pinned
+
+            check_pinned(sys.argv[1:])  # in a project pinning CLAP's code: a stage never runs under other code
             return super().invoke(ctx)
         except UserError as exc:
             _fail(exc)

@@ -10,6 +10,18 @@ from clap.cli.common import _fail, app, console
 from clap.errors import UserError
 
 
+@app.command()
+def upgrade() -> None:
+    """Re-pin the installed CLAP's code in this project (clap-code.json); `dvc status` then names the stages to rerun."""
+    from clap.project import upgrade as re_pin
+
+    changed = re_pin()
+    for stage, (old, new) in changed.items():
+        console.print(f"{stage}: {old} → {new}")
+    console.print(f"clap-code.json: {len(changed)} stage(s) re-pinned" + ("; `dvc status` names what reruns" if changed
+                                                                          else " (the installed code is the pinned one)"))
+
+
 @app.command("dvc-deps")
 def dvc_deps(write: bool = typer.Option(False, help="rewrite each stage's src/clap deps in dvc.yaml from its imports"),
              pipeline: Path = typer.Option(Path("dvc.yaml"), help="the pipeline file")) -> None:
