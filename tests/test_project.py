@@ -44,6 +44,8 @@ def test_init_makes_a_project_that_starts_from_its_sources(tmp_path):
     assert clap("params", "--check", cwd=p).returncode == 0
     log = subprocess.run(["git", "log", "--oneline"], cwd=p, capture_output=True, text=True).stdout
     assert "clap init" in log
+    r = clap("registry", cwd=p)  # no release yet: said, not an empty screen
+    assert r.returncode == 0 and "no versions of clap-adapter yet" in r.stdout
     status = subprocess.run(["git", "status", "--porcelain"], cwd=p, capture_output=True, text=True).stdout
     assert status == ""
     assert "dvc repro" in (p / "README.md").read_text() and "clap release" in (p / "README.md").read_text()

@@ -92,5 +92,34 @@ app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_hel
                   help="The `clap` command: one sub-command per stage, each a thin wrapper around `stages/<name>.run`.")
 human_app = typer.Typer(no_args_is_help=True, help="Human evaluation round trip through Label Studio.")
 canary_app = typer.Typer(no_args_is_help=True, help="The canary: serve, replay traffic, analyse, conclude.")
+
+
+def version_text() -> str:
+    """`clap --version`: the installed version, and the commit of the checkout CLAP runs from when it is one."""
+    import subprocess
+
+    import clap
+
+    here = Path(clap.__file__).resolve().parents[2]
+    commit = ""
+    if (here / ".git").exists():
+        r = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True,
+                           text=True)
+        commit = f" (commit {r.stdout.strip()})" if r.returncode == 0 and r.stdout.strip() else ""
+    return f"clap {clap.__version__}{commit}"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(version_text(), highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="the installed version (and the commit, from a git checkout)")) -> None:
+    """The `clap` command: one sub-command per stage, each a thin wrapper around `stages/<name>.run`."""
+
+
 app.add_typer(human_app, name="human")
 app.add_typer(canary_app, name="canary")

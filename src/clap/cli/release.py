@@ -186,9 +186,12 @@ def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER
     if sync:
         ptr = rel.write_prod_pointer(Path("."))
         console.print(f"{paths.PROD_POINTER}: prod = {ptr['version']}")
-    for row in rel.registry(Path(".")):
+    rows = rel.registry(Path("."))
+    for row in rows:
         console.print(f"{row['version']}  {row['commit']}  current={','.join(row['current']) or '-'}  "
                       f"{' '.join(row['assignments'])}")
+    if not rows:
+        console.print(f"no versions of {paths.ARTIFACT} yet: `clap release` tags the first one the gate passes")
 
 
 @app.command()
