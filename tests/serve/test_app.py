@@ -85,6 +85,16 @@ def test_streaming_stop_limits_models_and_text_completions(engine):
         assert status == 200 and plain["object"] == "text_completion" and plain["usage"]["completion_tokens"] <= 5
 
 
+def _deep(levels: int) -> dict:
+    schema = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+DEEP = _deep(200)
+
+
 @pytest.mark.parametrize("body, raw, status, says", [
     (None, b"{not json", 400, "not JSON"),
     ([1, 2], None, 400, "JSON object"),
@@ -98,6 +108,18 @@ def test_streaming_stop_limits_models_and_text_completions(engine):
     ({"model": "base", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "no-such-type"}}}}, None, 400,
      "response_format schema"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "max_tokens": 999999}, None, 400,
+     "(clap serve --max-tokens-cap)"),
+    # hostile sizes, refused before anything is queued or compiled
+    ({"model": "base", "messages": [{"role": "user", "content": "word " * 40_000}]}, None, 400,
+     "far more than the model's context of 1024 tokens"),
+    ({"model": "base", "messages": [{"role": "user", "content": "word " * 900}], "max_tokens": 256}, None, 400,
+     "with max_tokens 256 it does not fit the model's context of 1024 tokens"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+      "json_schema": {"schema": {"type": "string", "enum": [f"v{i}" for i in range(100_000)]}}}}, None, 400,
+     "more than 2000 nodes"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+      "json_schema": {"schema": DEEP}}}, None, 400, "nested deeper than 24 levels"),
 ])
 def test_a_malformed_request_is_a_4xx_with_a_clear_message_never_a_traceback(engine, body, raw, status, says):
     with running(create_app(engine, MODELS, max_tokens_cap=512)) as url:

@@ -103,3 +103,36 @@ def test_the_client_reads_an_answer_back_into_the_action_the_agent_wrote(message
     assert action_text(message) == text
     if message.get("tool_calls") and message["content"]:
         assert chat.parse_action(text) == chat.Action("Read.", "read_chunk", {"chunk_id": "c1"})
+
+
+@pytest.mark.parametrize("schema, says", [
+    ({"type": "object", "properties": {"value": {"type": "number"}}}, None),
+    ({"enum": list(range(1_999))}, None),
+    ({"enum": list(range(2_000))}, "more than 2000 nodes"),
+    ({"a": {"a": {"a": 1}}}, None),
+    ("deep", "nested deeper than 24 levels"),
+])
+def test_a_schema_is_bounded_before_its_grammar_compiles(schema, says):
+    from clap.serve.openai_api import check_schema
+
+    if schema == "deep":
+        schema = {}
+        for _ in range(30):
+            schema = {"items": schema}
+    if says is None:
+        check_schema(schema)
+    else:
+        with pytest.raises(ValueError, match=says):
+            check_schema(schema)
+
+
+@pytest.mark.parametrize("prompt, max_tokens, context, fits", [
+    (700, 256, 1024, True), (769, 256, 1024, False), (10, 10, None, True)])
+def test_a_prompt_and_its_answer_must_fit_the_context(prompt, max_tokens, context, fits):
+    from clap.serve.openai_api import check_prompt_length
+
+    if fits:
+        check_prompt_length(prompt, max_tokens, context)
+    else:
+        with pytest.raises(ValueError, match=f"the prompt is {prompt} tokens; with max_tokens {max_tokens}"):
+            check_prompt_length(prompt, max_tokens, context)

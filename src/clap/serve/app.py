@@ -94,8 +94,28 @@ class Completions:
             schema = self.agent.action_schema
         else:
             prompt = [m.model_dump(exclude_none=True) for m in req.messages] if chat else req.prompt
+        if (problem := self.length_problem(prompt, limit)) is not None:
+            return None, refuse(400, problem, "messages" if chat else "prompt")
         return (req, request_id, Job(prompt, self.models[req.model], limit, req.temperature, schema, req.seed,
                                      asyncio.Queue() if req.stream else None)), None
+
+    def length_problem(self, prompt, limit: int) -> str | None:
+        """Why the prompt cannot be served (its tokens and max_tokens past the model's context), before it is
+        queued: one long prompt batched with others took the server from 0.8 to 7.2 GB."""
+        engine = self.batcher.engine
+        encode = getattr(engine, "encode", None)
+        if encode is None:
+            return None
+        config = getattr(getattr(engine, "model", None), "config", None)
+        context = getattr(config, "max_position_embeddings", None)
+        chars = len(prompt) if isinstance(prompt, str) else sum(len(str(m.get("content") or "")) for m in prompt)
+        if isinstance(context, int) and chars > 8 * context:  # past any tokenisation that could fit: not tokenised
+            return f"the prompt is {chars} characters, far more than the model's context of {context} tokens"
+        try:
+            api.check_prompt_length(len(encode(prompt)), limit, context if isinstance(context, int) else None)
+        except ValueError as exc:
+            return str(exc)
+        return None
 
     def tool_problem(self, req) -> tuple[str, str] | None:
         """(message, field) when a request does not fit what this server serves: tools sent to a server that

@@ -22,6 +22,30 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
+MAX_SCHEMA_DEPTH = 24  # a response_format schema nested deeper is refused before its grammar is compiled
+MAX_SCHEMA_NODES = 2_000  # objects, arrays, keys and values (an enum's strings included): the grammar's size
+
+
+def check_schema(schema, where: str = "response_format.json_schema.schema") -> None:
+    """A JSON schema small enough to compile into a grammar in bounded time and memory (pure): ValueError naming the
+    bound past which it goes (a schema of 100,000 enum strings wedged the engine for minutes)."""
+    nodes, stack = 0, [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"{where}: nested deeper than {MAX_SCHEMA_DEPTH} levels")
+        if nodes > MAX_SCHEMA_NODES:
+            raise ValueError(f"{where}: more than {MAX_SCHEMA_NODES} nodes (keys, values, enum members)")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((c, depth + 1) for c in children)
+
+
+def check_prompt_length(prompt_tokens: int, max_tokens: int, context: int | None) -> None:
+    """The prompt and the answer it may grow to must fit the model's context (pure): ValueError naming both."""
+    if context is not None and prompt_tokens + max_tokens > context:
+        raise ValueError(f"the prompt is {prompt_tokens} tokens; with max_tokens {max_tokens} it does not fit the "
+                         f"model's context of {context} tokens")
 
 
 class FunctionCall(BaseModel):
@@ -95,7 +119,7 @@ class _Sampling(BaseModel):
         """The request's max_tokens (or max_completion_tokens), else `default`; never above `cap`."""
         asked = self.max_completion_tokens or self.max_tokens or default
         if asked > cap:
-            raise ValueError(f"max_tokens {asked} is above this server's limit {cap} (clap serve --max-tokens)")
+            raise ValueError(f"max_tokens {asked} is above this server's limit {cap} (clap serve --max-tokens-cap)")
         return asked
 
 
@@ -116,6 +140,7 @@ class ChatRequest(_Sampling):
             return {"type": "object"}
         if fmt.json_schema is None:
             raise ValueError("response_format json_schema needs a json_schema.schema")
+        check_schema(fmt.json_schema.schema_)
         return fmt.json_schema.schema_
 
 
