@@ -102,3 +102,26 @@ def test_symlinks_hidden_files_and_an_unknown_document_are_counted_with_the_comm
     assert "API key" not in chunks
     quarantined = read_jsonl(root / "data/raw/ingest_quarantine.jsonl")
     assert [(q["rule"], q["row"]) for q in quarantined] == [("no_such_document", 3)]
+
+
+def test_an_xlsx_formula_without_a_saved_value_is_quarantined_not_read_as_empty(tmp_path, monkeypatch):
+    from openpyxl import Workbook
+
+    monkeypatch.chdir(tmp_path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "r.txt").write_text("Revenue was 12 USD in FY2024.\n")
+    book = Workbook()
+    ws = book.active
+    ws.append(["Company", "KPI", "FY", "Amount", "Source"])
+    ws.append(["Acme", "Revenue", "2024", 12, "r.txt"])
+    ws.append(["Acme", "Revenue", "2024", "=D2*2", "r.txt"])  # openpyxl saves the formula, no computed value
+    book.save(tmp_path / "k.xlsx")
+    tables = [{"path": "k.xlsx", "kind": "facts", "columns": {"entity": "Company", "metric": "KPI", "period": "FY",
+                                                               "value": "Amount", "doc_id": "Source"}}]
+    report = ingest(section(tables=tables), docs, tmp_path / "raw", ["b1"])
+    assert report["tables"][0] == {"table": 0, "path": "k.xlsx", "kind": "facts", "rows": 2, "mapped": 1,
+                                        "quarantined": 1}
+    bad = read_jsonl(tmp_path / "raw" / "ingest_quarantine.jsonl")
+    assert [(q["rule"], q["row"], q["column"]) for q in bad] == [("formula_without_value", 3, "value")]
+    assert "=D2*2" in bad[0]["original"]["why"]

@@ -32,6 +32,11 @@ class MappingError(Exception):
         self.field, self.rule = field, rule
 
 
+class UncomputedFormula(str):
+    """An XLSX cell that holds a formula but no saved value (a file written by a program that never computed it):
+    never read as an empty cell; a row that maps it is quarantined (`formula_without_value`)."""
+
+
 class TableFileError(UserError, ValueError):
     """A whole table is unusable as mapped (a mapped column it lacks, a format it is not): one line naming it."""
 
@@ -73,22 +78,27 @@ def _xlsx(path: Path, sheet: str | None) -> Iterator[tuple[int, dict]]:
 
     try:
         book = load_workbook(path, read_only=True, data_only=True)
+        formulas = load_workbook(path, read_only=True, data_only=False)  # what a cell without a value holds
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:
         raise TableFileError(f"{path}: not a readable XLSX ({exc})") from None
     try:
         if sheet is not None and sheet not in book.sheetnames:
             raise TableFileError(f"{path}: no sheet {sheet!r} (sheets: {', '.join(book.sheetnames)})")
-        rows = book[sheet].iter_rows(values_only=True) if sheet else book.worksheets[0].iter_rows(values_only=True)
+        name = sheet or book.sheetnames[0]
+        rows = zip(book[name].iter_rows(values_only=True), formulas[name].iter_rows(values_only=True))
         names = None
-        for i, values in enumerate(rows, start=1):
+        for i, (values, written) in enumerate(rows, start=1):
             if names is None:
                 names = [str(v).strip() if v is not None else f"column {j + 1}" for j, v in enumerate(values)]
                 continue
+            values = [UncomputedFormula(f) if v is None and isinstance(f, str) and f.startswith("=") else v
+                      for v, f in zip(values, written)]
             if all(v is None for v in values):
                 continue
             yield i, dict(zip(names, values))
     finally:
         book.close()
+        formulas.close()
 
 
 def _parquet(path: Path, sheet) -> Iterator[tuple[int, dict]]:
@@ -180,6 +190,9 @@ def map_row(row: dict, columns: dict[str, str], constants: dict, transforms: dic
     out = {}
     for field, column in columns.items():
         value = row.get(column)
+        if isinstance(value, UncomputedFormula):
+            raise MappingError(field, "formula_without_value", f"column {column!r} holds the formula {value} with no "
+                               "saved value: open and save the file in a spreadsheet program so the value is stored")
         empty = isinstance(value, float) and math.isnan(value) or isinstance(value, str) and not value.strip()
         out[field] = None if empty else value  # an empty cell is a missing value, whatever the format
     out |= constants
