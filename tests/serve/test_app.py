@@ -161,3 +161,46 @@ def test_clap_serve_refuses_an_adapter_no_pin_covers_in_one_line(sft_start, tmp_
     assert r.exit_code != 0 and "nothing is in prod" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(app, ["serve", "--agent", "--engine", "vllm"])
     assert r.exit_code != 0 and "--agent serves a released agent adapter on the hf engine" in r.output
+
+
+class _StuckEngine:
+    """An engine whose one batch takes `seconds` (a grammar or a prompt that wedges it)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def generate(self, conversations, use_adapter, **kwargs):
+        import time
+
+        from clap.evaluate.generate import Generation
+
+        time.sleep(self.seconds)
+        return [Generation(text="ok", new_tokens=1, latency_ms=1.0) for _ in conversations]
+
+
+def _status(url: str) -> tuple[int, dict]:
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, json.loads(r.read().decode())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read().decode())
+
+
+def test_health_reports_an_engine_wedged_on_one_batch_and_recovers():
+    import time
+
+    app = create_app(_StuckEngine(3.0), {"m": True}, wedged_after_s=0.5)
+    with running(app) as url, ThreadPoolExecutor(1) as pool:
+        status, health = _status(f"{url}/health")
+        assert status == 200 and health["status"] == "ok"
+        answer = pool.submit(post, f"{url}/v1/chat/completions", chat("Revenue?") | {"model": "m"})
+        time.sleep(1.5)
+        status, health = _status(f"{url}/health")
+        assert status == 503 and health["status"] == "wedged" and health["busy_s"] >= 0.5, health
+        assert answer.result(timeout=30)[0] == 200
+        deadline = time.time() + 10
+        while (status := _status(f"{url}/health")[0]) != 200 and time.time() < deadline:
+            time.sleep(0.1)
+        assert status == 200  # the batch ended: healthy again

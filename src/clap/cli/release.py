@@ -89,7 +89,7 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
                                  agent=serving)
         console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 with the agent's tools "
                       f"({', '.join(serving.names)})")
-        uvicorn.run(application, host=host, port=port, log_level="warning")
+        _serve_until_stopped(uvicorn, application, host, port)
         return
     name, folder, expected = served.adapter_to_serve(Path("."), version, adapter)
     if engine == "vllm":
@@ -104,7 +104,19 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
                              default_max_tokens=max_tokens, max_tokens_cap=max_tokens_cap, max_batch=max_batch,
                              wait_ms=batch_wait_ms)
     console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 (batches of up to {max_batch})")
-    uvicorn.run(application, host=host, port=port, log_level="warning")
+    _serve_until_stopped(uvicorn, application, host, port)
+
+
+def _serve_until_stopped(uvicorn, application, host: str, port: int) -> None:
+    """uvicorn until SIGTERM/SIGINT: open requests get 5 s to finish, then the process exits even while the engine's
+    thread is still decoding a batch (it would otherwise hold the exit until that batch ends)."""
+    import os
+    import sys
+
+    uvicorn.run(application, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @app.command()

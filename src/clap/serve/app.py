@@ -221,7 +221,7 @@ def _event(body: dict) -> str:
 def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
                max_batch: int = 16, wait_ms: float = 5.0, route: Callable[[str], str] | None = None,
                on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None,
-               health: dict | None = None, agent: AgentServing | None = None):
+               health: dict | None = None, agent: AgentServing | None = None, wedged_after_s: float = 300.0):
     """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
     adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
 
@@ -229,7 +229,8 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     `clap`); `on_answer(record)` sees every answer ({request_id, model, prompt, text, new_tokens, latency_ms}); with
     `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400); `health`: what
     `GET /health` adds (the canary's arms and the versions they serve). `agent`: serve the tool-calling agent (the
-    engine renders the agent's conversations with these tools, `clap.agent.chat.engine_rendering`)."""
+    engine renders the agent's conversations with these tools, `clap.agent.chat.engine_rendering`). `GET /health` is a
+    503 `wedged` while one batch has decoded longer than `wedged_after_s` (a load balancer then stops sending)."""
     batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
     completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer, agent)
 
@@ -246,6 +247,10 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     _refuse_errors(app)
     @app.get("/health")
     async def get_health():
+        busy = batcher.busy_for()
+        if busy > wedged_after_s:
+            return JSONResponse({"status": "wedged", "busy_s": round(busy, 1), "wedged_after_s": wedged_after_s},
+                                status_code=503)
         return {"status": "ok", "models": list(models), **(health or {}),
                 **({"tools": agent.tool_schemas, "system": agent.system} if agent is not None else {})}
 

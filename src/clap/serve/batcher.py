@@ -48,6 +48,7 @@ class Batcher:
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clap-engine")
         self.batches: list[int] = []  # the size of every batch decoded (GET /v1/stats, the load test)
+        self.busy_since: float | None = None  # time.monotonic() when the batch now decoding began (GET /health)
 
     async def submit(self, job: Job) -> Answer:
         loop = asyncio.get_running_loop()
@@ -80,8 +81,20 @@ class Batcher:
             for group in groups.values():
                 await loop.run_in_executor(self.executor, self._decode, group, loop)
 
+    def busy_for(self) -> float:
+        """Seconds the batch now decoding has run (0 when idle)."""
+        since = self.busy_since
+        return 0.0 if since is None else time.monotonic() - since
+
     def _decode(self, group: list[Job], loop: asyncio.AbstractEventLoop) -> None:
         """On the engine's thread: one batch; each job's future gets its answer or its own error."""
+        self.busy_since = time.monotonic()
+        try:
+            self._decode_group(group, loop)
+        finally:
+            self.busy_since = None
+
+    def _decode_group(self, group: list[Job], loop: asyncio.AbstractEventLoop) -> None:
         engine = self.engine
         ready = []
         compiles = hasattr(engine, "grammars")  # an upstream server (vLLM) compiles its own
