@@ -27,9 +27,11 @@ def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(smal
             assert len(shown) == params.retrieval.k and r["chunk_id"] in {c for c, _ in shown}
             assert not {d for _, d in shown} & holdout_docs
             assert set(prompts.LOCATION_KEYS) <= set(json.loads(r["target"]))
-        # the extraction prompt names the units the project's facts use (every batch's), in the registry's order
+        # the extraction prompt names the registry's units in the dimensions the project's facts use (every batch's)
         units = project_units(small_loop / "assets")
         assert units and set(units) <= set(UNITS) and list(units) == [u for u in UNITS if u in units]
+        dims = {UNITS[u][0] for u in units}
+        assert units == [u for u, (d, _) in UNITS.items() if u and d in dims]
         assert all(r["system"] == prompts.system_extract(units) for r in holdout)
         assert all(f"unit is one of {' '.join(units)}." in r["system"] for r in holdout)
 

@@ -101,10 +101,12 @@ def _load(assets: Path, batch: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
 
 
 def project_units(assets: Path) -> list[str]:
-    """The canonical units the project's facts use, over every batch (so a batch's prompt does not depend on which
-    batch it is), in the registry's order."""
+    """The units the extraction prompt names: every unit of the registry (`clap.domain.quantities.UNITS`, in its
+    order) in a dimension the project's facts use, over every batch — so a batch's prompt depends neither on which
+    batch it is nor on one batch writing `元` where the others write `万元` (a shifted export)."""
     used = {nz.canonical_unit(u) for u in pd.read_parquet(assets / "facts.parquet", columns=["unit"])["unit"].dropna()}
-    return [u for u in nz.UNITS if u in used]
+    dims = {nz.UNITS[u][0] for u in used if u}
+    return [u for u, (dim, _) in nz.UNITS.items() if u and dim in dims]
 
 
 def _split(facts: pd.DataFrame, m: Materialize, work: Path) -> dict:
