@@ -130,6 +130,12 @@ def project_config(text: str) -> str:
         text = re.sub(rf"(\n  {key}: )\S+ *#.*", rf"\1null   # {comment}", text, count=1)
     text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    epochs: )\S+ *#.*",
                   r"\g<1>2                   # passes over the train rows (max_steps -1 reads it)", text, count=1)
+    # rows of up to 2,048 tokens one at a time (8 accumulated: the demo's 4 × 2 per step): four at once held 24 GB of
+    # attention activations on a 2-core CPU machine and were killed
+    text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    per_device_batch_size: )\S+.*",
+                  r"\g<1>1        # rows per forward pass (memory); × gradient_accumulation = rows per step", text, count=1)
+    text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    gradient_accumulation: )\S+.*",
+                  r"\g<1>8", text, count=1)
     # a report page's application prompt holds retrieval.k chunks of up to ingest.max_chunk_chars (1,200) characters:
     # at the demo's 1,024 tokens half of the rows of real annual-report pages were set aside
     text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    max_length: )\S+ *#.*\n(?: +#.*\n)*",
