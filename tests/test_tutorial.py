@@ -59,3 +59,6 @@ def test_the_tutorial_runs_as_written(tmp_path, tiny_dir):
     assert json.loads((cwd / "metrics/gate.json").read_text())["decision"] == "promote"
     tags = subprocess.run(["git", "tag"], cwd=cwd, capture_output=True, text=True).stdout.split()
     assert {"clap-adapter@v0.0.1", "clap-adapter#prod#1"} <= set(tags)
+    # the release pins the CLAP code every stage ran (clap-code.json), and `clap verify` recomputes it
+    bundle = json.loads((cwd / "release/bundle.json").read_text())
+    assert {"path": "clap-code.json", "role": "clap_code"} in [{k: f[k] for k in ("path", "role")} for f in bundle["files"]]

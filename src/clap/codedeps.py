@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import clap
+from clap import paths
 
 SRC = Path(clap.__file__).parent
 COMMON = "clap.cli.common"
@@ -157,7 +158,7 @@ def differences(text: str, graph: dict[str, set[str]], src: Path = SRC) -> list[
 
 
 # ---------------------------------------------------------------- the installed CLAP's code, pinned in a project
-PINS = Path("clap-code.json")  # in a project made by `clap init`: tracked, every stage depends on its own key
+PINS = paths.CODE_PINS  # in a project made by `clap init`: tracked, every stage depends on its own key
 
 
 def command_words(cmd: str) -> str:

@@ -29,6 +29,7 @@ GATE_AGENT = Path("data/gate/agent.json")  # the gate's agent verdict alone ({ca
 BUNDLE = Path("release/bundle.json")
 BUNDLES = Path("release/bundles")  # one evidence bundle per candidate the gate judged: <candidate>.json
 PROD_POINTER = Path("release/prod.json")
+CODE_PINS = Path("clap-code.json")  # a `clap init` project: the installed CLAP's code per stage (clap.codedeps)
 REPAIR_QUEUE = Path("repair/queue.jsonl")
 REPAIR_FIXED = Path("repair/fixed")
 AGENT_CORRECTIONS = Path("repair/agent")  # trajectories people corrected (*.jsonl): the next round's agent SFT reads them

@@ -107,6 +107,8 @@ def project_pipeline(template: dict, demo: bool) -> dict:
     for name, stage in stages.items():  # CLAP's code: each stage depends on its own pin (clap.codedeps)
         body = stage.get("do", stage)
         body["params"] = [*body.get("params", []), {PINS.as_posix(): [f"stages.{name}"]}]
+    bundle = stages["bundle"].get("do", stages["bundle"])  # the bundle pins the whole file: every stage's code
+    bundle["deps"] = [*bundle.get("deps", []), PINS.as_posix()]
     return {**({"artifacts": template["artifacts"]} if "artifacts" in template else {}), "stages": stages}
 
 

@@ -68,6 +68,7 @@ ROLES = [  # (glob under the repository, role): what a release pins, from the pa
     (f"{paths.AGENT_PASS_K.as_posix()}/episodes.jsonl", "agent_pass_k_episodes"),
     (paths.AGENT_PASS_K_METRICS.as_posix(), "agent_pass_k_metrics"),
     (paths.GATE.as_posix(), "gate_decision"),
+    (paths.CODE_PINS.as_posix(), "clap_code"),  # a `clap init` project: the CLAP code each stage ran (pinned)
 ]
 
 
