@@ -161,6 +161,34 @@ def test_clap_serve_refuses_an_adapter_no_pin_covers_in_one_line(sft_start, tmp_
     assert r.exit_code != 0 and "nothing is in prod" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(app, ["serve", "--agent", "--engine", "vllm"])
     assert r.exit_code != 0 and "--agent serves a released agent adapter on the hf engine" in r.output
+    r = CliRunner().invoke(app, ["serve", "--base", "--version", "v0.0.1"])
+    assert r.exit_code != 0 and "--base serves the base model alone" in r.output
+
+
+def test_clap_serve_base_needs_no_release(tiny_dir, tmp_path, monkeypatch, params):
+    """`clap serve --base` in a folder with nothing released: the base model answers as `base`."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from clap.cli import app
+    from clap.cli import release as cli_release
+
+    cfg = params.as_yaml_dict()
+    cfg["model"]["base"] = str(tiny_dir)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    served = {}
+
+    def serve_here(_uvicorn, application, host, port):
+        with running(application) as url:
+            served["models"] = get(f"{url}/v1/models")
+            served["answer"] = post(f"{url}/v1/chat/completions", chat("Revenue?") | {"model": "base", "max_tokens": 4})
+
+    monkeypatch.setattr(cli_release, "_serve_until_stopped", serve_here)
+    r = CliRunner().invoke(app, ["serve", "--base"])
+    assert r.exit_code == 0 and "serving base" in r.output, r.output
+    assert [m["id"] for m in served["models"]["data"]] == ["base"]
+    assert served["answer"][0] == 200 and served["answer"][1]["model"] == "base"
 
 
 class _StuckEngine:

@@ -63,10 +63,12 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
           engine: str = typer.Option("hf", help="hf (this machine's CPU/GPU) | vllm (CUDA: runs vLLM's OpenAI "
                                                 "server with the verified adapter as its LoRA module)"),
           agent: bool = typer.Option(False, help="serve the tool-calling agent adapter the version ships (OpenAI "
-                                                 "tools / tool_calls, one turn per request)")) -> None:
-    """Serve the adapter in prod (or --version, or --adapter) behind an OpenAI-compatible API: /v1/chat/completions,
-    /v1/completions, /v1/models. The adapter is restored and checked against its release bundle before it loads;
-    requests that arrive together decode in one batch."""
+                                                 "tools / tool_calls, one turn per request)"),
+          base: bool = typer.Option(False, "--base", help="serve the base model alone, as `base` (no release "
+                                                          "needed: a first smoke test)")) -> None:
+    """Serve the adapter in prod (or --version, or --adapter, or the base model alone with --base) behind an
+    OpenAI-compatible API: /v1/chat/completions, /v1/completions, /v1/models. An adapter is restored and checked
+    against its release bundle before it loads; requests that arrive together decode in one batch."""
     import os
     import shlex
 
@@ -76,7 +78,20 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
         _fail(ValueError(f"--engine {engine!r}: use hf or vllm"))
     if agent and (engine != "hf" or adapter is not None):
         _fail(ValueError("--agent serves a released agent adapter on the hf engine (no --adapter, no --engine vllm)"))
+    if base and (version or adapter is not None or agent or engine != "hf"):
+        _fail(ValueError("--base serves the base model alone on the hf engine (no --version, --adapter, --agent or "
+                         "--engine vllm)"))
     cfg = _params()
+    if base:
+        import uvicorn
+
+        from clap.serve.app import create_app
+
+        application = create_app(served.cpu_engine(cfg, None, None), {"base": False}, default_max_tokens=max_tokens,
+                                 max_tokens_cap=max_tokens_cap, max_batch=max_batch, wait_ms=batch_wait_ms)
+        console.print(f"serving base ({cfg.model.base}) on http://{host}:{port}/v1 (batches of up to {max_batch})")
+        _serve_until_stopped(uvicorn, application, host, port)
+        return
     if agent:
         import uvicorn
 

@@ -44,8 +44,9 @@ def _version(root: Path, version: str | None, or_else: str = "") -> str:
     return holder["version"]
 
 
-def cpu_engine(cfg: Params, folder: Path, expected: dict):
-    """The transformers engine with the adapter attached through the serving check (`serving.attach`)."""
+def cpu_engine(cfg: Params, folder: Path | None, expected: dict | None):
+    """The transformers engine with the adapter attached through the serving check (`serving.attach`); the base
+    model alone when `folder` is None (`clap serve --base`)."""
     from clap import model
     from clap.evaluate.generate import Engine
 
