@@ -532,6 +532,7 @@ class Ingest(_Section):
     max_document_mb: Annotated[StrictInt, Field(ge=1, le=1 << 16)]  # a file, or a DOCX's unpacked XML, above it: too_large
     max_html_depth: Annotated[StrictInt, Field(ge=16, le=100_000)]  # deeper HTML elements are read as one block's text
     follow_symlinks: StrictBool                      # read a symlink that leads outside the documents folder
+    table_layout: Literal["row", "cells"]            # a table's data row as one line, or one line per value
     tables: list[TableSource] = []
 
 

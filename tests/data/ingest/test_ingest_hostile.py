@@ -21,7 +21,8 @@ from clap.io import read_json, read_jsonl
 def section(**over) -> Ingest:
     return Ingest.model_validate({"docs": "docs", "batch_by": "single", "batch": "b1", "date_format": "year",
                                   "lang": "auto", "max_chunk_chars": 600, "workers": 1, "max_document_mb": 256,
-                                  "max_html_depth": 512, "follow_symlinks": False} | over)
+                                  "max_html_depth": 512, "follow_symlinks": False,
+                                  "table_layout": "row"} | over)
 
 
 def docx_with(path: Path, document_xml: bytes) -> Path:

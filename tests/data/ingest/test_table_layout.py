@@ -114,3 +114,25 @@ def test_pdf_number_columns_under_a_line_of_years_carry_them(tmp_path):
     assert [(b.kind, b.text) for b in doc.blocks if b.kind.startswith("table")] == [
         ("table_header", "2019 | 2018"), ("table_row", "Current assets | 2019: 2,909 | 2018: 4,585"),
         ("table_row", "Goodwill | 2019: 1,200 | 2018: 1,150")]
+
+
+def test_the_cells_layout_writes_one_line_per_value_with_its_row_label_and_header():
+    grid = [["", "2019", "2018"], ["Total assets:", "", ""], ["AMER", "$624", "$640"], ["Notes", "see below", ""]]
+    assert [t for _, t, _ in qualify(grid, "cells")] == [
+        "2019 | 2018", "Total assets:", "Total assets: AMER | 2019: $624", "Total assets: AMER | 2018: $640",
+        "Total assets: Notes | see below"]
+    assert [t for _, t, _ in qualify([["Current assets", "2,909", "4,585"]], "cells")] == \
+        ["Current assets | 2,909 | 4,585"]  # no header row: nothing to name the values by, the row stays whole
+    assert period_of_value("Total assets: AMER | 2018: $640", 640) == "2018"
+
+
+def test_html_cells_layout_keeps_each_inline_xbrl_fact_on_its_own_line(tmp_path):
+    from tests.helpers.documents import ixbrl_document
+
+    from clap.data.ingest.blocks import Limits
+
+    (tmp_path / "f.xhtml").write_text(ixbrl_document("1.1", True), encoding="utf-8")
+    doc = read_document(tmp_path / "f.xhtml", Limits(table_layout="cells"))
+    for block in doc.blocks:
+        for fact in block.facts:
+            assert "".join(fact.itertext()).strip() in block.text

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import re
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clap.data.ingest.grid import qualify
+from clap.data.ingest.grid import qualify as _qualify
+
+_LAYOUT: ContextVar[str] = ContextVar("table_layout", default="row")  # the document being read: `Limits.table_layout`
+
+
+def qualify(grid):
+    return _qualify(grid, _LAYOUT.get())
 
 FORMATS = {".pdf": "pdf", ".html": "html", ".htm": "html", ".xhtml": "html", ".docx": "docx", ".md": "markdown",
            ".markdown": "markdown", ".txt": "text"}
@@ -61,6 +68,7 @@ class Limits:
 
     max_bytes: int = 256 << 20
     max_html_depth: int = 512
+    table_layout: str = "row"  # how a table's data rows are written (clap.data.ingest.grid.LAYOUTS)
 
 
 LIMITS = Limits()
@@ -83,8 +91,12 @@ def read_document(path: Path, limits: Limits = LIMITS) -> Document:
         raise BadDocument("too_large", f"{size >> 20} MB > ingest.max_document_mb {limits.max_bytes >> 20}")
     if fmt == "docx":
         _check_unpacked(path, limits)
-    doc = _read_html(path, limits) if fmt == "html" else {
-        "pdf": _read_pdf, "docx": _read_docx, "markdown": _read_markdown, "text": _read_text}[fmt](path)
+    token = _LAYOUT.set(limits.table_layout)
+    try:
+        doc = _read_html(path, limits) if fmt == "html" else {
+            "pdf": _read_pdf, "docx": _read_docx, "markdown": _read_markdown, "text": _read_text}[fmt](path)
+    finally:
+        _LAYOUT.reset(token)
     if not doc.blocks:
         raise BadDocument("empty", "no text in the document")
     _assign_sections(doc.blocks)
@@ -388,8 +400,9 @@ class _HtmlWalker:
             self.flush()
             rows = [tr for tr in el.iter() if local(tr.tag) == "tr" and _table_of(tr) is el]
             grid = [_html_cells(tr) for tr in rows]
-            for kind, text, r in qualify(grid):
-                self.blocks.append(Block(text, kind, self.page, facts=_facts_in(rows[r])))
+            for kind, text, r in qualify(grid):  # a row written as several lines: each keeps the facts it shows
+                facts = [f for f in _facts_in(rows[r]) if squash("".join(f.itertext())) in text]
+                self.blocks.append(Block(text, kind, self.page, facts=facts))
         elif name == "tr":  # a row of a layout table: its cells as they are
             self.flush()
             cells = [c for c in (squash("".join(c.itertext())) for c in el if local(c.tag) in ("td", "th")) if c]

@@ -100,10 +100,15 @@ def _column_headers(header_rows: list[list[str | None]], width: int) -> tuple[li
     return [" ".join(p) for p in parts], captions
 
 
-def qualify(grid: list[list[str | None]]) -> list[tuple[str, str, int]]:
-    """The lines of one table, each as (kind, text, the grid row it comes from): `table_header` lines first (the header rows as written, a
-    caption included), then one `table_row` per data row — `label | header: value | …` — with the label of the
-    section row above it. A table without header rows keeps its rows' cells as they are (`a | b | c`)."""
+LAYOUTS = ("row", "cells")
+
+
+def qualify(grid: list[list[str | None]], layout: str = "row") -> list[tuple[str, str, int]]:
+    """The lines of one table, each as (kind, text, the grid row it comes from): `table_header` lines first (the
+    header rows as written, a caption included), then the data rows with the label of the section row above them —
+    `layout` "row": one line per row, `label | header: value | …`; "cells": one line per value, `label | header:
+    value` (a quote then names one number, and choosing the quote chooses the column). A table without header rows
+    keeps its rows' cells as they are (`a | b | c`)."""
     width = max((len(r) for r in grid), default=0)
     if width == 0:
         return []
@@ -132,7 +137,10 @@ def qualify(grid: list[list[str | None]]) -> list[tuple[str, str, int]]:
         for j, value in enumerate(values, start=1):
             if value:
                 cells.append(f"{headers[j]}: {value}" if headers[j] and _is_value(value) else value)
-        out.append(("table_row", " | ".join(cells), r))
+        if layout == "cells" and n_head and label and len(cells) > 2:
+            out += [("table_row", f"{label} | {cell}", r) for cell in cells[1:]]
+        else:
+            out.append(("table_row", " | ".join(cells), r))
     return out
 
 

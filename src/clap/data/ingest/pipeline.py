@@ -103,7 +103,7 @@ def process_document(path: str, rel: str, settings: dict) -> dict:
     from clap.data.ingest.blocks import Limits
 
     file = Path(path)
-    limits = Limits(settings["max_document_mb"] << 20, settings["max_html_depth"])
+    limits = Limits(settings["max_document_mb"] << 20, settings["max_html_depth"], settings["table_layout"])
     try:
         doc = read_document(file, limits)
         data = file.read_bytes()
@@ -217,7 +217,8 @@ def ingest(section, docs: Path, out: Path, batches: list[str]) -> dict:
     check_sources(section, docs)
     settings = {"batch_by": section.batch_by, "batch": section.batch, "date_format": section.date_format,
                 "lang": section.lang, "max_chunk_chars": section.max_chunk_chars,
-                "max_document_mb": section.max_document_mb, "max_html_depth": section.max_html_depth}
+                "max_document_mb": section.max_document_mb, "max_html_depth": section.max_html_depth,
+                "table_layout": section.table_layout}
     with atomic_dir(out, (docs,)) as tmp, tempfile.TemporaryDirectory(dir=tmp.parent, prefix=".ingest-") as work:
         writers = _Writers(tmp)
         try:
