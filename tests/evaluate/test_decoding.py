@@ -145,3 +145,15 @@ def test_decision_schema_offers_the_case_s_cause_fields(prompt, fields):
     assert schema["properties"]["risk_focus"]["enum"] == list(RISK_FOCUS)
     assert schema["properties"]["cause"].get("enum", None) == (fields or None)
     assert decision_schema(fields, ["Act"])["properties"]["action"] == {"enum": ["Act"]}
+
+
+@pytest.mark.parametrize("sentence, values", [
+    ("Total sales | 2019: $1,496.5 | 2018: $1,202.9", "$1,496.5 | $1,202.9"),   # headers and label state no value
+    ("Operating leases (1) | 2019 (1): 27.0", "27.0"),
+    ("Current assets | 2,909 | 4,585", "Current assets | 2,909 | 4,585"),    # no headers: as it was
+    ("Revenue grew 12% in 2019: a record.", "Revenue grew 12% in 2019: a record."),  # prose is all values
+])
+def test_a_qualified_table_line_states_only_the_numbers_after_its_headers(sentence, values):
+    from clap.evaluate.decoding import valued_part
+
+    assert valued_part(sentence) == values

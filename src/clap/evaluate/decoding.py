@@ -43,12 +43,22 @@ def sentences(text: str) -> list[str]:
     return out
 
 
+def valued_part(sentence: str) -> str:
+    """What of a table line states values (pure): a line whose cells carry column headers (`Total sales | 2019:
+    $1,496.5 | 2018: $1,202.9`, clap.data.ingest.grid) states the numbers after each `header: `, not the row label
+    or the headers (a year there is never the answer); any other sentence is all values."""
+    cells = sentence.split(" | ")
+    if len(cells) < 2 or not any(": " in c for c in cells[1:]):
+        return sentence
+    return " | ".join(c.rpartition(": ")[2] if ": " in c else c for c in cells[1:])
+
+
 def _readings(sentence: str) -> list[tuple[list, list[str]]]:
     """The (values, units) a quote of `sentence` may carry: each number it writes with the unit written beside
     it (`16.5 days` → 16.5 with 天), numbers without a readable unit (a year, a page) with any unit; numbers
     that share their units in one group. A sentence without a number cannot be the evidence of a value."""
     groups: dict[tuple[str, ...], set] = {}
-    for number, reading in written_quantities(sentence):
+    for number, reading in written_quantities(valued_part(sentence)):
         exact = reading is not None and math.isclose(reading.value, abs(number), rel_tol=1e-9)
         units = (reading.unit,) if exact else tuple(sorted(UNITS))
         groups.setdefault(units, set()).add(json_number(number))
