@@ -39,6 +39,7 @@ def test_init_makes_a_project_that_starts_from_its_sources(tmp_path):
     assert params["train"]["sft"]["max_steps"] == -1 and params["train"]["sft"]["epochs"] == 2
     assert params["train"]["sft"]["max_length"] == 2048  # an application prompt of 3 retrieved report chunks fits
     assert (params["train"]["sft"]["per_device_batch_size"], params["train"]["sft"]["gradient_accumulation"]) == (1, 8)
+    assert params["replay"]["max_new_tokens"] == 384  # an app answer naming long chunk and document ids closes
     assert all(params["materialize"][k] is None for k in ("max_train_per_batch", "max_eval_per_batch",
                                                           "max_replay_per_batch"))
     assert "demo sizing" not in (p / "conf/config.yaml").read_text()

@@ -132,6 +132,10 @@ def project_config(text: str) -> str:
         text = re.sub(rf"(\n  {key}: )\S+ *#.*", rf"\1null   # {comment}", text, count=1)
     text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    epochs: )\S+ *#.*",
                   r"\g<1>2                   # passes over the train rows (max_steps -1 reads it)", text, count=1)
+    # the application's answer quotes a table line and names its chunk and document, whose ids follow the team's file
+    # names: at the demo's 192 tokens answers on real report pages were cut before their JSON closed
+    text = re.sub(r"(\nreplay:\n  max_new_tokens: )\S+ *#.*",
+                  r"\g<1>384           # the app answer: evidence, value, unit, chunk_id, doc_id and page", text, count=1)
     # rows of up to 2,048 tokens one at a time (8 accumulated: the demo's 4 × 2 per step): four at once held 24 GB of
     # attention activations on a 2-core CPU machine and were killed
     text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    per_device_batch_size: )\S+.*",
