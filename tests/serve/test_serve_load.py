@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from tests.helpers.http_server import get, post, running
-from tests.serve.test_app import MODELS, chat, engine, schema_format  # noqa: F401  (engine: the fixture)
+from tests.serve.test_app import MODELS, chat, schema_format
 
 from clap.serve.app import create_app
 
@@ -22,6 +22,14 @@ HOSTILE = [
      "json_schema": {"schema": {"type": "string", "enum": [f"v{i}" for i in range(100_000)]}}}},
     {"model": "base", "messages": [{"role": "user", "content": "x"}], "max_tokens": 10 ** 9},
 ]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir, sft_start):
+    from clap.evaluate.generate import Engine
+
+    adapter, manifest = sft_start
+    return Engine(tiny_dir, adapter, manifest)
 
 
 def test_the_server_answers_everyone_else_while_hostile_requests_are_refused(engine):
