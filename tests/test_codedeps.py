@@ -40,15 +40,15 @@ def test_a_stage_runs_its_own_stage_module_only_and_the_plumbing_its_command_nee
 
 
 def test_rewrite_keeps_comments_order_and_data_deps_and_is_idempotent():
-    text = ("# a comment\nstages:\n  a:\n    cmd: clap a\n    deps:\n      - src/clap/old.py\n      - data/raw\n"
+    text = ("# a comment\nstages:\n  a:\n    cmd: clap a\n    deps:\n      - src/clap/errors.py\n      - data/raw\n"
             "    outs:\n      - out\n\n  b:\n    foreach: [x]\n    do:\n      cmd: clap b ${item}\n      deps:\n"
             "        - data/in\n")
-    once = rewrite(text, {"a": ["src/clap/io.py", "src/clap/stages/a.py"], "b": ["src/clap/stages/b.py"]})
+    once = rewrite(text, {"a": ["src/clap/io.py", "src/clap/stages/admit.py"], "b": ["src/clap/stages/bundle.py"]})
     assert once == ("# a comment\nstages:\n  a:\n    cmd: clap a\n    deps:\n      - src/clap/io.py\n"
-                    "      - src/clap/stages/a.py\n      - data/raw\n    outs:\n      - out\n\n  b:\n    foreach: [x]\n"
-                    "    do:\n      cmd: clap b ${item}\n      deps:\n        - src/clap/stages/b.py\n        - data/in\n")
-    assert rewrite(once, {"a": ["src/clap/io.py", "src/clap/stages/a.py"], "b": ["src/clap/stages/b.py"]}) == once
-    assert listed_deps(once) == {"a": ["src/clap/io.py", "src/clap/stages/a.py"], "b": ["src/clap/stages/b.py"]}
+                    "      - src/clap/stages/admit.py\n      - data/raw\n    outs:\n      - out\n\n  b:\n    foreach: [x]\n"
+                    "    do:\n      cmd: clap b ${item}\n      deps:\n        - src/clap/stages/bundle.py\n        - data/in\n")
+    assert rewrite(once, {"a": ["src/clap/io.py", "src/clap/stages/admit.py"], "b": ["src/clap/stages/bundle.py"]}) == once
+    assert listed_deps(once) == {"a": ["src/clap/io.py", "src/clap/stages/admit.py"], "b": ["src/clap/stages/bundle.py"]}
 
 
 def test_clap_dvc_deps_checks_the_repository():

@@ -57,7 +57,8 @@ SIMULATED_FIXES = REPAIR_FIXED / "simulated_annotator.jsonl"  # `clap demo-annot
 REPAIR_EFFECT = Path("metrics/repair_effect.json")  # `clap demo`: what a round's repaired rows did
 ANSWER_STORE = Path("data/answer_store")  # greedy answers by content address (clap.evaluate.answer_store), a cache beside
                                           # DVC's outputs: evaluate, replay and the decision evaluation read and add
-OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_AGENT_LOGS, CANARY_METRICS, CANARY_AGENT_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE)
+OUTSIDE_PIPELINE = (HUMAN_EXPORT, HUMAN_KEYS, CANARY_LOGS, CANARY_AGENT_LOGS, CANARY_METRICS, CANARY_AGENT_METRICS, SIMULATED_FIXES, REPAIR_EFFECT, ANSWER_STORE,
+                    CODE_PINS)  # CODE_PINS: a `clap init` project's pipeline only (clap.project)
 
 
 GUARD_REPORT_FILE = "guard_report.json"  # in every trainer's output folder: ok, stopped (with the trip) or disabled
