@@ -117,7 +117,7 @@ DEEP = _deep(200)
      "with max_tokens 256 it does not fit the model's context of 1024 tokens"),
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
       "json_schema": {"schema": {"type": "string", "enum": [f"v{i}" for i in range(100_000)]}}}}, None, 400,
-     "more than 2000 nodes"),
+     "more than 50000 nodes"),
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
       "json_schema": {"schema": DEEP}}}, None, 400, "nested deeper than 24 levels"),
 ])

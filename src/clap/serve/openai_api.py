@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 MAX_SCHEMA_DEPTH = 24  # a response_format schema nested deeper is refused before its grammar is compiled
-MAX_SCHEMA_NODES = 2_000  # objects, arrays, keys and values (an enum's strings included): the grammar's size
+MAX_SCHEMA_NODES = 50_000  # objects, arrays and values (an enum's strings included): CLAP's own answer schema over
+# three retrieved report chunks is about 5,000; an enum of 100,000 strings wedged the engine for minutes
 
 
 def check_schema(schema, where: str = "response_format.json_schema.schema") -> None:
