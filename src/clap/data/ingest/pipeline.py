@@ -356,13 +356,10 @@ def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writer
                 source = row.pop("_source", None) or ":"
                 batches_seen[row["batch"]] += 1
                 if kind == "facts" and str(row["doc_id"]) not in aliases:
-                    from clap.io import quarantine_record
-
-                    file, _, number = source.rpartition(":")
-                    why = (f"its doc_id {row['doc_id']!r} names no document read from the documents folder (its file "
-                           "name, path or stem); see ingest_report.json for the documents that could not be read")
-                    writers.write("quarantine", quarantine_record("ingest", file, int(number) if number.isdigit() else None,
-                                                                  "no_such_document", "doc_id", row | {"why": why}))
+                    _quarantine_fact(writers, source, "no_such_document", "doc_id", row,
+                                     f"its doc_id {row['doc_id']!r} names no document read from the documents folder "
+                                     "(its file name, path or stem); see ingest_report.json for the documents that "
+                                     "could not be read")
                     located["no_such_document"] += 1
                     continue
                 if kind == "facts":
@@ -371,18 +368,23 @@ def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writer
                     located["found"] += row["chunk_id"] is not None
                     located["period_from_header"] += row.pop("_period_from_header", False)
                     if not row.get("period"):
-                        from clap.io import quarantine_record
-
-                        why = ("no period: none is mapped (ingest.tables[].columns.period) and the column header of "
-                               "its value in the evidence row names no year")
-                        file, _, number = source.rpartition(":")
-                        writers.write("quarantine", quarantine_record("ingest", file, int(number) if number.isdigit()
-                                                                      else None, "no_period", "period", row | {"why": why}))
+                        _quarantine_fact(writers, source, "no_period", "period", row,
+                                         "no period: none is mapped (ingest.tables[].columns.period) and the column "
+                                         "header of its value in the evidence row names no year")
                         located["no_period"] += 1
                         continue
                 row.setdefault("page", 1)
                 writers.write(kind, row)
     return located
+
+
+def _quarantine_fact(writers: _Writers, source: str, rule: str, field: str, row: dict, why: str) -> None:
+    """A mapped fact ingest cannot write, quarantined with its table's file and row (`source` is `file:row`)."""
+    from clap.io import quarantine_record
+
+    file, _, number = source.rpartition(":")
+    writers.write("quarantine", quarantine_record("ingest", file, int(number) if number.isdigit() else None, rule, field,
+                                                  row | {"why": why}))
 
 
 def _locate(row: dict, kept: dict, aliases: dict, parse_quantity, value_in_text, terms_in_text) -> dict:
