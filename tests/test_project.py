@@ -108,7 +108,7 @@ def test_the_wheel_installs_in_a_clean_venv_and_starts_a_project(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                         str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    wheel = next((tmp_path / "dist").glob("clap-*.whl"))
+    wheel = next((tmp_path / "dist").glob("clap_loop-*.whl"))  # the distribution `clap-loop`
     venv.create(tmp_path / "venv", with_pip=False)
     python = tmp_path / "venv" / "bin" / "python"
     packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

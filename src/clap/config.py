@@ -88,6 +88,9 @@ OpenFraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 PosFloat = Annotated[float, Field(gt=0.0)]
 NonNegFloat = Annotated[float, Field(ge=0.0)]
 Switch = Literal["auto", "on", "off"] | StrictBool  # auto: where the hardware makes it pay
+# A trainer's peak memory in MB: each batch runs in micro-batches whose activations fit it (clap.train.memory);
+# null: the whole batch at once
+MemoryBudget = Annotated[StrictInt, Field(ge=1024, le=4_194_304)] | None
 BatchId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 
@@ -185,6 +188,7 @@ class Sft(Lora):
     qlora: Switch
     bf16: Switch
     gradient_checkpointing: StrictBool  # recompute each layer's activations in the backward pass: keeps only its input
+    memory_budget_mb: MemoryBudget
     logging_steps: PosInt
     save_steps: PosInt
     max_steps: Annotated[StrictInt, Field(ge=-1)]
@@ -350,6 +354,7 @@ class AgentSft(Lora):
     gradient_accumulation: PosInt
     max_length: Annotated[StrictInt, Field(ge=64)]
     bf16: Switch
+    memory_budget_mb: MemoryBudget
     logging_steps: PosInt
     save_steps: PosInt
     max_steps: Annotated[StrictInt, Field(ge=-1)]

@@ -291,8 +291,8 @@ def _packaged(gguf: str | None) -> PackagedGGUF | None:
 
 def use_bf16(setting) -> bool:
     """Mixed precision (bf16 autocast, fp32 master weights) for training: `auto` turns it on where bf16 is
-    native — CUDA with bf16, or a CPU with AVX512-BF16 or AMX (oneDNN's bf16 kernels; here bf16 matmuls ran
-    4.3× faster than fp32, benchmarks/README.md § SFT training)."""
+    native — CUDA with bf16, or a CPU with AVX512-BF16 or AMX (oneDNN's bf16 kernels; the measured speed-up:
+    benchmarks/README.md § SFT training)."""
     import torch
 
     if setting in ("on", True):
@@ -336,9 +336,8 @@ def load_tokenizer(path: Path):
 
 def inference_dtype(setting: str):
     """The dtype answers are decoded in (`generate.dtype`): `auto` is bf16 wherever it is native — CUDA with
-    bf16 (else fp16), a CPU with AVX512-BF16 or AMX — and fp32 elsewhere. On this project's 2-core CPU bf16
-    decoded the demo's replay requests 1.7–1.8× faster with the candidate's answers unchanged (benchmarks/README.md §
-    generation precision)."""
+    bf16 (else fp16), a CPU with AVX512-BF16 or AMX — and fp32 elsewhere: faster, with the candidate's answers
+    unchanged on the demo's replay requests (benchmarks/README.md § generation precision)."""
     import torch
 
     if setting == "float32":

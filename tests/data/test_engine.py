@@ -29,5 +29,5 @@ def test_the_ray_engine_without_ray_says_how_to_install_it(monkeypatch):
     from clap.errors import UserError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the `ray` extra were not installed
-    with pytest.raises(UserError, match=r"pip install 'clap\[ray\]'"):
+    with pytest.raises(UserError, match=r"pip install 'clap-loop\[ray\]'"):
         import_ray()

@@ -86,7 +86,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_training(params, tmp
 
     monkeypatch.setattr(builtins, "__import__", no_mlflow)
     run = Tracking("sft", _train(params, ["mlflow"]), root=tmp_path)
-    with pytest.raises(TrackingUnavailable, match=r"pip install 'clap\[mlflow\]'"):
+    with pytest.raises(TrackingUnavailable, match=r"pip install 'clap-loop\[mlflow\]'"):
         run.callbacks()
 
 

@@ -94,9 +94,15 @@ human_app = typer.Typer(no_args_is_help=True, help="Human evaluation round trip 
 canary_app = typer.Typer(no_args_is_help=True, help="The canary: serve, replay traffic, analyse, conclude.")
 
 
+DISTRIBUTION = "clap-loop"  # the name on PyPI (`pip install clap-loop`); the command and the import package are `clap`
+
+
 def version_text() -> str:
-    """`clap --version`: the installed version, and the commit of the checkout CLAP runs from when it is one."""
+    """`clap --version`: the installed version, and the commit it was built from — the checkout CLAP runs from
+    (an editable install), or the commit pip recorded when it installed from git (PEP 610's direct_url.json)."""
+    import json
     import subprocess
+    from importlib import metadata
 
     import clap
 
@@ -105,8 +111,14 @@ def version_text() -> str:
     if (here / ".git").exists():
         r = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True,
                            text=True)
-        commit = f" (commit {r.stdout.strip()})" if r.returncode == 0 and r.stdout.strip() else ""
-    return f"clap {clap.__version__}{commit}"
+        commit = r.stdout.strip() if r.returncode == 0 else ""
+    else:
+        try:
+            direct = json.loads(metadata.distribution(DISTRIBUTION).read_text("direct_url.json") or "{}")
+        except (metadata.PackageNotFoundError, ValueError):
+            direct = {}
+        commit = (direct.get("vcs_info") or {}).get("commit_id", "")[:12]
+    return f"clap {clap.__version__}" + (f" (commit {commit})" if commit else "")
 
 
 def _print_version(value: bool) -> None:

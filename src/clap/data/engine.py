@@ -53,7 +53,7 @@ def import_ray():
     except ImportError:
         from clap.errors import UserError
 
-        raise UserError("the ray engine needs Ray: pip install 'clap[ray]' (`make setup` installs it)") from None
+        raise UserError("the ray engine needs Ray: pip install 'clap-loop[ray]' (`make setup` installs it)") from None
     return ray
 
 

@@ -86,8 +86,8 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
                             peft_config=peft, callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t.seed, "pairs": train_pairs, "base": base_identity})
     run_training(trainer, resume)
-    # Scored in full precision, as GRPO loads it: off accelerate's bf16 autocast wrapper, which on 40 held-out pairs
-    # was no faster for this path and moved one pair's order (benchmarks/README.md § agent reward model)
+    # Scored in full precision, as GRPO loads it: off accelerate's bf16 autocast wrapper, which was no faster for
+    # this path and can move a pair's order (benchmarks/README.md § agent reward model)
     scorer = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
     checked = {"train": agreement(scorer, tok, train_pairs), "held_out": agreement(scorer, tok, held)}
     agrees = checked["held_out"]["agreement"] is not None and checked["held_out"]["agreement"] >= rm.min_agreement

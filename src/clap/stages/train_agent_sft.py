@@ -27,7 +27,7 @@ from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
 from clap.config import AgentSft, Train
 from clap.data.admission import NotAdmitted
-from clap.train.common import finish, lora_config, resume_point, run_training
+from clap.train.common import finish, lora_config, memory_plan, resume_point, run_training
 from clap.train.guards import GuardCallback
 
 
@@ -81,6 +81,7 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
     cuda = torch.cuda.is_available()
     bf16 = base_model.use_bf16(s.bf16)
     model = base_model.load_model(base_dir)
+    plan = memory_plan("agent-sft", s, model, qlora=False, bf16_on_cuda=bf16 and cuda, max_length=s.max_length)
     guard = GuardCallback("agent_sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     base_identity = base_model.identity(base_dir)
     trainer, steps, resumed = None, {}, {}
@@ -92,12 +93,14 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
             logging_steps=s.logging_steps, save_steps=s.save_steps, save_total_limit=2, max_length=None,
             train_sampling_strategy="group_by_length", report_to=[], seed=t.seed,
             bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
-            lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all", gradient_checkpointing=False)
+            lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all",
+            gradient_checkpointing=bool(plan and plan.checkpointing))
         dataset = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r[labels]} for r in rows])
         trainer = LabelledHeadSFTTrainer(model=model if trainer is None else trainer.model, args=args,
                                          train_dataset=dataset, processing_class=tok,
                                          peft_config=lora_config(s, model) if trainer is None else None,
                                          callbacks=[*(callbacks or []), guard])
+        trainer.memory_budget = plan
         resume = resume_point(folder, {"cfg": s, "seed": t.seed, "rows": [r["input_ids"] for r in rows],
                                        "base": base_identity, **({} if phase == "joint" else {"phase": phase})})
         if resume:

@@ -25,6 +25,7 @@ from clap.train.common import (
     estimate_callback,
     finish,
     lora_config,
+    memory_plan,
     planned_steps,
     resume_point,
     run_training,
@@ -83,7 +84,9 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     model = base_model.load_model(base_dir, quantize_4bit=qlora)
     if qlora:
         model = prepare_model_for_kbit_training(model)
-    args = sft_config(s, t.seed, checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda)
+    plan = memory_plan("sft", s, model, qlora=qlora, bf16_on_cuda=bf16 and cuda, max_length=s.max_length)
+    args = sft_config(s, t.seed, checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda,
+                      checkpointing=s.gradient_checkpointing or bool(plan and plan.checkpointing))
     guard = GuardCallback("sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     steps, per_epoch = planned_steps(len(rows), s.per_device_batch_size, s.gradient_accumulation, s.epochs, s.max_steps)
     print(sizing_line("sft", len(rows), steps, per_epoch, "train.sft.max_steps or materialize.max_train_per_batch"),
@@ -91,6 +94,7 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                                      peft_config=lora_config(s, model),
                                      callbacks=[*(callbacks or []), guard, estimate_callback("sft", steps)])
+    trainer.memory_budget = plan
     base_identity = base_model.identity(base_dir)  # hashes the weights: once per run
     resume = resume_point(checkpoints, {"cfg": s, "seed": t.seed, "rows": rows, "base": base_identity})
     if resume:
@@ -99,10 +103,12 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     return finish(trainer, guard, out, "sft", base_identity,
                   {"samples": len(rows), "samples_set_aside_too_long": [f"{r['batch']}/{r['sample_id']}" for r in too_long],
                    "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
-                   "padding_free": padding_free, "bf16": bf16}, started)
+                   "padding_free": padding_free, "bf16": bf16, "memory_budget_mb": s.memory_budget_mb,
+                   "gradient_checkpointing": args.gradient_checkpointing}, started)
 
 
-def sft_config(s: Sft, seed: int, checkpoints: Path, padding_free: bool, bf16: bool, cuda: bool):
+def sft_config(s: Sft, seed: int, checkpoints: Path, padding_free: bool, bf16: bool, cuda: bool,
+               checkpointing: bool | None = None):
     """TRL's SFTConfig from `train.sft`: the stage's and `benchmarks/bench_rounds.py`'s one setting."""
     from trl import SFTConfig
 
@@ -116,7 +122,8 @@ def sft_config(s: Sft, seed: int, checkpoints: Path, padding_free: bool, bf16: b
         train_sampling_strategy="group_by_length" if s.group_by_length else "random", report_to=[], seed=seed,
         bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",
-        disable_tqdm=False, gradient_checkpointing=s.gradient_checkpointing)
+        disable_tqdm=False,
+        gradient_checkpointing=s.gradient_checkpointing if checkpointing is None else checkpointing)
 
 
 def _padding_free(setting, cuda: bool) -> bool:

@@ -98,6 +98,25 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
     return get_last_checkpoint(str(folder))
 
 
+def memory_plan(trainer: str, section, model, *, qlora: bool, bf16_on_cuda: bool, max_length: int):
+    """The micro-batch plan of a trainer section with `memory_budget_mb` set (None without one), printed as the
+    one line that says what the budget buys: the model's shape from its config, its weights held in fp32 on a
+    CPU (bf16 autocast keeps fp32 weights there) and in bf16 on CUDA. A budget below what the weights alone take
+    is the user's mistake, named by its key."""
+    from clap.train.memory import Shape, micro_batch_plan
+
+    if section.memory_budget_mb is None:
+        return None
+    try:
+        plan = micro_batch_plan(Shape.from_config(model.config), section.memory_budget_mb, lora_r=section.lora_r,
+                                weights_bytes=2 if bf16_on_cuda else 4, qlora=qlora, max_length=max_length,
+                                checkpointing=bool(getattr(section, "gradient_checkpointing", False)))
+    except ValueError as exc:
+        raise NotAdmitted(f"{trainer}: {exc}") from None
+    print(plan.line(trainer, max_length), flush=True)
+    return plan
+
+
 def planned_steps(rows: int, batch: int, accumulation: int, epochs: float, max_steps: int) -> tuple[int, int]:
     """(optimizer steps, steps per epoch) a run will take (pure): `max_steps` when set (> 0), else epochs × the
     steps one pass over `rows` takes at `batch` × `accumulation` rows a step."""

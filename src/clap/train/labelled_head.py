@@ -10,6 +10,11 @@ head) and takes the same loss TRL takes: the summed negative log-likelihood of t
 label count (`num_items_in_batch` under gradient accumulation), with TRL's entropy, token accuracy and token
 count logged beside it. Measured by `benchmarks/bench_train.py` (`clap` against `clap_tiled`, TRL's head).
 On Triton devices, and for every option this does not cover, TRL's own `compute_loss` runs.
+
+Under a memory budget (`memory_budget`, a `clap.train.memory.MicroBatchPlan`) each batch the dataloader gives is
+forwarded and backpropagated in micro-batches sized to the budget (`clap.train.memory.micro_batches`), each cut to
+its own longest row, with the whole step's label count as the loss's denominator: the gradient is the batch's, the
+sampler and the optimizer's trajectory are unchanged, and the activations alive at once are one micro-batch's.
 """
 
 from __future__ import annotations
@@ -43,33 +48,62 @@ def labelled_loss(logits, targets, num_items_in_batch=None):
     return loss, entropy, is_top1
 
 
+def row_slice(inputs: dict, rows: list[int]) -> dict:
+    """The tensors of `inputs` for `rows` (in that order), cut after the last column any of them attends to:
+    right padding beyond a micro-batch's longest row is dropped, positions before it are untouched."""
+    import torch
+
+    index = torch.as_tensor(rows)
+    batch = inputs["input_ids"].shape[0]
+    picked = {k: (v.index_select(0, index.to(v.device)) if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == batch
+                  else v) for k, v in inputs.items()}
+    mask = picked.get("attention_mask")
+    if mask is None or mask.dim() != 2:
+        return picked
+    width = int(mask.any(0).nonzero().max()) + 1 if mask.any() else mask.shape[1]
+    return {k: (v[:, :width] if torch.is_tensor(v) and v.dim() == 2 and v.shape[1] == mask.shape[1] else v)
+            for k, v in picked.items()}
+
+
 class LabelledHeadSFTTrainer(SFTTrainer):
-    """TRL's `SFTTrainer` whose training loss computes logits at the labelled positions only (above)."""
+    """TRL's `SFTTrainer` whose training loss computes logits at the labelled positions only, and whose step runs
+    in micro-batches when a memory budget is set (above)."""
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        labels = inputs.get("labels")
-        if (return_outputs or labels is None or labels.device.type in ("cuda", "xpu") or self.compute_loss_func
-                is not None or self.label_smoother is not None or self.args.loss_type != "nll" or self.aux_loss_enabled):
-            return super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
-        import torch
+    memory_budget = None  # a clap.train.memory.MicroBatchPlan, or None: the whole batch at once
 
-        mode = "train" if self.model.training else "eval"
-        keep, targets = next_token_targets(labels)
-        model_inputs = {k: v for k, v in inputs.items() if k != "labels"} | {"use_cache": False, "logits_to_keep": keep}
-        logits = model(**model_inputs).logits  # [labelled tokens, vocab]
-        loss, entropy, is_top1 = labelled_loss(logits, targets, num_items_in_batch)
-        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-            loss = loss * (self.accelerator.num_processes // self.get_tp_size())  # DDP averages; as TRL does
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        plan = self.memory_budget
+        mask = inputs.get("attention_mask")
+        if plan is None or num_items_in_batch is None or mask is None or mask.dim() != 2 or "labels" not in inputs \
+                or self.args.padding_free:
+            return super().training_step(model, inputs, num_items_in_batch)
+        from clap.train.memory import micro_batches, recompute
 
-        gather = self.accelerator.gather_for_metrics
-        valid = gather(torch.as_tensor(targets.numel(), device=labels.device)).sum()
-        self._metrics[mode]["entropy"].append((gather(entropy.sum()).sum() / valid).item() if valid > 0 else 0.0)
-        self._metrics[mode]["mean_token_accuracy"].append(
-            (gather(is_top1.sum()).sum() / valid).item() if valid > 0 else 0.0)
-        if mode == "train":
-            counted = inputs["attention_mask"].sum() if "attention_mask" in inputs else \
-                torch.as_tensor(inputs["input_ids"].numel(), device=labels.device)
-            self._total_train_tokens += gather(counted).sum().item() // self._tp_size
-        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
-        return loss
+        lengths = [int(n) for n in mask.sum(1)]
+        labelled = [int(n) for n in (inputs["labels"][:, 1:] != -100).sum(1)]
+        total = None
+        for rows in micro_batches(lengths, labelled, plan):
+            if not plan.checkpointing:
+                _recompute_layers(model, recompute(rows, lengths, labelled, plan))
+            part = inputs if len(rows) == len(lengths) else row_slice(inputs, rows)
+            loss = super().training_step(model, part, num_items_in_batch)
+            total = loss if total is None else total + loss
+        return total
+
+
+def _recompute_layers(model, count: int) -> None:
+    """Gradient checkpointing for the first `count` decoder layers of the next forward pass, none for the rest:
+    transformers' decoder layers (`GradientCheckpointingLayer`) recompute their activations in the backward pass
+    while their `gradient_checkpointing` flag is set. Non-reentrant checkpointing needs no input that requires
+    grad, so it works under a frozen, PEFT-wrapped base."""
+    import functools
+
+    import torch.utils.checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for k, layer in enumerate(layers):
+        if k < count and getattr(layer, "_gradient_checkpointing_func", None) is None:
+            layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,
+                                                                   use_reentrant=False)
+        layer.gradient_checkpointing = k < count

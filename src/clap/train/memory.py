@@ -21,6 +21,7 @@ bytes, and what autograd saves during a forward pass), which the estimate is che
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GIB = 1024 ** 3
@@ -152,3 +153,91 @@ def measure_tiny(shape: Shape, *, lora_r: int, batch: int, seq_len: int, seed: i
     parameter_storages = {p.untyped_storage().data_ptr() for p in model.parameters() if id(p) in weights}
     activations = sum(n for ptr, n in saved.items() if ptr not in parameter_storages)
     return {"weights": base, "adapter": adapter, "activations": activations}
+
+
+@dataclass(frozen=True)
+class MicroBatchPlan:
+    """How a trainer under `memory_budget_mb` splits each batch: the bytes its activations may take, what one
+    token (through every decoder layer) and one labelled token (its row of the LM head's logits, upcast for the
+    loss) cost of them, what a token costs when its layers are recomputed in the backward pass, and whether every
+    micro-batch is recomputed (`checkpointing`: asked for, or QLoRA) or only a row too long to fit without it."""
+    budget_mb: int
+    available: float
+    per_token: float
+    per_labelled: float
+    checkpointing: bool
+    per_token_recomputed: float = 0.0
+    layers: int = 1
+    saved_per_layer: float = 0.0      # bytes a token no longer holds for each decoder layer that is recomputed
+
+    def cost(self, rows: int, longest: int, labelled: int) -> float:
+        """Bytes of the activations of a micro-batch of `rows` padded to `longest` tokens (pure)."""
+        return rows * longest * self.per_token + labelled * self.per_labelled
+
+    def longest_without_recompute(self) -> int:
+        """Tokens of the longest row that fits the budget with every activation kept."""
+        return int(self.available // self.per_token) if self.per_token else 0
+
+    def line(self, trainer: str, max_length: int) -> str:
+        rows = max(1, int(self.available // max(1.0, self.per_token * max_length)))
+        fits = self.longest_without_recompute()
+        return (f"clap: {trainer}: memory budget {self.budget_mb} MB: {self.available / 2**20:.0f} MB for activations, "
+                f"{self.per_token / 1024:.0f} KB a token → micro-batches of about {rows} row(s) of {max_length} tokens"
+                + ("; gradient checkpointing on" if self.checkpointing else
+                   f"; a row over {fits} tokens has just enough of its layers recomputed in the backward pass to fit"
+                   if fits < max_length else ""))
+
+
+def micro_batch_plan(shape: Shape, budget_mb: int, *, lora_r: int, weights_bytes: int, qlora: bool,
+                     max_length: int, checkpointing: bool, targets: list[str] | None = None) -> MicroBatchPlan:
+    """The plan for a `budget_mb` peak (pure). `weights_bytes` is the dtype the weights and saved activations are
+    held in (4 on a CPU, where bf16 autocast keeps fp32 weights and the residual stream in fp32; 2 in bf16 on
+    CUDA). `checkpointing` (or QLoRA, which turns it on) recomputes every micro-batch; otherwise only a row that
+    does not fit is. The budget that cannot hold the weights, the adapter and the overhead is refused with the
+    figure they need."""
+    fixed = estimate(shape, lora_r=lora_r, batch=0, seq_len=0, qlora=qlora, bf16=weights_bytes == 2, targets=targets)
+    available = budget_mb * 2**20 - (fixed["weights"] + fixed["adapter"] + fixed["overhead"])
+    if available <= 0:
+        raise ValueError(f"memory_budget_mb {budget_mb} is below what the weights, the adapter and the overhead "
+                         f"alone take: {(fixed['total']) / 2**20:.0f} MB")
+    per_layer = activation_bytes_per_token(shape, weights_bytes)
+    kept = shape.layers * per_layer["layer"]
+    recomputed = shape.layers * shape.hidden * weights_bytes + per_layer["layer"]
+    always = checkpointing or qlora
+    return MicroBatchPlan(budget_mb=budget_mb, available=available, per_token=recomputed if always else kept,
+                          per_labelled=per_layer["logits"], checkpointing=always, per_token_recomputed=recomputed,
+                          layers=shape.layers, saved_per_layer=per_layer["layer"] - shape.hidden * weights_bytes)
+
+
+def micro_batches(lengths: list[int], labelled: list[int], plan: MicroBatchPlan) -> list[list[int]]:
+    """The rows of one batch in groups whose activations fit `plan.available` (pure): a group costs its rows ×
+    its longest row's tokens (the padded micro-batch) through the layers, plus its labelled tokens through the LM
+    head. Rows are taken longest first, so each group pads little; a row that alone exceeds the budget is a group
+    of its own (`recompute` says whether its layers must be recomputed). The gradient of the batch is the sum over
+    its groups, so only the memory changes."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups:
+            g = groups[-1] + [i]
+            if plan.cost(len(g), max(lengths[j] for j in g), sum(labelled[j] for j in g)) <= plan.available:
+                groups[-1] = g
+                continue
+        groups.append([i])
+    return groups
+
+
+def recompute(group: list[int], lengths: list[int], labelled: list[int], plan: MicroBatchPlan) -> int:
+    """How many decoder layers of a micro-batch recompute their activations in the backward pass (pure): every
+    one under `checkpointing`; else none when its kept activations fit the budget, and otherwise just enough,
+    counted from the first, for them to fit (a row that does not fit alone, by `micro_batches`) — each recomputed
+    layer keeps only its input, and costs one more forward pass of that layer."""
+    if plan.checkpointing:
+        return plan.layers
+    tokens = len(group) * max(lengths[j] for j in group)
+    over = plan.cost(len(group), max(lengths[j] for j in group), sum(labelled[j] for j in group)) - plan.available
+    if over <= 0:
+        return 0
+    if plan.saved_per_layer <= 0:
+        return plan.layers
+    return min(plan.layers, math.ceil(over / (tokens * plan.saved_per_layer)))

@@ -161,5 +161,5 @@ def _mlflow():
         import mlflow
     except ImportError:
         raise TrackingUnavailable("train.report_to names mlflow, which is not installed: "
-                                  "pip install 'clap[mlflow]' (or remove it from train.report_to)") from None
+                                  "pip install 'clap-loop[mlflow]' (or remove it from train.report_to)") from None
     return mlflow

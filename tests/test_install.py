@@ -1,0 +1,55 @@
+"""CLAP installs under its own distribution name, `clap-loop` (PyPI's `clap` is an unrelated project): the wheel
+built from this checkout is named so, carries its extras and the `clap` command, and pip resolves it with an extra
+in a clean virtual environment, as `pip install 'clap-loop[s3]'` would."""
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_distribution_name_is_clap_loop_everywhere_an_install_is_written():
+    import tomllib
+
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"] == "clap-loop"
+    from clap.cli.common import DISTRIBUTION
+
+    assert DISTRIBUTION == "clap-loop"
+    written = [p for p in [ROOT / "README.md", ROOT / "conf" / "config.yaml", *(ROOT / "docs").rglob("*.md"),
+                           *(ROOT / "src").rglob("*.py")]
+               if "pip install 'clap[" in p.read_text(encoding="utf-8")]
+    assert written == []
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_with_an_extra_in_a_clean_venv(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    assert wheel.name.startswith("clap_loop-")
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        entry = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))).decode()
+        assert any(n.startswith("clap/_template/conf/") for n in z.namelist())  # what `clap init` copies
+    assert "Name: clap-loop" in meta and "clap = clap.cli:app" in entry
+    for extra in ("s3", "ray", "mlflow"):
+        assert f"Provides-Extra: {extra}" in meta
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    report = tmp_path / "report.json"
+    resolved = subprocess.run([*pip, "install", "-q", "--dry-run", "--ignore-installed", "--report", str(report),
+                               f"{wheel}[s3]", "torch==2.13.0"], capture_output=True, text=True)
+    assert resolved.returncode == 0, resolved.stderr[-2000:]
+    names = {i["metadata"]["name"].lower() for i in json.loads(report.read_text())["install"]}
+    assert {"clap-loop", "dvc-s3", "dvc", "transformers"} <= names
+    subprocess.run([*pip, "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
+    version = subprocess.run([str(venv / "bin" / "python"), "-c",
+                              "import importlib.metadata as m; print(m.version('clap-loop'))"],
+                             capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == __import__("clap").__version__ and (venv / "bin" / "clap").exists()
