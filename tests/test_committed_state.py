@@ -37,7 +37,7 @@ def run_state(tracked: list[str], outputs: set[str]) -> list[str]:
 
 def test_the_check_names_a_committed_lock_and_an_output():
     outputs = {"metrics/gate.json", "models/sft"}
-    assert run_state(["dvc.lock", "metrics/gate.json", "models/sft/adapter/x", "release/prod.json", "conf/a.yaml"],
+    assert run_state(["dvc.lock", "metrics/gate.json", "models/sft/adapter/x", "release/prod.json", "params.yaml"],
                      outputs) == ["dvc.lock", "metrics/gate.json", "models/sft/adapter/x"]
 
 

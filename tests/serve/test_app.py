@@ -120,12 +120,34 @@ DEEP = _deep(200)
      "more than 50000 nodes"),
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
       "json_schema": {"schema": DEEP}}}, None, 400, "nested deeper than 24 levels"),
+    # OpenAI fields the server does not implement are refused by name, never ignored
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "top_p": 0.5}, None, 400,
+     "top_p: not supported by this server"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "stream": True,
+      "stream_options": {"include_usage": True}}, None, 400, "stream_options: not supported"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "logprobs": True}, None, 400, "logprobs"),
 ])
 def test_a_malformed_request_is_a_4xx_with_a_clear_message_never_a_traceback(engine, body, raw, status, says):
     with running(create_app(engine, MODELS, max_tokens_cap=512)) as url:
         got, reply = post(f"{url}/v1/chat/completions", body, raw=raw)
     assert got == status and says in reply["error"]["message"], reply
     assert "Traceback" not in json.dumps(reply)
+
+
+def test_a_wrong_route_or_method_answers_openais_error_object(engine):
+    import urllib.error
+    import urllib.request
+
+    with running(create_app(engine, MODELS, max_tokens_cap=512)) as url:
+        got, reply = post(f"{url}/v1/embeddings", {"model": "base", "input": "x"})
+        assert got == 404 and reply["error"]["type"] == "not_found_error" and "/v1/embeddings" in reply["error"]["message"]
+        with pytest.raises(urllib.error.HTTPError) as wrong:
+            urllib.request.urlopen(f"{url}/v1/chat/completions", timeout=30)  # a GET
+        body = json.loads(wrong.value.read())
+        assert wrong.value.code == 405 and body["error"]["message"].startswith("GET /v1/chat/completions")
+        got, reply = post(f"{url}/v1/completions", {"model": "base", "prompt": "x",
+                                                    "response_format": {"type": "json_object"}})
+        assert got == 400 and reply["error"]["param"] == "response_format"
 
 
 def test_an_adapter_whose_bytes_differ_from_its_pins_is_refused_at_load(tiny_dir, sft_start, tmp_path):

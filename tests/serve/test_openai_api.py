@@ -136,3 +136,23 @@ def test_a_prompt_and_its_answer_must_fit_the_context(prompt, max_tokens, contex
     else:
         with pytest.raises(ValueError, match=f"the prompt is {prompt} tokens; with max_tokens {max_tokens}"):
             check_prompt_length(prompt, max_tokens, context)
+
+
+@pytest.mark.parametrize("body, chat, field", [
+    ({"messages": []}, True, None),
+    ({"top_p": 1}, True, None),                         # the value that asks for nothing is accepted
+    ({"top_p": 0.9}, True, "top_p"),
+    ({"logprobs": False, "presence_penalty": 0}, True, None),
+    ({"logprobs": True}, False, "logprobs"),
+    ({"stream_options": {}}, True, None),
+    ({"stream_options": {"include_usage": True}}, True, "stream_options"),
+    ({"logit_bias": {"42": 5}}, True, "logit_bias"),
+    ({"response_format": {"type": "json_object"}}, False, "response_format"),
+    ({"response_format": {"type": "json_object"}}, True, None),
+    ({"user": "someone", "seed": 3}, True, None),        # fields that change nothing the server does
+])
+def test_unsupported_fields_are_named_not_ignored(body, chat, field):
+    from clap.serve.openai_api import unsupported
+
+    problem = unsupported(body, chat)
+    assert (problem and problem[1]) == field or (problem is None and field is None)

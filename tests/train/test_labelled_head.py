@@ -129,7 +129,7 @@ def test_training_under_a_budget_follows_the_same_trajectory(tiny_dir, tmp_path)
     """Two optimizer steps with and without micro-batches log the same losses and end at the same LoRA weights;
     the base is untouched. Plain SGD: AdamW's first step turns float noise in a gradient that is exactly zero in
     exact arithmetic (LoRA A's, while B is still zero) into a full ±lr update, which would hide what is compared; fp32, as bf16 rounds
-    differently at each micro-batch's shape (the real-model curves under bf16: benchmarks/bench_memory.py)."""
+    differently at each micro-batch's shape (the real-model curves under bf16: benchmarks/bench_train.py, clap_whole beside clap)."""
     from datasets import Dataset
     from trl import SFTConfig
 

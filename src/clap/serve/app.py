@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clap.agent.engine import AgentServing
 from clap.serve import openai_api as api
@@ -64,6 +65,8 @@ class Completions:
             return None, refuse(400, "the request body is not JSON")
         if not isinstance(body, dict):
             return None, refuse(400, "the request body must be a JSON object")
+        if (ignored := api.unsupported(body, chat=shape is api.ChatRequest)) is not None:
+            return None, refuse(400, *ignored)
         try:
             req = shape.model_validate(body)
         except ValidationError as exc:
@@ -284,6 +287,11 @@ def _refuse_errors(app: FastAPI) -> None:
     async def _invalid(_request, exc):
         first = exc.errors()[0]
         return refuse(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request, exc):  # 404 no such route, 405 wrong method: OpenAI's error object, not {"detail": …}
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return refuse(exc.status_code, f"{_request.method} {_request.url.path}: {exc.detail}", kind=kind)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request, exc):  # one line, never a traceback in the response

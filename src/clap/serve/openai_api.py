@@ -49,6 +49,29 @@ def check_prompt_length(prompt_tokens: int, max_tokens: int, context: int | None
                          f"model's context of {context} tokens")
 
 
+# OpenAI request fields this server does not implement, with the value that asks for nothing (absent or this value
+# is accepted; anything else is refused naming the field, never silently ignored).
+UNSUPPORTED = {"top_p": 1, "logprobs": False, "top_logprobs": None, "presence_penalty": 0, "frequency_penalty": 0,
+               "logit_bias": None, "stream_options": None, "best_of": 1, "echo": False, "suffix": None,
+               "parallel_tool_calls": None, "functions": None, "function_call": None, "modalities": None,
+               "audio": None, "prediction": None, "reasoning_effort": None, "service_tier": None}
+COMPLETIONS_ONLY_CHAT = ("response_format", "tools", "tool_choice", "messages")
+
+
+def unsupported(body: dict, chat: bool) -> tuple[str, str] | None:
+    """(message, field) for the first field of an OpenAI request body this server would otherwise ignore (pure):
+    a field of `UNSUPPORTED` set to anything but the value that asks for nothing, or a chat-only field on
+    `/v1/completions`. None when every field given is one the server honours."""
+    for field, neutral in UNSUPPORTED.items():
+        if field in body and body[field] not in (None, neutral) and body[field] != {} and body[field] != []:
+            return f"{field}: not supported by this server (clap serve); leave it out", field
+    if not chat:
+        for field in COMPLETIONS_ONLY_CHAT:
+            if field in body:
+                return f"{field}: not supported on /v1/completions; use /v1/chat/completions", field
+    return None
+
+
 class FunctionCall(BaseModel):
     model_config = ConfigDict(extra="ignore")
     name: Annotated[str, Field(min_length=1)]
