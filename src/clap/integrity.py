@@ -28,8 +28,8 @@ from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
 from clap.io import git_show, sha256_file
 
-ALLOWED = {"adapter_config.json", "adapter_model.safetensors", "README.md", "manifest.json"}
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+ALLOWED = {paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS, "README.md", paths.MANIFEST}
+ADAPTER_FILES = (paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS)
 
 
 class AdapterRefused(UserError, RuntimeError):
@@ -43,7 +43,7 @@ class BundleMismatch(UserError, RuntimeError):
 def adapter_expectation(b: EvidenceBundle, role: str = "adapter") -> dict:
     """The adapter manifest the bundle pins, for the serving check (`role="agent_adapter"`: the agent's)."""
     files = {Path(f.path).name: f.sha256 for f in b.files if f.role == role
-             and Path(f.path).name != "manifest.json"}
+             and Path(f.path).name != paths.MANIFEST}
     if not files:
         raise BundleMismatch(f"the bundle pins no {role.replace('_', ' ')}")
     return {"files": files, "base_model": {"name": b.base_model["name"],
@@ -64,7 +64,7 @@ def verify_adapter(adapter_dir: Path, expected: dict, base_identity: dict) -> No
     for p in sorted(adapter_dir.iterdir()):
         if p.name not in ALLOWED:
             raise AdapterRefused(f"{p}: unexpected file in adapter folder (only safetensors weights are loaded)")
-    weights = adapter_dir / "adapter_model.safetensors"
+    weights = adapter_dir / paths.ADAPTER_WEIGHTS
     if weights.exists() and weights.read_bytes()[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"PK"):
         raise AdapterRefused(f"{weights}: a pickle/zip archive, not safetensors; refused without loading")
     missing = [n for n in ADAPTER_FILES if n not in expected.get("files", {})]
@@ -107,9 +107,9 @@ def _from_dvc_lock(root: Path, adapter_dir: Path) -> dict:
     if owner is None or not str(owner.get("md5", "")).endswith(".dir"):
         raise AdapterRefused(f"{adapter_dir}: not pinned by dvc.lock (no stage output covers it); produce it with "
                              "`dvc repro` or load a released version")
-    inner = (rel.relative_to(owner["path"]) / "manifest.json").as_posix()
+    inner = (rel.relative_to(owner["path"]) / paths.MANIFEST).as_posix()
     pinned_md5 = _dvc_pinned_md5(root, owner["md5"], inner)
-    manifest = adapter_dir / "manifest.json"
+    manifest = adapter_dir / paths.MANIFEST
     if pinned_md5 is None:
         raise AdapterRefused(f"{manifest}: {owner['pinned_by']} ({owner['path']}) does not pin it")
     if not manifest.exists() or hashlib.md5(manifest.read_bytes()).hexdigest() != pinned_md5:

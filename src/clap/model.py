@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from clap import paths
 from clap.config import Model
 from clap.errors import UserError
 from clap.io import atomic_dir, read_json_if_exists, sha256_file, write_json
@@ -138,7 +139,7 @@ def _pinned_folder(manifest: dict, root: Path = Path(".")) -> Path:
 
 
 def _read_manifest(cache_dir: Path) -> dict | None:
-    return read_json_if_exists(Path(cache_dir) / "manifest.json")
+    return read_json_if_exists(Path(cache_dir) / paths.MANIFEST)
 
 
 def _dequantise(base: str, kind: str, cache_dir: Path) -> Path:
@@ -166,7 +167,7 @@ def _dequantise(base: str, kind: str, cache_dir: Path) -> Path:
         if kind == "package" and PACKAGED[base].assembled:
             src.unlink()  # the assembled copy: the chunk packages keep the bytes
         weights = sorted(tmp.glob("*.safetensors"))
-        (tmp / "manifest.json").write_text(json.dumps({
+        (tmp / paths.MANIFEST).write_text(json.dumps({
             "name": name, "requested": base, "source": source, "gguf_sha256": gguf_sha256,
             "weights_sha256": sha256_file(weights[0]) if len(weights) == 1 else
             {w.name: sha256_file(w) for w in weights}}, indent=2))
@@ -208,13 +209,13 @@ def _pin_in_place(base: str, kind: str, folder: Path, cache_dir: Path, revision:
     for stale in cache_dir.iterdir():  # a previous dequantised base: this stage's own output
         if stale.is_file() and stale.suffix in MODEL_FILES:
             stale.unlink()
-    write_json(cache_dir / "manifest.json", record)
+    write_json(cache_dir / paths.MANIFEST, record)
     write_json(_stat_cache(cache_dir), {f: _stat(folder / f) for f in files})
     return folder
 
 
 def _check_in_place(cache_dir: Path, manifest: dict) -> Path:
-    where = cache_dir / "manifest.json"
+    where = cache_dir / paths.MANIFEST
     folder = _pinned_folder(manifest)
     if not folder.is_dir():
         raise UserError(f"{where}: the pinned base folder {folder} is missing")
@@ -240,7 +241,7 @@ def _stat_cache(cache_dir: Path) -> Path:
 
 def _model_files(folder: Path) -> list[str]:
     return sorted(f.name for f in Path(folder).iterdir() if f.is_file() and f.suffix in MODEL_FILES
-                  and f.name != "manifest.json")
+                  and f.name != paths.MANIFEST)
 
 
 def _stat(path: Path) -> list[int]:
@@ -258,7 +259,7 @@ def identity(path: Path) -> dict:
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise FileNotFoundError(f"{path}: no safetensors weights (other formats are refused)")
-    manifest = json.loads((path / "manifest.json").read_text()) if (path / "manifest.json").exists() else {}
+    manifest = json.loads((path / paths.MANIFEST).read_text()) if (path / paths.MANIFEST).exists() else {}
     name = manifest.get("name", path.name)
     snapshot = re.search(r"models--([^/]+)--([^/]+)/snapshots/([0-9a-f]{7,})/?$", path.as_posix())
     gguf = Path(manifest["source"].split("/")[-1]).name if manifest.get("gguf_sha256") else None

@@ -5,6 +5,10 @@ CLI defaults, the stages that read other stages' outputs, the bundle, the report
 
 from pathlib import Path
 
+# The files of an adapter folder (PEFT's two and CLAP's manifest of pinned hashes, which a base model's folder has too)
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+MANIFEST = "manifest.json"
 ARTIFACT = "clap-adapter"  # the registry's artifact name in GTO's tags (`clap-adapter@v0.0.1`, `clap-adapter#prod#1`)
 RAW = Path("data/raw")
 ASSETS = Path("data/assets")

@@ -92,8 +92,8 @@ def _record_trained(kind: str, m: dict, tracking, out: Path) -> None:
     """After a trainer ran: its trackers closed (the run's record added to its metrics), metrics/train_<kind>.json."""
     from clap.io import read_json_if_exists, write_json
 
-    manifest = read_json_if_exists(Path(out) / "adapter" / "manifest.json") or {}
-    m |= tracking.close(m, manifest.get("base_model"), (manifest.get("files") or {}).get("adapter_model.safetensors"))
+    manifest = read_json_if_exists(Path(out) / "adapter" / paths.MANIFEST) or {}
+    m |= tracking.close(m, manifest.get("base_model"), (manifest.get("files") or {}).get(paths.ADAPTER_WEIGHTS))
     write_json(paths.train_metrics(trainer_name(kind)), m)
     _say_trained(kind, m, (read_json_if_exists(Path(out) / paths.GUARD_REPORT_FILE) or {}).get("trip"))
 

@@ -30,6 +30,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from clap import paths
 from clap.io import atomic_write_text
 
 _CODE = ("generate.py", "decoding.py", "metrics.py", "kv_cache.py", "merged_lora.py", "prefix_cache.py")  # prompt → stored text
@@ -50,7 +51,7 @@ def _code_salt() -> str:
     return h.hexdigest()
 
 
-_ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # what PEFT loads: all that decides an answer
+_ADAPTER_FILES = (paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS)  # what PEFT loads: all that decides an answer
 
 
 def model_id(base_weights_sha256: dict, adapter_files: dict | None = None) -> str:

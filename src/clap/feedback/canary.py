@@ -178,8 +178,8 @@ def vllm_command(base: Path, adapters: dict[str, Path], port: int = 8000) -> lis
     """vLLM's OpenAI-compatible server over the base model with the checked adapter folders as LoRA
     modules named by version (`base` names the bare model), as vLLM's docs give it; the LoRA rank
     slot is the smallest vLLM accepts that holds every adapter's rank."""
-    ranks = [json.loads((Path(p) / "adapter_config.json").read_text()).get("r", 8)
-             for p in adapters.values() if (Path(p) / "adapter_config.json").exists()]
+    ranks = [json.loads((Path(p) / paths.ADAPTER_CONFIG).read_text()).get("r", 8)
+             for p in adapters.values() if (Path(p) / paths.ADAPTER_CONFIG).exists()]
     slot = next(r for r in VLLM_LORA_RANKS if r >= max(ranks, default=8))
     modules = [json.dumps({"name": name, "path": str(Path(path).resolve())}) for name, path in adapters.items()]
     return ["vllm", "serve", str(Path(base).resolve()), "--served-model-name", "base", "--port", str(port),
@@ -234,8 +234,8 @@ def from_registry(root: Path, cfg: Params, log_dir: Path, candidate: Path | None
                                            False: "base"},
                                 vllm_command(base, {v: folder for v, (folder, _) in folders.items()}))
     arms = {"prod": Arm("prod", "prod" if prod else False, prod["version"] if prod else None,
-                        p_expected["files"]["adapter_model.safetensors"] if prod else None),
-            "canary": Arm("canary", True, canary["version"], c_expected["files"]["adapter_model.safetensors"])}
+                        p_expected["files"][paths.ADAPTER_WEIGHTS] if prod else None),
+            "canary": Arm("canary", True, canary["version"], c_expected["files"][paths.ADAPTER_WEIGHTS])}
     return CanaryService(engine, arms, cfg.canary.share, log_dir, cfg.canary.max_new_tokens)
 
 
@@ -271,6 +271,6 @@ def agent_from_registry(root: Path, cfg: Params, log_dir: Path) -> CanaryService
             others.append((name, folder, expected))
         arms[name] = Arm(name, name if folder is not None else False,
                          holder["version"] if folder is not None else None,
-                         expected["files"]["adapter_model.safetensors"] if folder is not None else None)
+                         expected["files"][paths.ADAPTER_WEIGHTS] if folder is not None else None)
     engine, serving = served_agent(cfg.generate, cfg.model, others)
     return CanaryService(engine, arms, cfg.canary.share, log_dir, cfg.agent.turn_tokens, agent=serving)

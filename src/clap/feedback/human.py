@@ -185,7 +185,7 @@ def export(cfg: Params, root: Path, out: Path, keys: Path) -> dict:
     (out / "tasks.json").write_text(json.dumps(tasks, ensure_ascii=False, indent=1), encoding="utf-8")
     (out / "config.xml").write_text(labeling_config(), encoding="utf-8")
     argilla.write(out / "argilla", tasks, f"clap-human-{export_id}")
-    manifest = root / paths.adapter("sft") / "manifest.json"
+    manifest = root / paths.adapter("sft") / paths.MANIFEST
     key = {"export_id": export_id, "salt": salt, "tasks_sha256": sha256_file(out / "tasks.json"),
            "candidate_manifest_sha256": sha256_file(manifest) if manifest.exists() else None,
            "items": len(chosen), "tasks": mapping}

@@ -36,13 +36,13 @@ from clap.io import OUTPUT_MARKER, atomic_dir, git_show, read_json, sha256_file,
 BUNDLE_PATH = str(paths.BUNDLE)
 GATE_PATH = str(paths.GATE)
 ADAPTER_DIR = str(paths.MODELS / "{c}" / "adapter")
-ADAPTER_REQUIRED = ("adapter_config.json", "adapter_model.safetensors", "manifest.json")
+ADAPTER_REQUIRED = (paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS, paths.MANIFEST)
 SIGNING_ENV = "CLAP_BUNDLE_KEY"
 
 _ADAPTER = (paths.MODELS / "{c}" / "adapter").as_posix()  # the shipped candidate's adapter folder
 _AGENT = (paths.MODELS / "{a}" / "adapter").as_posix()  # the agent adapter the gate shipped (tracks.agent.ships)
 ROLES = [  # (glob under the repository, role): what a release pins, from the paths the pipeline writes (clap.paths)
-    *[(f"{_ADAPTER}/{n}", "adapter") for n in ("adapter_config.json", "adapter_model.safetensors", "manifest.json",
+    *[(f"{_ADAPTER}/{n}", "adapter") for n in (paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS, paths.MANIFEST,
                                               "README.md")],
     (f"{paths.MODELS.as_posix()}/*/{paths.GUARD_REPORT_FILE}", "guard_report"),
     (f"{paths.MODELS.as_posix()}/*/{paths.TRAIN_METRICS_FILE}", "train_metrics"),
@@ -58,7 +58,7 @@ ROLES = [  # (glob under the repository, role): what a release pins, from the pa
     (f"{paths.EVAL_DECISIONS.as_posix()}/regressed.jsonl", "decision_regressed"),
     (paths.DECISION_METRICS.as_posix(), "decision_metrics"),
     (paths.HUMAN_METRICS.as_posix(), "human_evaluation"),
-    *[(f"{_AGENT}/{n}", "agent_adapter") for n in ("adapter_config.json", "adapter_model.safetensors", "manifest.json",
+    *[(f"{_AGENT}/{n}", "agent_adapter") for n in (paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS, paths.MANIFEST,
                                                   "README.md")],
     (f"{paths.AGENT_TASKS.as_posix()}/tasks.jsonl", "agent_tasks"),
     (f"{paths.AGENT_PAIRS.as_posix()}/pairs.jsonl", "agent_pairs"),
@@ -269,7 +269,7 @@ def write_each(root: Path, params: dict, shipped_out: Path, folder: Path) -> tup
             stale.unlink()
     written, missing, hashes, base = {}, [], {}, base_identity(root, params)
     for c in judged:
-        if c != shipped and not (root / ADAPTER_DIR.format(c=c) / "adapter_model.safetensors").exists():
+        if c != shipped and not (root / ADAPTER_DIR.format(c=c) / paths.ADAPTER_WEIGHTS).exists():
             missing.append(c)
             (folder / f"{c}.json").unlink(missing_ok=True)
             continue

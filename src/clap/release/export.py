@@ -75,7 +75,7 @@ def export_merged(root: Path, cfg: Params, version: str | None, out: Path) -> di
         base_model.load_tokenizer(base).save_pretrained(tmp)
         weights = sorted(tmp.glob("*.safetensors"))
         record = {"version": version, "tag": tag, "bundle_sha256": _bundle_sha256(root, tag),
-                  "adapter_sha256": expected["files"]["adapter_model.safetensors"],
+                  "adapter_sha256": expected["files"][paths.ADAPTER_WEIGHTS],
                   "base_model": {k: ident[k] for k in ("name", "hub_id", "weights_sha256") if k in ident},
                   "merged_weights_sha256": {w.name: sha256_file(w) for w in weights}}
         model_card(root, tag, ident).save(tmp / "README.md")
@@ -90,7 +90,7 @@ def export_gguf(root: Path, cfg: Params, version: str | None, out_file: Path, sc
 
     out_file = Path(out_file)
     base = base_model.resolve(cfg.model)
-    manifest = read_json_if_exists(Path(base) / "manifest.json") or {}
+    manifest = read_json_if_exists(Path(base) / paths.MANIFEST) or {}
     if not manifest.get("gguf_sha256"):
         raise ExportRefused(f"model.base {cfg.model.base!r} did not come from a GGUF, whose tokenizer metadata "
                             "the export reuses: export --merged and convert that folder with llama.cpp's "

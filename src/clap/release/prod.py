@@ -98,7 +98,7 @@ def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "a
 
 
 def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path, role: str = "adapter") -> None:
-    weights = next((f.path for f in bundle.files if f.role == role and f.path.endswith("adapter_model.safetensors")),
+    weights = next((f.path for f in bundle.files if f.role == role and f.path.endswith(paths.ADAPTER_WEIGHTS)),
                    None)
     if weights is None:
         raise ProdUnavailable(f"{ptr['version_tag']}: its bundle pins no {role.replace('_', ' ')}")

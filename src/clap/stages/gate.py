@@ -40,7 +40,7 @@ def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches:
     replay = _evidence(root / paths.REPLAY_METRICS, "replay", optional=True)
     decisions = _evidence(root / paths.DECISION_METRICS, "evaluate_decisions", optional=True)
     human = _evidence(root / paths.HUMAN_METRICS, "clap human import", optional=True)
-    manifest = root / paths.adapter(candidate) / "manifest.json"
+    manifest = root / paths.adapter(candidate) / paths.MANIFEST
     judged = {candidate: decide(policy, admission, guards, evaluation, replay, candidate=candidate,
                                 decisions=decisions, human=human,
                                 candidate_manifest=sha256_file(manifest) if manifest.exists() else None)}

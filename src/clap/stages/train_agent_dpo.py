@@ -82,6 +82,6 @@ def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identi
                "adapter_source": f"start ({start_adapter}): no pair to learn from"}
     with atomic_dir(out) as tmp:
         shutil.copytree(start_adapter, tmp / "adapter")
-        write_json(tmp / "adapter" / "manifest.json", adapter_manifest(tmp / "adapter", base_identity))
+        write_json(tmp / "adapter" / paths.MANIFEST, adapter_manifest(tmp / "adapter", base_identity))
         write_untrained(tmp, "agent_dpo", metrics)
     return metrics

@@ -64,7 +64,7 @@ def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity:
     from clap.integrity import attach
 
     model = attach(base_model.load_model(base_dir), "default", Path(adapter_dir), expected, base_identity, trainable=True)
-    return model, expected["files"]["adapter_model.safetensors"]
+    return model, expected["files"][paths.ADAPTER_WEIGHTS]
 
 
 def _plain(value):
@@ -161,7 +161,7 @@ def run_training(trainer, resume: str | None) -> None:
         from transformers import TrainerState
 
         print(f"clap: {resume} holds the run's last step; taken as it is, not trained again")
-        set_peft_model_state_dict(trainer.model, load_file(Path(resume) / "adapter_model.safetensors"))
+        set_peft_model_state_dict(trainer.model, load_file(Path(resume) / paths.ADAPTER_WEIGHTS))
         trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
         return
     trainer.train(resume_from_checkpoint=resume)
@@ -172,7 +172,7 @@ def _ran_to_the_end(checkpoint: Path) -> bool:
         state = json.loads((checkpoint / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return False
-    return (checkpoint / "adapter_model.safetensors").exists() and 0 < state.get("max_steps", 0) <= \
+    return (checkpoint / paths.ADAPTER_WEIGHTS).exists() and 0 < state.get("max_steps", 0) <= \
         state.get("global_step", 0)
 
 
@@ -198,7 +198,7 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
             Path(report.last_good_checkpoint).exists() else None
         if report.trip is not None and (good or start_adapter):
             adapter.mkdir()
-            for name in ("adapter_config.json", "adapter_model.safetensors"):
+            for name in (paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS):
                 shutil.copy2(Path(good or start_adapter) / name, adapter / name)
             metrics["adapter_source"] = good or f"start ({start_adapter}): tripped before the first checkpoint"
         else:
@@ -206,15 +206,15 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
             metrics["adapter_source"] = "final" if report.trip is None else "final_after_trip_no_good_checkpoint"
         for stray in adapter.glob("*.bin"):
             stray.unlink()
-        config = json.loads((adapter / "adapter_config.json").read_text())
+        config = json.loads((adapter / paths.ADAPTER_CONFIG).read_text())
         config["base_model_name_or_path"] = base_identity["hub_id"]  # not the local cache path models/base
         if isinstance(config.get("target_modules"), list):  # PEFT writes a set: its order changes run to run, and
             config["target_modules"] = sorted(config["target_modules"])  # so would the adapter's hash and stored answers
-        (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        (adapter / paths.ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
         stamp = Path(trainer.args.output_dir) / "run_key.txt"
         run_key = stamp.read_text().strip() if stamp.exists() else None
         (adapter / "README.md").write_text(_model_card(kind, base_identity, metrics, report.model_dump(), run_key))
-        write_json(adapter / "manifest.json", adapter_manifest(adapter, base_identity))
+        write_json(adapter / paths.MANIFEST, adapter_manifest(adapter, base_identity))
         write_json(tmp / paths.TRAIN_METRICS_FILE, metrics)
         write_json(tmp / paths.GUARD_REPORT_FILE, report.model_dump())
         (tmp / "train_log.csv").write_text(_log_csv(history))
