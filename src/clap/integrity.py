@@ -26,7 +26,7 @@ import yaml
 from clap import paths
 from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
-from clap.io import git_show, sha256_file
+from clap.io import git_show, read_json, sha256_file
 
 ALLOWED = {paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS, "README.md", paths.MANIFEST}
 ADAPTER_FILES = (paths.ADAPTER_CONFIG, paths.ADAPTER_WEIGHTS)
@@ -114,7 +114,7 @@ def _from_dvc_lock(root: Path, adapter_dir: Path) -> dict:
         raise AdapterRefused(f"{manifest}: {owner['pinned_by']} ({owner['path']}) does not pin it")
     if not manifest.exists() or hashlib.md5(manifest.read_bytes()).hexdigest() != pinned_md5:
         raise AdapterRefused(f"{manifest}: differs from the hash {owner['pinned_by']} pins for {owner['path']}")
-    return json.loads(manifest.read_text(encoding="utf-8"))
+    return read_json(manifest)
 
 
 def lock_outs(lock_text: str) -> list[dict]:

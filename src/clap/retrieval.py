@@ -15,6 +15,7 @@ import numpy as np
 
 from clap.config import Retrieval
 from clap.domain import quantities as nz
+from clap.io import read_json
 
 _TOKEN = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[\u4e00-\u9fff]+")
 STOP = {"the", "was", "for", "what", "of", "a", "an", "in", "is", "s", "and", "to", "fy", "co"}
@@ -59,7 +60,7 @@ class BM25Index:
 
         obj = cls.__new__(cls)
         obj.retriever = bm25s.BM25.load(str(folder), allow_pickle=False)
-        obj.chunk_ids = json.loads((Path(folder) / "chunk_ids.json").read_text())
+        obj.chunk_ids = read_json(Path(folder) / "chunk_ids.json")
         return obj
 
 

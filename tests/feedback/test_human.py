@@ -106,8 +106,11 @@ def test_import_mistakes_are_one_line_errors(project, params):
     tampered[3]["data"]["answer"] = '{"value": 12345}'
     (root / "tampered.json").write_text(json.dumps(tampered))
     (root / "broken.json").write_text("[{")
+    text = json.dumps(_ls_export(tasks, key))  # a key written twice in one object: which one counts is undefined
+    (root / "twice.json").write_text(text.replace('"data": {', '"data": {"answer": "x", ', 1))
     for args, message in ((["tampered.json"], "task 4 shows an answer that differs from the one exported"),
-                          (["broken.json"], "broken.json: not JSON"),
+                          (["broken.json"], "broken.json: not a valid JSON document"),
+                          (["twice.json"], "twice.json: not a valid JSON document (key 'answer' appears twice in one object)"),
                           (["missing.json"], "missing.json: no such file")):
         r = _clap(root, "human", "import", *args)
         assert r.returncode == 2 and message in r.stdout and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr

@@ -9,13 +9,13 @@ reaches `agent.rm.min_agreement`. Loaded, like every adapter, only through the s
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 
 from clap.agent import chat
 from clap.agent.tools import ReportTools
 from clap.config import AgentRmHuman
+from clap.io import read_json
 
 
 def state_text(tok, prefix: list[dict]) -> str:
@@ -140,7 +140,7 @@ def reward_model_use(weight: float, check_dir: Path | None) -> tuple[bool, str]:
     file = None if check_dir is None else Path(check_dir) / "verdict.json"
     if file is None or not file.exists() or not file.read_text().strip():
         return False, "no reward model verdict (clap agent-rm-check)"
-    v = json.loads(file.read_text())
+    v = read_json(file)
     if not v.get("usable_as_reward"):
         return False, WHY_NOT.get(v.get("failed"), f"reward model not used ({v.get('failed')})")
     return True, "reward model used (it agrees with the rule rewards and with people: metrics/agent_rm_check.json)"

@@ -11,6 +11,7 @@ from rich.markup import escape
 from clap import paths
 from clap.cli.common import _fail, _params, app, console
 from clap.cli.feedback import _print_analysis, _print_traffic
+from clap.io import read_json
 
 
 @app.command("demo-data")
@@ -54,7 +55,7 @@ def demo_label(tasks: Path = typer.Option(paths.HUMAN_EXPORT / "tasks.json"),
     if not tasks.exists():
         _fail(FileNotFoundError(f"{tasks}: no exported tasks (run `clap human export`)"))
     gold = simulated_raters.gold_answers(Path("."), _params().data.batches)
-    export = simulated_raters.label(json.loads(tasks.read_text(encoding="utf-8")), gold, raters, noise, seed)
+    export = simulated_raters.label(read_json(tasks), gold, raters, noise, seed)
     out.write_text(json.dumps(export, ensure_ascii=False, indent=1), encoding="utf-8")
     console.print(f"simulated raters: {raters} × {len(export)} tasks → {out} (Label Studio export format)")
 

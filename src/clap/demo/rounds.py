@@ -20,7 +20,6 @@ adapter folder is deleted.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from clap import paths
 from clap.errors import UserError
+from clap.io import loads_strict
 
 CONF = Path("conf/config.yaml")
 EVIDENCE = [str(p) for p in (CONF.parent, Path("params.yaml"), Path("dvc.lock"), paths.METRICS, paths.BUNDLE.parent,
@@ -221,4 +221,4 @@ def _pinned_adapter_files(root: Path, commit: str) -> dict[str, str]:
     from clap.release.bundle import BUNDLE_PATH
 
     shown = _git("-C", str(root), "show", f"{commit}:{BUNDLE_PATH}").stdout
-    return {f["path"]: f["sha256"] for f in json.loads(shown)["files"] if f["role"] in ("adapter", "agent_adapter")}
+    return {f["path"]: f["sha256"] for f in loads_strict(shown)["files"] if f["role"] in ("adapter", "agent_adapter")}

@@ -40,7 +40,7 @@ from clap import paths
 from clap.config import Params
 from clap.errors import UserError
 from clap.evaluate.metrics import parse_answer
-from clap.io import read_jsonl
+from clap.io import read_json, read_jsonl
 
 REQUESTS, FEEDBACK = "requests.jsonl", "feedback.jsonl"
 
@@ -178,7 +178,7 @@ def vllm_command(base: Path, adapters: dict[str, Path], port: int = 8000) -> lis
     """vLLM's OpenAI-compatible server over the base model with the checked adapter folders as LoRA
     modules named by version (`base` names the bare model), as vLLM's docs give it; the LoRA rank
     slot is the smallest vLLM accepts that holds every adapter's rank."""
-    ranks = [json.loads((Path(p) / paths.ADAPTER_CONFIG).read_text()).get("r", 8)
+    ranks = [read_json(Path(p) / paths.ADAPTER_CONFIG).get("r", 8)
              for p in adapters.values() if (Path(p) / paths.ADAPTER_CONFIG).exists()]
     slot = next(r for r in VLLM_LORA_RANKS if r >= max(ranks, default=8))
     modules = [json.dumps({"name": name, "path": str(Path(path).resolve())}) for name, path in adapters.items()]

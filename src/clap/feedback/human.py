@@ -39,7 +39,7 @@ from clap.evaluate.stats import mean_interval, paired_bootstrap
 from clap.feedback import agreement as agr
 from clap.feedback import argilla
 from clap.feedback.labelstudio import CORRECTNESS, SCALES, labeling_config, parse_export
-from clap.io import read_jsonl, sha256_file, write_json
+from clap.io import InputFileError, read_json, read_jsonl, sha256_file, write_json
 
 EVAL_MODELS = {"baseline": "base", "candidate": "candidate", "prod": "prod"}  # evaluate's model names
 REPLAY_ARMS = {"A": "base", "B": "candidate", "P": "prod"}  # the replay's RAG arms: the application's answers
@@ -196,11 +196,11 @@ def export(cfg: Params, root: Path, out: Path, keys: Path) -> dict:
 
 def _load_export(file: Path) -> list:
     try:
-        return json.loads(Path(file).read_text(encoding="utf-8"))
+        return read_json(file)
     except FileNotFoundError:
         raise HumanEvalError(f"{file}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HumanEvalError(f"{file}: not JSON ({exc})") from None
+    except InputFileError as exc:  # not JSON, or a key repeated inside one object
+        raise HumanEvalError(str(exc)) from None
 
 
 def _key_for(tasks: list, keys: Path, file: Path) -> tuple[dict, Path]:
@@ -211,7 +211,7 @@ def _key_for(tasks: list, keys: Path, file: Path) -> tuple[dict, Path]:
     path = keys / f"{ids.pop()}.json"
     if not path.exists():
         raise HumanEvalError(f"{file}: its export key {path} is missing (the mapping `clap human export` wrote)")
-    return json.loads(path.read_text(encoding="utf-8")), path
+    return read_json(path), path
 
 
 def _mean_ci(values: list[float], cfg: Params) -> dict:

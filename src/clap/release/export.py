@@ -19,14 +19,13 @@ tokenizer from: convert the merged folder with llama.cpp's `convert_hf_to_gguf.p
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from clap import paths
 from clap.config import Params
 from clap.errors import UserError
-from clap.io import atomic_dir, git_text, read_json_if_exists, sha256_file, write_json
+from clap.io import atomic_dir, git_text, loads_strict, read_json, read_json_if_exists, sha256_file, write_json
 
 GGUF_ARCHS = {"LlamaForCausalLM": "LLAMA"}  # architectures whose GGUF layout this writer knows (SmolLM2, Llama)
 GGUF_LOGIT_TOLERANCE = 1e-3  # max |logit difference| between the GGUF read back and the merged model (F32 both)
@@ -127,7 +126,7 @@ def write_gguf(merged_dir: Path, source_gguf: Path, out_file: Path, arch: str) -
     import gguf
 
     reader = gguf.GGUFReader(str(source_gguf))
-    config = json.loads((merged_dir / "config.json").read_text())
+    config = read_json(merged_dir / "config.json")
     by_gguf_name = _llama_cpp_tensors(merged_dir, config, arch)
     arch_name = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(str(out_file), arch=arch_name)
@@ -236,7 +235,7 @@ def model_card(root: Path, tag: str, base: dict):
     results = []
     for batch in bundle.config.get("data", {}).get("batches", []):
         try:
-            score = json.loads(git_text(root, tag, paths.eval_metrics(batch), ExportRefused))["candidate"]["overall_score"]
+            score = loads_strict(git_text(root, tag, paths.eval_metrics(batch), ExportRefused))["candidate"]["overall_score"]
         except (ExportRefused, KeyError, TypeError, ValueError):
             continue  # a batch without holdout results at that release: not claimed
         results.append(EvalResult(task_type="text-generation", dataset_type="clap-holdout", dataset_name=f"holdout {batch}",

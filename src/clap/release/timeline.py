@@ -19,7 +19,6 @@ tag message carries.
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 from pathlib import Path
@@ -28,7 +27,7 @@ import yaml
 
 from clap import paths
 from clap.evaluate.intervals import ci_text
-from clap.io import git_show
+from clap.io import git_show, loads_strict
 from clap.release import registry as release
 
 
@@ -38,7 +37,7 @@ def _show(root: Path, commit: str, path: Path | str) -> str | None:
 
 def _json_at(root: Path, commit: str, path: Path | str) -> dict | None:
     text = _show(root, commit, path)
-    return json.loads(text) if text else None
+    return loads_strict(text) if text else None
 
 
 def rounds(root: Path, since: str | None = None) -> list[dict]:
@@ -68,7 +67,7 @@ def rounds(root: Path, since: str | None = None) -> list[dict]:
         if gate_text in seen:
             continue
         seen.add(gate_text)
-        gate = json.loads(gate_text) if gate_text else {}
+        gate = loads_strict(gate_text) if gate_text else {}
         params = yaml.safe_load(_show(root, commit, "params.yaml") or "{}") or {}
         batches = (params.get("data") or {}).get("batches", [])
         refused = {}

@@ -23,7 +23,7 @@ from clap.config import Lora, Params
 from clap.data.admission import NotAdmitted, require
 from clap.domain.names import AGENT_CHAIN, CHAIN, REWARD_MODEL
 from clap.integrity import adapter_manifest
-from clap.io import OutputRefused, atomic_dir, read_jsonl, write_json
+from clap.io import InputFileError, OutputRefused, atomic_dir, read_json, read_jsonl, write_json
 
 
 def admitted_rows(materialized: Path, admission: Path, batches: list[str], trainer: str, filename: str
@@ -169,8 +169,8 @@ def run_training(trainer, resume: str | None) -> None:
 
 def _ran_to_the_end(checkpoint: Path) -> bool:
     try:
-        state = json.loads((checkpoint / "trainer_state.json").read_text())
-    except (OSError, ValueError):
+        state = read_json(checkpoint / "trainer_state.json")
+    except (OSError, InputFileError):
         return False
     return (checkpoint / paths.ADAPTER_WEIGHTS).exists() and 0 < state.get("max_steps", 0) <= \
         state.get("global_step", 0)
@@ -206,7 +206,7 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
             metrics["adapter_source"] = "final" if report.trip is None else "final_after_trip_no_good_checkpoint"
         for stray in adapter.glob("*.bin"):
             stray.unlink()
-        config = json.loads((adapter / paths.ADAPTER_CONFIG).read_text())
+        config = read_json(adapter / paths.ADAPTER_CONFIG)
         config["base_model_name_or_path"] = base_identity["hub_id"]  # not the local cache path models/base
         if isinstance(config.get("target_modules"), list):  # PEFT writes a set: its order changes run to run, and
             config["target_modules"] = sorted(config["target_modules"])  # so would the adapter's hash and stored answers

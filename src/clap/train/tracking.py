@@ -25,6 +25,7 @@ from pathlib import Path
 from clap import paths
 from clap.config import Train
 from clap.errors import UserError
+from clap.io import InputFileError, read_json
 
 TRACKERS = ("dvclive", "mlflow")
 
@@ -143,8 +144,8 @@ def log_release(train_metrics: Path, decision: str, bundle_sha256: str) -> str |
     the gate's decision and its evidence bundle's sha256. Returns the run id, or None when that run was not
     logged to MLflow."""
     try:
-        record = json.loads(Path(train_metrics).read_text(encoding="utf-8")).get("tracking") or {}
-    except (OSError, ValueError):
+        record = read_json(train_metrics).get("tracking") or {}
+    except (OSError, InputFileError, AttributeError):
         return None
     run_id = record.get("mlflow_run_id")
     if not run_id:
