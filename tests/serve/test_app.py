@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from tests.helpers.http_server import get, post, running
@@ -254,3 +255,61 @@ def test_health_reports_an_engine_wedged_on_one_batch_and_recovers():
         while (status := _status(f"{url}/health")[0]) != 200 and time.time() < deadline:
             time.sleep(0.1)
         assert status == 200  # the batch ended: healthy again
+
+
+@pytest.mark.slow
+def test_sigterm_stops_clap_serve_while_a_request_is_decoding(tiny_dir, tmp_path, params):
+    """`clap serve` as a process: SIGTERM while a long answer decodes ends it within uvicorn's 5 s of graceful
+    shutdown, the port closed — it is never held by the engine's thread. uvicorn re-raises the signal it caught once
+    it has shut down, so the status is the signal's (-15), as for any process SIGTERM ended."""
+    import signal
+    import socket
+    import sys
+    import threading
+    import time
+
+    import yaml
+
+    cfg = params.as_yaml_dict()
+    cfg["model"]["base"] = str(tiny_dir)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    clap = str(Path(sys.executable).parent / "clap")
+    server = subprocess.Popen([clap, "serve", "--base", "--port", str(port)], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and server.poll() is None:
+            try:
+                if get(f"{url}/health").get("status") == "ok":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("clap serve did not start: " + (server.stdout.read() if server.poll() is not None else ""))
+        answers = []
+        long_answer = threading.Thread(target=lambda: answers.append(_post_or_error(
+            f"{url}/v1/chat/completions", chat("Revenue?") | {"model": "base", "max_tokens": 800})), daemon=True)
+        long_answer.start()
+        time.sleep(1.0)
+        stopped_at = time.time()
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)
+        took = time.time() - stopped_at
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert code in (0, -signal.SIGTERM) and took < 20, (code, took, server.stdout.read())
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def _post_or_error(url: str, body: dict):
+    try:
+        return post(url, body)
+    except OSError as exc:  # the server went away mid-answer: what a client sees on shutdown
+        return exc
