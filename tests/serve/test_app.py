@@ -72,6 +72,14 @@ def test_streaming_stop_limits_models_and_text_completions(engine):
         assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == text
         assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
 
+        asked = chat("Revenue?", stream=True, stream_options={"include_usage": True})
+        req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(asked).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            events = [line.removeprefix("data: ") for line in r.read().decode().splitlines() if line.startswith("data: ")]
+        last = json.loads(events[-2])  # then [DONE]
+        assert last["choices"] == [] and last["usage"] == whole["usage"]  # OpenAI's include_usage chunk
+
         _, short = post(f"{url}/v1/chat/completions", chat("Revenue?", max_tokens=3))
         assert short["choices"][0]["finish_reason"] == "length" and short["usage"]["completion_tokens"] == 3
         if len(text) > 2:
@@ -125,7 +133,10 @@ DEEP = _deep(200)
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "top_p": 0.5}, None, 400,
      "top_p: not supported by this server"),
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "stream": True,
-      "stream_options": {"include_usage": True}}, None, 400, "stream_options: not supported"),
+      "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, None, 400,
+     "stream_options.continuous_usage_stats: Extra inputs are not permitted"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": True}}, None,
+     400, "stream_options is only allowed when stream is true"),
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "logprobs": True}, None, 400, "logprobs"),
 ])
 def test_a_malformed_request_is_a_4xx_with_a_clear_message_never_a_traceback(engine, body, raw, status, says):

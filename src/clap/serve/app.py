@@ -214,6 +214,8 @@ class Completions:
         if len(final) > len(sent) and final.startswith(sent):
             yield piece(final[len(sent):])
         yield piece("", api.finish_reason(got.new_tokens, job.max_tokens, stopped))
+        if req.stream_options is not None and req.stream_options.include_usage:
+            yield _event(api.usage_chunk(rid, req.model, chat, got.prompt_tokens, got.new_tokens))
         yield "data: [DONE]\n\n"
 
 

@@ -52,7 +52,7 @@ def check_prompt_length(prompt_tokens: int, max_tokens: int, context: int | None
 # OpenAI request fields this server does not implement, with the value that asks for nothing (absent or this value
 # is accepted; anything else is refused naming the field, never silently ignored).
 UNSUPPORTED = {"top_p": 1, "logprobs": False, "top_logprobs": None, "presence_penalty": 0, "frequency_penalty": 0,
-               "logit_bias": None, "stream_options": None, "best_of": 1, "echo": False, "suffix": None,
+               "logit_bias": None, "best_of": 1, "echo": False, "suffix": None,
                "parallel_tool_calls": None, "functions": None, "function_call": None, "modalities": None,
                "audio": None, "prediction": None, "reasoning_effort": None, "service_tier": None}
 COMPLETIONS_ONLY_CHAT = ("response_format", "tools", "tool_choice", "messages")
@@ -119,6 +119,11 @@ class ResponseFormat(BaseModel):
     json_schema: JsonSchemaFormat | None = None
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an option this server does not know is named, not ignored
+    include_usage: bool = False  # a last chunk with no choices and the request's token usage
+
+
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: Annotated[str, Field(min_length=1)] | None = None  # required unless the server routes (the canary)
@@ -128,8 +133,16 @@ class _Sampling(BaseModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     seed: int | None = None
     n: Literal[1] = 1
+
+    @field_validator("stream_options")
+    @classmethod
+    def _only_when_streaming(cls, v, info):
+        if v is not None and not info.data.get("stream"):
+            raise ValueError("stream_options is only allowed when stream is true")
+        return v
 
     @field_validator("stop")
     @classmethod
@@ -251,6 +264,12 @@ def chat_chunk(rid: str, model: str, delta: dict, reason: str | None = None) -> 
 def text_chunk(rid: str, model: str, text: str, reason: str | None = None) -> dict:
     return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "text": text, "finish_reason": reason}]}
+
+
+def usage_chunk(rid: str, model: str, chat: bool, prompt_tokens: int, new_tokens: int) -> dict:
+    """The stream's last chunk under `stream_options.include_usage`: no choices, the request's usage (OpenAI's)."""
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": int(time.time()),
+            "model": model, "choices": [], "usage": usage(prompt_tokens, new_tokens)}
 
 
 def usage(prompt_tokens: int, new_tokens: int) -> dict:
