@@ -259,7 +259,7 @@ def identity(path: Path) -> dict:
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise FileNotFoundError(f"{path}: no safetensors weights (other formats are refused)")
-    manifest = read_json_if_exists(path / paths.MANIFEST) or {}
+    manifest = _read_manifest(path) or {}
     name = manifest.get("name", path.name)
     snapshot = re.search(r"models--([^/]+)--([^/]+)/snapshots/([0-9a-f]{7,})/?$", path.as_posix())
     gguf = Path(manifest["source"].split("/")[-1]).name if manifest.get("gguf_sha256") else None

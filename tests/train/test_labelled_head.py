@@ -110,7 +110,7 @@ def test_a_step_in_micro_batches_has_the_whole_batchs_loss_and_gradient(tiny_dir
 
     flags = []
     trainer.memory_budget = MicroBatchPlan(budget_mb=1024, available=available, per_token=1.0, per_labelled=0.0,
-                                           checkpointing=False, per_token_recomputed=0.1, layers=2,
+                                           checkpointing=False, layers=2,
                                            saved_per_layer=0.4)
     LabelledHeadSFTTrainer.compute_loss = spy
     try:

@@ -63,7 +63,7 @@ def unsupported(body: dict, chat: bool) -> tuple[str, str] | None:
     a field of `UNSUPPORTED` set to anything but the value that asks for nothing, or a chat-only field on
     `/v1/completions`. None when every field given is one the server honours."""
     for field, neutral in UNSUPPORTED.items():
-        if field in body and body[field] not in (None, neutral) and body[field] != {} and body[field] != []:
+        if field in body and body[field] not in (None, neutral, {}, []):
             return f"{field}: not supported by this server (clap serve); leave it out", field
     if not chat:
         for field in COMPLETIONS_ONLY_CHAT:

@@ -81,7 +81,7 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
     cuda = torch.cuda.is_available()
     bf16 = base_model.use_bf16(s.bf16)
     model = base_model.load_model(base_dir)
-    plan = memory_plan("agent-sft", s, model, qlora=False, bf16_on_cuda=bf16 and cuda, max_length=s.max_length)
+    plan = memory_plan("agent-sft", s, model, qlora=False, bf16_on_cuda=bf16 and cuda)
     guard = GuardCallback("agent_sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     base_identity = base_model.identity(base_dir)
     trainer, steps, resumed = None, {}, {}

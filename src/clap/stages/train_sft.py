@@ -84,7 +84,7 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     model = base_model.load_model(base_dir, quantize_4bit=qlora)
     if qlora:
         model = prepare_model_for_kbit_training(model)
-    plan = memory_plan("sft", s, model, qlora=qlora, bf16_on_cuda=bf16 and cuda, max_length=s.max_length)
+    plan = memory_plan("sft", s, model, qlora=qlora, bf16_on_cuda=bf16 and cuda)
     args = sft_config(s, t.seed, checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda,
                       checkpointing=s.gradient_checkpointing or bool(plan and plan.checkpointing))
     guard = GuardCallback("sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)

@@ -98,7 +98,7 @@ def resume_point(folder: Path, run_key: dict) -> str | None:
     return get_last_checkpoint(str(folder))
 
 
-def memory_plan(trainer: str, section, model, *, qlora: bool, bf16_on_cuda: bool, max_length: int):
+def memory_plan(trainer: str, section, model, *, qlora: bool, bf16_on_cuda: bool):
     """The micro-batch plan of a trainer section with `memory_budget_mb` set (None without one), printed as the
     one line that says what the budget buys: the model's shape from its config, its weights held in fp32 on a
     CPU (bf16 autocast keeps fp32 weights there) and in bf16 on CUDA. A budget below what the weights alone take
@@ -109,11 +109,11 @@ def memory_plan(trainer: str, section, model, *, qlora: bool, bf16_on_cuda: bool
         return None
     try:
         plan = micro_batch_plan(Shape.from_config(model.config), section.memory_budget_mb, lora_r=section.lora_r,
-                                weights_bytes=2 if bf16_on_cuda else 4, qlora=qlora, max_length=max_length,
+                                weights_bytes=2 if bf16_on_cuda else 4, qlora=qlora, max_length=section.max_length,
                                 checkpointing=bool(getattr(section, "gradient_checkpointing", False)))
     except ValueError as exc:
         raise NotAdmitted(f"{trainer}: {exc}") from None
-    print(plan.line(trainer, max_length), flush=True)
+    print(plan.line(trainer, section.max_length), flush=True)
     return plan
 
 

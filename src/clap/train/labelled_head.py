@@ -70,6 +70,7 @@ class LabelledHeadSFTTrainer(SFTTrainer):
     in micro-batches when a memory budget is set (above)."""
 
     memory_budget = None  # a clap.train.memory.MicroBatchPlan, or None: the whole batch at once
+    _decoder_layers = None  # the layers whose recomputation a micro-batch switches (`_recompute_layers`)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         plan = self.memory_budget
@@ -84,24 +85,30 @@ class LabelledHeadSFTTrainer(SFTTrainer):
         total = None
         for rows in micro_batches(lengths, labelled, plan):
             if not plan.checkpointing:
-                _recompute_layers(model, recompute(rows, lengths, labelled, plan))
+                if self._decoder_layers is None:  # found once: the model's modules do not change while it trains
+                    self._decoder_layers = _decoder_layers(model)
+                _recompute_layers(self._decoder_layers, recompute(rows, lengths, labelled, plan))
             part = inputs if len(rows) == len(lengths) else row_slice(inputs, rows)
             loss = super().training_step(model, part, num_items_in_batch)
             total = loss if total is None else total + loss
         return total
 
 
-def _recompute_layers(model, count: int) -> None:
-    """Gradient checkpointing for the first `count` decoder layers of the next forward pass, none for the rest:
-    transformers' decoder layers (`GradientCheckpointingLayer`) recompute their activations in the backward pass
-    while their `gradient_checkpointing` flag is set. Non-reentrant checkpointing needs no input that requires
-    grad, so it works under a frozen, PEFT-wrapped base."""
+def _decoder_layers(model) -> list:
+    """transformers' decoder layers (`GradientCheckpointingLayer`) of `model`, in order."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def _recompute_layers(layers: list, count: int) -> None:
+    """Gradient checkpointing for the first `count` decoder layers of the next forward pass, none for the rest: a
+    layer recomputes its activations in the backward pass while its `gradient_checkpointing` flag is set.
+    Non-reentrant checkpointing needs no input that requires grad, so it works under a frozen, PEFT-wrapped base."""
     import functools
 
     import torch.utils.checkpoint
-    from transformers.modeling_layers import GradientCheckpointingLayer
 
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     for k, layer in enumerate(layers):
         if k < count and getattr(layer, "_gradient_checkpointing_func", None) is None:
             layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,

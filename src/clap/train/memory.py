@@ -159,20 +159,20 @@ def measure_tiny(shape: Shape, *, lora_r: int, batch: int, seq_len: int, seed: i
 class MicroBatchPlan:
     """How a trainer under `memory_budget_mb` splits each batch: the bytes its activations may take, what one
     token (through every decoder layer) and one labelled token (its row of the LM head's logits, upcast for the
-    loss) cost of them, what a token costs when its layers are recomputed in the backward pass, and whether every
-    micro-batch is recomputed (`checkpointing`: asked for, or QLoRA) or only a row too long to fit without it."""
+    loss) cost of them, and whether every micro-batch is recomputed in the backward pass (`checkpointing`: asked
+    for, or QLoRA) or only a row too long to fit without it, by as many layers as it must."""
     budget_mb: int
     available: float
     per_token: float
     per_labelled: float
     checkpointing: bool
-    per_token_recomputed: float = 0.0
     layers: int = 1
     saved_per_layer: float = 0.0      # bytes a token no longer holds for each decoder layer that is recomputed
 
-    def cost(self, rows: int, longest: int, labelled: int) -> float:
-        """Bytes of the activations of a micro-batch of `rows` padded to `longest` tokens (pure)."""
-        return rows * longest * self.per_token + labelled * self.per_labelled
+    def cost(self, group: list[int], lengths: list[int], labelled: list[int]) -> float:
+        """Bytes of the activations of the micro-batch of rows `group`, padded to its longest row (pure)."""
+        return (len(group) * max(lengths[j] for j in group) * self.per_token
+                + sum(labelled[j] for j in group) * self.per_labelled)
 
     def longest_without_recompute(self) -> int:
         """Tokens of the longest row that fits the budget with every activation kept."""
@@ -205,8 +205,7 @@ def micro_batch_plan(shape: Shape, budget_mb: int, *, lora_r: int, weights_bytes
     recomputed = shape.layers * shape.hidden * weights_bytes + per_layer["layer"]
     always = checkpointing or qlora
     return MicroBatchPlan(budget_mb=budget_mb, available=available, per_token=recomputed if always else kept,
-                          per_labelled=per_layer["logits"], checkpointing=always, per_token_recomputed=recomputed,
-                          layers=shape.layers, saved_per_layer=per_layer["layer"] - shape.hidden * weights_bytes)
+                          per_labelled=per_layer["logits"], checkpointing=always, layers=shape.layers, saved_per_layer=per_layer["layer"] - shape.hidden * weights_bytes)
 
 
 def micro_batches(lengths: list[int], labelled: list[int], plan: MicroBatchPlan) -> list[list[int]]:
@@ -220,7 +219,7 @@ def micro_batches(lengths: list[int], labelled: list[int], plan: MicroBatchPlan)
     for i in order:
         if groups:
             g = groups[-1] + [i]
-            if plan.cost(len(g), max(lengths[j] for j in g), sum(labelled[j] for j in g)) <= plan.available:
+            if plan.cost(g, lengths, labelled) <= plan.available:
                 groups[-1] = g
                 continue
         groups.append([i])
@@ -235,7 +234,7 @@ def recompute(group: list[int], lengths: list[int], labelled: list[int], plan: M
     if plan.checkpointing:
         return plan.layers
     tokens = len(group) * max(lengths[j] for j in group)
-    over = plan.cost(len(group), max(lengths[j] for j in group), sum(labelled[j] for j in group)) - plan.available
+    over = plan.cost(group, lengths, labelled) - plan.available
     if over <= 0:
         return 0
     if plan.saved_per_layer <= 0:
