@@ -324,3 +324,96 @@ def _post_or_error(url: str, body: dict):
         return post(url, body)
     except OSError as exc:  # the server went away mid-answer: what a client sees on shutdown
         return exc
+
+
+def test_a_schema_that_compiles_too_long_is_a_400_and_the_server_goes_on(engine):
+    """An enum of 10,000 strings (inside the schema-size bound) takes seconds to compile: past
+    `--grammar-timeout-s` its compile process is stopped, the request is a 400 naming the flag, and the next request
+    — a schema included — is answered."""
+    from tests.serve.test_grammar_worker import SLOW
+
+    with running(create_app(engine, MODELS, grammar_timeout_s=1.0)) as url:
+        got, reply = post(f"{url}/v1/chat/completions", chat("Revenue?", response_format={
+            "type": "json_schema", "json_schema": {"name": "slow", "schema": SLOW}}))
+        assert got == 400 and reply["error"]["param"] == "response_format", reply
+        assert "did not compile within 1 s (--grammar-timeout-s)" in reply["error"]["message"]
+        got, reply = post(f"{url}/v1/chat/completions", chat("Revenue?", response_format=schema_format()))
+        assert got == 200 and reply["choices"][0]["message"]["content"].startswith("{"), reply
+        assert get(f"{url}/v1/stats")["grammar_compiles_stopped"] == 1
+
+
+def test_a_request_past_the_memory_bound_is_a_400_naming_the_flag(engine):
+    with running(create_app(engine, MODELS, max_request_mb=0.1)) as url:
+        got, reply = post(f"{url}/v1/chat/completions", chat("Revenue?", max_tokens=200))
+        assert got == 400 and "(--max-request-mb)" in reply["error"]["message"], reply
+        assert reply["error"]["param"] == "messages"
+        got, _ = post(f"{url}/v1/chat/completions", chat("Revenue?", max_tokens=4) | {"messages": [
+            {"role": "user", "content": "Hi"}]})
+        assert got == 200  # a small request fits the same bound
+
+
+def test_stop_rows_ends_one_answer_and_leaves_the_others_as_they_were(engine):
+    """`Engine.generate(stop_rows=…)` under a grammar and without one: the stopped row ends at once, the others decode
+    the answers they get alone."""
+    bodies = [chat(q) for q in QUESTIONS[:3]]
+    for schemas in ([SCHEMA] * 3, None):
+        alone = engine.generate([b["messages"] for b in bodies], use_adapter=True, max_new_tokens=16, batch_size=3,
+                                progress=False, schemas=schemas, use_store=False)
+        stopped = engine.generate([b["messages"] for b in bodies], use_adapter=True, max_new_tokens=16, batch_size=3,
+                                  progress=False, schemas=schemas, use_store=False, stop_rows=lambda i: i == 1)
+        assert stopped[1].new_tokens <= 1 < alone[1].new_tokens
+        assert [stopped[i].text for i in (0, 2)] == [alone[i].text for i in (0, 2)]
+
+
+class _UntilStopped:
+    """An engine whose batch decodes until `stop_rows` stops every row (or 60 s): what a client's hang-up must end."""
+
+    def __init__(self):
+        import threading
+
+        self.ended = threading.Event()
+        self.took: float | None = None
+
+    def generate(self, conversations, use_adapter, stop_rows=None, on_tokens=None, **kwargs):
+        import time
+
+        from clap.evaluate.generate import Generation
+
+        started = time.perf_counter()
+        while time.perf_counter() - started < 60 and not all(stop_rows(i) for i in range(len(conversations))):
+            if on_tokens is not None:
+                for i in range(len(conversations)):
+                    on_tokens(i, [1])
+            time.sleep(0.05)
+        self.took = time.perf_counter() - started
+        self.ended.set()
+        return [Generation(text="x", new_tokens=1, latency_ms=1.0) for _ in conversations]
+
+    class tok:  # a streamed job decodes its tokens so far
+        @staticmethod
+        def decode(tokens, skip_special_tokens=True):
+            return "x" * len(tokens)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_hangs_up_cancels_its_decode(stream):
+    """The client sends its request and closes the connection one second later: its decode stops within a couple
+    of poll intervals instead of running to its token limit, and GET /v1/stats counts it cancelled."""
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    engine = _UntilStopped()
+    with running(create_app(engine, {"m": True})) as url:
+        where = urlparse(url)
+        body = json.dumps(chat("Revenue?") | {"model": "m", "stream": stream}).encode()
+        with socket.create_connection((where.hostname, where.port), timeout=30) as client:
+            client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            time.sleep(1.0)
+        assert engine.ended.wait(20), "the decode went on after its client hung up"
+        assert engine.took < 10, engine.took
+        deadline = time.time() + 10
+        while get(f"{url}/v1/stats")["cancelled"] != 1 and time.time() < deadline:
+            time.sleep(0.1)
+        assert get(f"{url}/v1/stats")["cancelled"] == 1

@@ -138,6 +138,34 @@ def test_a_prompt_and_its_answer_must_fit_the_context(prompt, max_tokens, contex
             check_prompt_length(prompt, max_tokens, context)
 
 
+SMOLLM2_KV = 2 * 30 * 3 * 64 * 4  # bytes a token: keys and values, 30 layers, 3 KV heads of 64, fp32
+SMOLLM2_ACT = 2 * (2 * 576 + 576 + 2 * 192 + 3 * 1536) * 4  # one layer's prefill tensors a token, each alive twice
+
+
+@pytest.mark.parametrize("prompt, max_tokens, grammar, mb", [
+    (0, 0, 0, 0.0),
+    (1000, 256, 0, (1256 * SMOLLM2_KV + 1000 * SMOLLM2_ACT + 1000 * 1000 * 4) / 2**20),  # ≈ 110 MB
+    (7001, 8, 0, (7009 * SMOLLM2_KV + 7001 * SMOLLM2_ACT + 7001 * 7001 * 4) / 2**20),  # ≈ 880 MB
+    (10, 10, 2**20, (20 * SMOLLM2_KV + 10 * SMOLLM2_ACT + 400 + 2**20) / 2**20),  # a grammar's bytes count in full
+])
+def test_a_requests_memory_is_its_kv_cache_its_prefill_and_its_grammar(prompt, max_tokens, grammar, mb):
+    from clap.serve.openai_api import request_memory_mb
+
+    assert request_memory_mb(prompt, max_tokens, SMOLLM2_KV, SMOLLM2_ACT, grammar_bytes=grammar) == pytest.approx(mb)
+
+
+@pytest.mark.parametrize("needs, limit, refused", [(100.0, 2048.0, False), (2048.0, 2048.0, False),
+                                                   (2049.0, 2048.0, True), (1e9, None, False)])
+def test_a_request_past_the_memory_bound_is_refused_naming_the_flag(needs, limit, refused):
+    from clap.serve.openai_api import check_request_memory
+
+    if not refused:
+        check_request_memory(needs, limit)
+    else:
+        with pytest.raises(ValueError, match=r"about 2,049 MB .* 2,048 MB a request \(--max-request-mb\)"):
+            check_request_memory(needs, limit)
+
+
 @pytest.mark.parametrize("body, chat, field", [
     ({"messages": []}, True, None),
     ({"top_p": 1}, True, None),                         # the value that asks for nothing is accepted

@@ -65,7 +65,13 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
           agent: bool = typer.Option(False, help="serve the tool-calling agent adapter the version ships (OpenAI "
                                                  "tools / tool_calls, one turn per request)"),
           base: bool = typer.Option(False, "--base", help="serve the base model alone, as `base` (no release "
-                                                          "needed: a first smoke test)")) -> None:
+                                                          "needed: a first smoke test)"),
+          grammar_timeout_s: float = typer.Option(10.0, min=0.1, help="a response_format schema whose grammar does "
+                                                                      "not compile within this is a 400"),
+          grammar_memory_mb: int = typer.Option(4096, min=256, help="the grammar compile process's memory limit"),
+          max_request_mb: float = typer.Option(2048.0, min=1.0, help="a request that would hold more memory while "
+                                                                     "it decodes (KV cache, attention, grammar) is a "
+                                                                     "400")) -> None:
     """Serve the adapter in prod (or --version, or --adapter, or the base model alone with --base) behind an
     OpenAI-compatible API: /v1/chat/completions, /v1/completions, /v1/models. An adapter is restored and checked
     against its release bundle before it loads; requests that arrive together decode in one batch."""
@@ -82,13 +88,16 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
         _fail(ValueError("--base serves the base model alone on the hf engine (no --version, --adapter, --agent or "
                          "--engine vllm)"))
     cfg = _params()
+    bounds = {"max_tokens_cap": max_tokens_cap, "max_batch": max_batch, "wait_ms": batch_wait_ms,
+              "grammar_timeout_s": grammar_timeout_s, "grammar_memory_mb": grammar_memory_mb,
+              "max_request_mb": max_request_mb}
     if base:
         import uvicorn
 
         from clap.serve.app import create_app
 
         application = create_app(served.cpu_engine(cfg, None, None), {"base": False}, default_max_tokens=max_tokens,
-                                 max_tokens_cap=max_tokens_cap, max_batch=max_batch, wait_ms=batch_wait_ms)
+                                 **bounds)
         console.print(f"serving base ({cfg.model.base}) on http://{host}:{port}/v1 (batches of up to {max_batch})")
         _serve_until_stopped(uvicorn, application, host, port)
         return
@@ -100,8 +109,7 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
         name, folder, expected = served.agent_to_serve(Path("."), version)
         agent_engine, serving = served.agent_engine(cfg, name, folder, expected)
         application = create_app(agent_engine, {name: name, "base": False}, default_max_tokens=cfg.agent.turn_tokens,
-                                 max_tokens_cap=max_tokens_cap, max_batch=max_batch, wait_ms=batch_wait_ms,
-                                 agent=serving)
+                                 agent=serving, **bounds)
         console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 with the agent's tools "
                       f"({', '.join(serving.names)})")
         _serve_until_stopped(uvicorn, application, host, port)
@@ -116,8 +124,7 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
     from clap.serve.app import create_app
 
     application = create_app(served.cpu_engine(cfg, folder, expected), {name: True, "base": False},
-                             default_max_tokens=max_tokens, max_tokens_cap=max_tokens_cap, max_batch=max_batch,
-                             wait_ms=batch_wait_ms)
+                             default_max_tokens=max_tokens, **bounds)
     console.print(f"serving {name} (verified) and base on http://{host}:{port}/v1 (batches of up to {max_batch})")
     _serve_until_stopped(uvicorn, application, host, port)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from functools import lru_cache
 
 from clap.domain.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
 from clap.domain.quantities import UNITS, written_quantities
@@ -124,22 +123,58 @@ def contract_valid(answer: dict | None, with_location: bool = False) -> bool:
     return text_ok and number_ok and answer["unit"] in UNITS and location_ok
 
 
+def compile_schema_text(compiler, schema_text: str):
+    """A JSON schema's grammar as every CLAP decoder compiles it: compact separators (the training targets are
+    `json.dumps` output, keys in contract order) and no keys the schema does not name. `GrammarCache` and the serving
+    compile worker (`clap.serve.grammar_worker`) both compile through here, so their grammars are the same."""
+    return compiler.compile_json_schema(schema_text, any_whitespace=False, strict_mode=True)
+
+
+def schema_text(schema: dict) -> str:
+    """The text a schema is compiled from and cached under (keys in the schema's own order)."""
+    return json.dumps(schema, ensure_ascii=False, sort_keys=False)
+
+
 class GrammarCache:
-    """Compiles schemas for one tokenizer with xgrammar, once per distinct schema."""
+    """Compiles schemas for one tokenizer with xgrammar, once per distinct schema (the 4,096 used last are kept).
+    `adopt` takes a grammar compiled elsewhere (`clap serve` compiles a request's schema in a child process it can
+    stop); the cache is shared by the server's threads, so it is guarded by a lock."""
+
+    SIZE = 4096
 
     def __init__(self, tokenizer, vocab_size: int):
+        import threading
+        from collections import OrderedDict
+
         import xgrammar as xgr
 
-        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        self._compiler = xgr.GrammarCompiler(info, max_threads=2)
-        self._compile = lru_cache(maxsize=4096)(self._compile_text)
+        self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self._compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=2)
+        self._cache: OrderedDict[str, object] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def _compile_text(self, schema_text: str):
-        # Compact separators: the training targets are `json.dumps` output, keys in contract order.
-        return self._compiler.compile_json_schema(schema_text, any_whitespace=False, strict_mode=True)
+    def has(self, schema: dict) -> bool:
+        with self._lock:
+            return schema_text(schema) in self._cache
+
+    def adopt(self, schema: dict, compiled) -> None:
+        """Keep `compiled` (the grammar of `schema`, compiled by `compile_schema_text` elsewhere) as if compiled here."""
+        text = schema_text(schema)
+        with self._lock:
+            self._cache[text] = compiled
+            self._cache.move_to_end(text)
+            while len(self._cache) > self.SIZE:
+                self._cache.popitem(last=False)
 
     def compiled(self, schema: dict):
-        return self._compile(json.dumps(schema, ensure_ascii=False, sort_keys=False))
+        text = schema_text(schema)
+        with self._lock:
+            if (hit := self._cache.get(text)) is not None:
+                self._cache.move_to_end(text)
+                return hit
+        compiled = compile_schema_text(self._compiler, text)  # outside the lock: a compile takes its time
+        self.adopt(schema, compiled)
+        return compiled
 
     def processor(self, schemas: list[dict]):
         """A fresh logits processor for one `generate` call, one grammar per row."""

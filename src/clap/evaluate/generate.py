@@ -56,6 +56,16 @@ class StopOnJsonEnd(StoppingCriteria):
         return torch.tensor([json_end(t) is not None for t in texts], device=input_ids.device)
 
 
+class StopRows(StoppingCriteria):
+    """Per-row stop for `generate`: row r of the batch ends once `stop_rows(idx[r])` says its answer is not wanted."""
+
+    def __init__(self, idx: list[int], stop_rows: Callable[[int], bool]):
+        self.idx, self.stop_rows = idx, stop_rows
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.tensor([bool(self.stop_rows(i)) for i in self.idx], device=input_ids.device)
+
+
 @dataclass
 class Generation:
     text: str
@@ -195,7 +205,8 @@ class Engine:
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
                  temperature: float = 0.0, seed: int | None = None, use_store: bool = True,
-                 on_tokens: Callable[[int, list[int]], None] | None = None) -> list[Generation]:
+                 on_tokens: Callable[[int, list[int]], None] | None = None,
+                 stop_rows: Callable[[int], bool] | None = None) -> list[Generation]:
         """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
         `decoding.answer_schema`) each row decodes under its grammar, as xgrammar does in serving.
         `temperature` > 0 samples instead (the agent's pass^k runs and mined draws): under a grammar through the
@@ -205,7 +216,9 @@ class Engine:
         seed): a draw then depends on neither the batch nor the order it ran in, and is stored and read back
         like a greedy answer. `use_store=False` decodes afresh and stores nothing (the paired latency timing).
         `on_tokens(i, token_ids)`: called from the decoding loop as conversation i's new tokens are picked (a
-        server streams them), never for an answer read from the store."""
+        server streams them), never for an answer read from the store. `stop_rows(i)`: True once conversation i's
+        answer is no longer wanted (`clap serve`: its client went away); it leaves the batch at the next step, its
+        answer cut where it stood."""
         if schemas is not None and len(schemas) != len(conversations):
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         if seed is not None and (temperature == 0 or schemas is None):
@@ -228,7 +241,7 @@ class Engine:
                 idx = order[s:s + batch_size]
                 t0 = time.perf_counter()
                 rows = self._decode_batch(idx, encoded, schemas, use_adapter, max_new_tokens, sampling, temperature,
-                                          on_tokens)
+                                          on_tokens, stop_rows)
                 ms = (time.perf_counter() - t0) * 1000
                 for row, i in enumerate(idx):
                     text = truncate_at_json_end(self.tok.decode(rows[row], skip_special_tokens=True))
@@ -245,9 +258,10 @@ class Engine:
 
     def _decode_batch(self, idx: list[int], encoded: list[list[int]], schemas: list[dict] | None,
                       use_adapter: bool | str, max_new_tokens: int, sampling: Sampling | None, temperature: float,
-                      on_tokens: Callable[[int, list[int]], None] | None) -> list[list[int]]:
+                      on_tokens: Callable[[int, list[int]], None] | None,
+                      stop_rows: Callable[[int], bool] | None = None) -> list[list[int]]:
         """The new token ids of conversations `idx`, decoded together: under their grammars in the engine's own
-        loop, or without schemas through `generate` (stopping at the JSON object's end)."""
+        loop, or without schemas through `generate` (stopping at the JSON object's end, or where `stop_rows` says)."""
         pad = self.tok.pad_token_id
         ids, mask = left_padded([encoded[i] for i in idx], pad, self.device)
         width = ids.shape[1]
@@ -255,17 +269,21 @@ class Engine:
             return self._under_grammar([encoded[i] for i in idx], ids, mask, use_adapter,
                                        [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens,
                                        sampling, None if on_tokens is None else
-                                       (lambda row, toks: on_tokens(idx[row], toks)))
+                                       (lambda row, toks: on_tokens(idx[row], toks)),
+                                       None if stop_rows is None else (lambda row: stop_rows(idx[row])))
         gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                   **({"do_sample": True, "temperature": temperature} if temperature > 0
                                      else {"do_sample": False}), use_cache=True, pad_token_id=pad,
-                                  stopping_criteria=StoppingCriteriaList([StopOnJsonEnd(self.tok, width)]),
+                                  stopping_criteria=StoppingCriteriaList(
+                                      [StopOnJsonEnd(self.tok, width)]
+                                      + ([] if stop_rows is None else [StopRows(idx, stop_rows)])),
                                   streamer=None if on_tokens is None else RowStreamer(idx, pad, on_tokens))
         return [[t for t in gen[row, width:].tolist() if t != pad] for row in range(len(idx))]
 
     def _under_grammar(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor, use_adapter: bool | str,
                        compiled: list, max_new_tokens: int, sampling: Sampling | None,
-                       on_tokens: Callable[[int, list[int]], None] | None = None) -> list[list[int]]:
+                       on_tokens: Callable[[int, list[int]], None] | None = None,
+                       stop: Callable[[int], bool] | None = None) -> list[list[int]]:
         """One batch through `decode_under_grammar`; with the prefix cache on, each row prefills only what follows
         its longest cached prefix, and every row's KV is kept as it leaves."""
         model = self._model_ids.get(self._name(use_adapter))
@@ -273,7 +291,7 @@ class Engine:
                       if sampling is not None and sampling.seed is not None else None)
         if self.prefixes is None or model is None:
             return decode_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward,
-                                        sampling=sampling, generators=generators, on_tokens=on_tokens)
+                                        sampling=sampling, generators=generators, on_tokens=on_tokens, stop=stop)
         reused = [self.prefixes.longest(model, p) for p in prompts]
         ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, max_new_tokens)
 
@@ -282,7 +300,7 @@ class Engine:
 
         return decode_under_grammar(self.model, ids.to(self.device), mask.to(self.device), compiled, max_new_tokens,
                                     self.jump_forward, cache=cache, on_leave=keep, sampling=sampling,
-                                    generators=generators, on_tokens=on_tokens)
+                                    generators=generators, on_tokens=on_tokens, stop=stop)
 
     def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
                     max_new_tokens: int, sampling: Sampling | None = None) -> list[str] | None:
@@ -400,14 +418,16 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
                          on_leave: Callable[[int, list[int], list], None] | None = None,
                          sampling: Sampling | None = None,
                          generators: list[torch.Generator] | None = None,
-                         on_tokens: Callable[[int, list[int]], None] | None = None) -> list[list[int]]:
+                         on_tokens: Callable[[int, list[int]], None] | None = None,
+                         stop: Callable[[int], bool] | None = None) -> list[list[int]]:
     """Greedy (or, with `sampling`, sampled) decoding of a left-padded batch, each row under its compiled xgrammar
     grammar; returns each row's new token ids. A row leaves the batch and the KV cache when its grammar completes or
     at `max_new_tokens`; token by token this equals `generate` with xgrammar's logits processor (tested).
     `jump_forward`: the tokens the grammar forces after a pick are fed in the same pass (padded on the left inside the
     chunk), in xgrammar's tokenisation, so answers can change (`generate.jump_forward`). `cache`: the KV of a reused
     prefix (`PrefixCache`; `mask` covers it too). `on_leave(row, fed_new_tokens, kv)`: as each row leaves, with its KV
-    (padding dropped). `generators`: one per row. `on_tokens(row, tokens)`: accepted tokens as they come (streaming)."""
+    (padding dropped). `generators`: one per row. `on_tokens(row, tokens)`: accepted tokens as they come (streaming).
+    `stop(row)`: True when a row is no longer wanted; it leaves the batch at that step, as a completed row does."""
     import xgrammar as xgr
 
     from clap.evaluate.kv_cache import GrowingCache
@@ -433,6 +453,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
         picked = pick_tokens(logits, sampling, None if generators is None else [generators[i] for i in active])
         chunks, keep, fed = [], [], [len(new_tokens[i]) for i in active]  # every token so far went through the model
         for r, i in enumerate(active):
+            if stop is not None and stop(i):
+                continue
             matcher = matchers[i]
             chunk = _accepted(matcher, picked[r], stop_ids, jump_forward, max_new_tokens - len(new_tokens[i]))
             if chunk is None:

@@ -32,11 +32,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clap.agent.engine import AgentServing
 from clap.serve import openai_api as api
-from clap.serve.batcher import Batcher, Job
+from clap.serve.batcher import Answer, Batcher, Job
+from clap.serve.grammar_worker import GrammarWorker
 
 ROUTED = "clap"  # the model name a routing server (the canary) answers by request id
-
-
+DISCONNECT_POLL_S = 0.25  # how often a request waiting for its answer checks that its client is still there
 
 
 def refuse(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> JSONResponse:
@@ -56,6 +56,8 @@ class Completions:
     route: Callable[[str], str] | None = None
     on_answer: Callable[[dict], None] | None = None
     agent: AgentServing | None = None
+    grammar_worker: GrammarWorker | None = None  # compiles a schema the engine has not seen, under its limits
+    max_request_mb: float | None = None  # the per-request memory bound (`openai_api.request_memory_mb`)
 
     async def parse(self, request: Request, shape) -> tuple[tuple | None, JSONResponse | None]:
         """(request, request id, job) or the 4xx refusing it."""
@@ -97,28 +99,70 @@ class Completions:
             schema = self.agent.action_schema
         else:
             prompt = [m.model_dump(exclude_none=True) for m in req.messages] if chat else req.prompt
-        if (problem := self.length_problem(prompt, limit)) is not None:
-            return None, refuse(400, problem, "messages" if chat else "prompt")
-        return (req, request_id, Job(prompt, self.models[req.model], limit, req.temperature, schema, req.seed,
-                                     asyncio.Queue() if req.stream else None)), None
+        field = "messages" if chat else "prompt"
+        problem, prompt_tokens = self.length_problem(prompt, limit)
+        if problem is not None:
+            return None, refuse(400, problem, field)
+        job = Job(prompt, self.models[req.model], limit, req.temperature, schema, req.seed,
+                  asyncio.Queue() if req.stream else None)
+        if (refusal := await self.bound(job, prompt_tokens, field)) is not None:
+            return None, refusal
+        return (req, request_id, job), None
 
-    def length_problem(self, prompt, limit: int) -> str | None:
-        """Why the prompt cannot be served (its tokens and max_tokens past the model's context), before it is
-        queued: one long prompt batched with others took the server from 0.8 to 7.2 GB."""
+    def length_problem(self, prompt, limit: int) -> tuple[str | None, int]:
+        """(why the prompt cannot be served — its tokens and max_tokens past the model's context —, its tokens),
+        before it is queued: one long prompt batched with others took the server from 0.8 to 7.2 GB."""
         engine = self.batcher.engine
         encode = getattr(engine, "encode", None)
         if encode is None:
-            return None
+            return None, 0
         config = getattr(getattr(engine, "model", None), "config", None)
         context = getattr(config, "max_position_embeddings", None)
         chars = len(prompt) if isinstance(prompt, str) else sum(len(str(m.get("content") or "")) for m in prompt)
         if isinstance(context, int) and chars > 8 * context:  # past any tokenisation that could fit: not tokenised
-            return f"the prompt is {chars} characters, far more than the model's context of {context} tokens"
+            return f"the prompt is {chars} characters, far more than the model's context of {context} tokens", 0
+        tokens = len(encode(prompt))
         try:
-            api.check_prompt_length(len(encode(prompt)), limit, context if isinstance(context, int) else None)
+            api.check_prompt_length(tokens, limit, context if isinstance(context, int) else None)
         except ValueError as exc:
-            return str(exc)
+            return str(exc), tokens
+        return None, tokens
+
+    async def bound(self, job: Job, prompt_tokens: int, field: str) -> JSONResponse | None:
+        """The 400 for a request past the server's limits on its grammar (compiled here, in the worker, with a time
+        and memory limit, so the engine's thread never compiles an unseen schema) or on the memory it would hold."""
+        engine = self.batcher.engine
+        grammars = getattr(engine, "grammars", None) if self.grammar_worker is not None else None
+        grammar_bytes = 0
+        if job.schema is not None and grammars is not None:
+            if not grammars.has(job.schema):
+                try:
+                    compiled = await asyncio.to_thread(self.grammar_worker.compile, job.schema)
+                except ValueError as exc:
+                    return refuse(400, str(exc), "response_format")
+                grammars.adopt(job.schema, compiled)
+            grammar_bytes = grammars.compiled(job.schema).memory_size_bytes
+        shape = _memory_shape(engine)
+        if shape is not None and self.max_request_mb is not None:
+            needs = api.request_memory_mb(prompt_tokens, job.max_tokens, *shape, grammar_bytes=grammar_bytes)
+            try:
+                api.check_request_memory(needs, self.max_request_mb)
+            except ValueError as exc:
+                return refuse(400, str(exc), field)
         return None
+
+    async def until_answered(self, request: Request, job: Job) -> Answer | None:
+        """The job's answer, or None once its client has gone away: the job is then cancelled, so it is not decoded
+        or leaves its batch at the next step (a client that hangs up does not keep the engine busy)."""
+        waiting = asyncio.ensure_future(self.batcher.submit(job))
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return waiting.result()
+            if await request.is_disconnected():
+                job.cancelled = True
+                waiting.add_done_callback(lambda f: f.cancelled() or f.exception())  # read, never logged
+                return None
 
     def tool_problem(self, req) -> tuple[str, str] | None:
         """(message, field) when a request does not fit what this server serves: tools sent to a server that
@@ -171,9 +215,11 @@ class Completions:
         if req.stream:
             return StreamingResponse(self.stream(req, job, rid, chat, started), media_type="text/event-stream")
         try:
-            got = await self.batcher.submit(job)
+            got = await self.until_answered(request, job)
         except ValueError as exc:
             return refuse(400, str(exc), "response_format")
+        if got is None:  # nobody is there to read a response
+            return refuse(499, "the client closed the request before its answer", kind="client_closed_request")
         self.answered(req, rid, job, got.text, got.new_tokens, started)
         text, stopped = api.cut_at_stop(got.text, req.stop)
         reason = api.finish_reason(got.new_tokens, job.max_tokens, stopped)
@@ -192,17 +238,22 @@ class Completions:
             return _event(body)
 
         done = asyncio.ensure_future(self.batcher.submit(job))
-        if chat:
-            yield _event(api.chat_chunk(rid, req.model, {"role": "assistant", "content": ""}))
-        sent, stopped = "", False
-        while (so_far := await job.stream.get()) is not None:
-            if stopped:
-                continue
-            text, stopped = api.cut_at_stop(so_far, req.stop)
-            ready = text if stopped else text[:len(text) - api.held_back(text, req.stop)]
-            if len(ready) > len(sent) and ready.startswith(sent):
-                yield piece(ready[len(sent):])
-                sent = ready
+        try:
+            if chat:
+                yield _event(api.chat_chunk(rid, req.model, {"role": "assistant", "content": ""}))
+            sent, stopped = "", False
+            while (so_far := await job.stream.get()) is not None:
+                if stopped:
+                    continue
+                text, stopped = api.cut_at_stop(so_far, req.stop)
+                ready = text if stopped else text[:len(text) - api.held_back(text, req.stop)]
+                if len(ready) > len(sent) and ready.startswith(sent):
+                    yield piece(ready[len(sent):])
+                    sent = ready
+        finally:
+            if not done.done():  # the client went away mid-stream (the response task was cancelled): stop decoding
+                job.cancelled = True
+                done.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             got = await done
         except Exception as exc:  # noqa: BLE001 - the stream ends with the error, as OpenAI's does
@@ -219,6 +270,25 @@ class Completions:
         yield "data: [DONE]\n\n"
 
 
+def _memory_shape(engine) -> tuple[int, int] | None:
+    """(KV cache bytes a token, one decoder layer's prefill activations a token) of the engine's model, for
+    `openai_api.request_memory_mb`: keys and values of every layer; the layer's input and output, queries, keys,
+    values and the MLP's three intermediate tensors, each alive twice (a tensor and the one made from it). None for
+    an engine that is not a local model (an upstream server bounds its own)."""
+    model = getattr(engine, "model", None)
+    config = getattr(model, "config", None)
+    try:
+        heads, layers, hidden = int(config.num_attention_heads), int(config.num_hidden_layers), int(config.hidden_size)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        intermediate = int(config.intermediate_size)
+        width = next(model.parameters()).element_size()
+    except (AttributeError, TypeError, StopIteration):
+        return None
+    kv = kv_heads * head_dim
+    return 2 * layers * kv * width, 2 * (2 * hidden + heads * head_dim + 2 * kv + 3 * intermediate) * width
+
+
 def _event(body: dict) -> str:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
@@ -226,7 +296,9 @@ def _event(body: dict) -> str:
 def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 256, max_tokens_cap: int = 2048,
                max_batch: int = 16, wait_ms: float = 5.0, route: Callable[[str], str] | None = None,
                on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None,
-               health: dict | None = None, agent: AgentServing | None = None, wedged_after_s: float = 300.0):
+               health: dict | None = None, agent: AgentServing | None = None, wedged_after_s: float = 300.0,
+               grammar_timeout_s: float | None = 10.0, grammar_memory_mb: int | None = 4096,
+               max_request_mb: float | None = 2048):
     """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
     adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
 
@@ -235,9 +307,17 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     `feedback`, `POST /v1/feedback` passes its body's fields to it (a ValueError is a 400); `health`: what
     `GET /health` adds (the canary's arms and the versions they serve). `agent`: serve the tool-calling agent (the
     engine renders the agent's conversations with these tools, `clap.agent.chat.engine_rendering`). `GET /health` is a
-    503 `wedged` while one batch has decoded longer than `wedged_after_s` (a load balancer then stops sending)."""
+    503 `wedged` while one batch has decoded longer than `wedged_after_s` (a load balancer then stops sending).
+
+    The bounds on one request, checked before it is queued: a schema the engine has not compiled compiles in a child
+    process within `grammar_timeout_s` and `grammar_memory_mb` (`clap.serve.grammar_worker`; None: on the engine's
+    thread, unbounded), and the memory the request would hold (`openai_api.request_memory_mb`) is at most
+    `max_request_mb` (None: unbounded). A request whose client hangs up is cancelled (`Completions.until_answered`)."""
     batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
-    completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer, agent)
+    grammars = getattr(engine, "grammars", None) if grammar_timeout_s is not None else None  # vLLM compiles its own
+    worker = None if grammars is None else GrammarWorker(grammars.tokenizer_info, grammar_timeout_s, grammar_memory_mb)
+    completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer, agent, worker,
+                              max_request_mb)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -245,6 +325,8 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
         yield
         task.cancel()
         batcher.executor.shutdown(wait=False, cancel_futures=True)
+        if worker is not None:
+            worker.close()
 
     app = FastAPI(title="clap serve", lifespan=lifespan)
     app.state.batcher = batcher
@@ -268,7 +350,8 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     @app.get("/v1/stats")
     async def stats():
         sizes = batcher.batches
-        return {"batches": len(sizes), "requests": sum(sizes), "max_batch_seen": max(sizes, default=0)}
+        return {"batches": len(sizes), "requests": sum(sizes), "max_batch_seen": max(sizes, default=0),
+                "cancelled": batcher.cancelled, "grammar_compiles_stopped": 0 if worker is None else worker.stopped}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -4,7 +4,8 @@ The event loop queues each request as a `Job`; one worker thread owns the engine
 used from that thread only) and takes what is waiting — up to `max_batch` jobs, after waiting at most `wait_ms`
 for more to join the first — groups them by what a batch must share (model, temperature, token limit, whether a
 grammar constrains them), and runs each group through `Engine.generate` as one batch. While a batch decodes, new
-requests queue and form the next one. A streamed job gets its text so far after every step it took.
+requests queue and form the next one. A streamed job gets its text so far after every step it took. A job whose
+client went away (`Job.cancelled`, set by the application) is not decoded, or leaves its batch at the next step.
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ class Job:
     stream: asyncio.Queue | None = None  # the answer's text so far, after each step (a streamed request)
     done: asyncio.Future | None = None
     tokens: list[int] = field(default_factory=list)
+    cancelled: bool = False  # its client went away: not decoded, or it leaves the batch at the next step
 
     def batch_key(self) -> tuple:
         """What one batch of `Engine.generate` must share."""
         return (str(self.use_adapter), self.temperature, self.max_tokens, self.schema is None, self.seed)
+
+
+class Cancelled(Exception):
+    """A request whose client went away: nobody waits for its answer."""
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Batcher:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clap-engine")
         self.batches: list[int] = []  # the size of every batch decoded (GET /v1/stats, the load test)
         self.busy_since: float | None = None  # time.monotonic() when the batch now decoding began (GET /health)
+        self.cancelled = 0  # requests whose client went away before their answer was complete (GET /v1/stats)
 
     async def submit(self, job: Job) -> Answer:
         loop = asyncio.get_running_loop()
@@ -99,6 +106,10 @@ class Batcher:
         ready = []
         compiles = hasattr(engine, "grammars")  # an upstream server (vLLM) compiles its own
         for job in group:  # a schema xgrammar cannot compile fails its own request, not the batch
+            if job.cancelled:
+                _resolve(loop, job, error=Cancelled("the client went away before its request decoded"))
+                self.cancelled += 1
+                continue
             if job.schema is not None and compiles:
                 try:
                     engine.grammars.compiled(job.schema)
@@ -126,8 +137,10 @@ class Batcher:
                                    schemas=None if first.schema is None else [j.schema for j in ready],
                                    temperature=first.temperature,
                                    seed=first.seed if first.temperature > 0 and first.schema is not None else None,
-                                   use_store=False, on_tokens=on_tokens if streamed else None)
+                                   use_store=False, on_tokens=on_tokens if streamed else None,
+                                   stop_rows=lambda i: ready[i].cancelled)
             self.batches.append(len(ready))
+            self.cancelled += sum(j.cancelled for j in ready)
             encode = getattr(engine, "encode", None)
             for job, gen in zip(ready, gens):
                 _resolve(loop, job, Answer(gen.text, gen.new_tokens, len(encode(job.prompt)) if encode else 0,
@@ -142,6 +155,8 @@ def _resolve(loop: asyncio.AbstractEventLoop, job: Job, answer: Answer | None = 
     def settle() -> None:
         if job.done is not None and not job.done.done():
             job.done.set_exception(error) if error is not None else job.done.set_result(answer)
+            if job.cancelled:
+                job.done.exception()  # nobody awaits a cancelled job's answer: its error is read here, not logged
         if job.stream is not None:
             job.stream.put_nowait(None)  # the end of the stream
 

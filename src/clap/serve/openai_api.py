@@ -49,6 +49,26 @@ def check_prompt_length(prompt_tokens: int, max_tokens: int, context: int | None
                          f"model's context of {context} tokens")
 
 
+def request_memory_mb(prompt_tokens: int, max_tokens: int, kv_bytes_per_token: int, activation_bytes_per_token: int,
+                      grammar_bytes: int = 0) -> float:
+    """What one request holds while it decodes (pure), in MB: its KV cache at full length (prompt + max_tokens), one
+    decoder layer's activations over the whole prompt at prefill (the layers run one after the other), the prefill's
+    fp32 attention mask (prompt²: CPU attention itself is tiled, the mask is not), and its grammar. A batch of
+    requests holds the sum, padded to its longest prompt. Measured against the real model by
+    `benchmarks/bench_serve_memory.py`."""
+    kv = (prompt_tokens + max_tokens) * kv_bytes_per_token
+    prefill = prompt_tokens * activation_bytes_per_token + prompt_tokens * prompt_tokens * 4
+    return (kv + prefill + grammar_bytes) / 2**20
+
+
+def check_request_memory(needs_mb: float, limit_mb: float | None) -> None:
+    """A request whose estimate (`request_memory_mb`) is past the server's per-request bound (pure): ValueError naming
+    the estimate, the bound and its flag."""
+    if limit_mb is not None and needs_mb > limit_mb:
+        raise ValueError(f"the request would hold about {needs_mb:,.0f} MB while it decodes (prompt, max_tokens and "
+                         f"grammar), more than this server's {limit_mb:,.0f} MB a request (--max-request-mb)")
+
+
 # OpenAI request fields this server does not implement, with the value that asks for nothing (absent or this value
 # is accepted; anything else is refused naming the field, never silently ignored).
 UNSUPPORTED = {"top_p": 1, "logprobs": False, "top_logprobs": None, "presence_penalty": 0, "frequency_penalty": 0,
