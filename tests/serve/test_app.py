@@ -130,8 +130,10 @@ DEEP = _deep(200)
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
       "json_schema": {"schema": DEEP}}}, None, 400, "nested deeper than 24 levels"),
     # OpenAI fields the server does not implement are refused by name, never ignored
-    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "top_p": 0.5}, None, 400,
-     "top_p: not supported by this server"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "top_p": 0}, None, 400,
+     "top_p: Input should be greater than 0"),
+    ({"model": "base", "messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}, None, 400,
+     "presence_penalty: not supported by this server"),
     ({"model": "base", "messages": [{"role": "user", "content": "x"}], "stream": True,
       "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, None, 400,
      "stream_options.continuous_usage_stats: Extra inputs are not permitted"),
@@ -417,3 +419,15 @@ def test_a_client_that_hangs_up_cancels_its_decode(stream):
         while get(f"{url}/v1/stats")["cancelled"] != 1 and time.time() < deadline:
             time.sleep(0.1)
         assert get(f"{url}/v1/stats")["cancelled"] == 1
+
+
+def test_top_p_is_honoured_a_nucleus_of_one_token_samples_the_greedy_answer(engine):
+    """`top_p` → the request's own nucleus: so small that only the likeliest token is in it, a sampled answer (under
+    a grammar and without one) is the greedy one, where the model's own nucleus samples something else."""
+    with running(create_app(engine, MODELS, max_batch=1)) as url:
+        for extra in ({}, {"response_format": schema_format(), "seed": 3}):
+            greedy = post(f"{url}/v1/chat/completions", chat("Revenue?", **extra))[1]
+            narrow = post(f"{url}/v1/chat/completions", chat("Revenue?", temperature=1.5, top_p=1e-9, **extra))[1]
+            wide = post(f"{url}/v1/chat/completions", chat("Revenue?", temperature=1.5, **extra))[1]
+            text = [r["choices"][0]["message"]["content"] for r in (greedy, narrow, wide)]
+            assert text[1] == text[0] != text[2], text

@@ -168,8 +168,9 @@ def test_a_request_past_the_memory_bound_is_refused_naming_the_flag(needs, limit
 
 @pytest.mark.parametrize("body, chat, field", [
     ({"messages": []}, True, None),
-    ({"top_p": 1}, True, None),                         # the value that asks for nothing is accepted
-    ({"top_p": 0.9}, True, "top_p"),
+    ({"top_p": 0.9}, True, None),                       # honoured: the nucleus a sampled token is drawn from
+    ({"presence_penalty": 0}, True, None),              # the value that asks for nothing is accepted
+    ({"presence_penalty": 0.9}, True, "presence_penalty"),
     ({"logprobs": False, "presence_penalty": 0}, True, None),
     ({"logprobs": True}, False, "logprobs"),
     ({"stream_options": {"include_usage": True}}, True, None),  # honoured: the usage chunk

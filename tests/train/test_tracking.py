@@ -108,3 +108,65 @@ def test_a_run_that_logs_no_step_still_writes_what_the_stage_declares(params, tm
     live = tmp_path / paths.dvclive("sft")
     assert (live / "metrics.json").is_file()
     assert [p.name for p in (live / "plots" / "metrics").iterdir()] == ["loss.tsv"]  # a DVC output that exists
+
+
+def test_the_mlflow_ui_environment_reads_the_store_the_mlflow_extra_writes():
+    """`make mlflow-ui` installs the full `mlflow` (the UI) in its own environment at the version of the lock's
+    mlflow-skinny: another version refuses the store ("out-of-date database schema")."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = re.search(r"^MLFLOW_SPEC \?= mlflow==(\S+)$", (root / "Makefile").read_text(), re.M)
+    pinned = re.search(r"^mlflow-skinny==(\S+)$", (root / "requirements.lock").read_text(), re.M)
+    assert spec and pinned and spec.group(1) == pinned.group(1), (spec, pinned)
+
+
+@pytest.mark.slow
+def test_mlflow_server_shows_a_run_clap_logged(tmp_path):
+    """The run CLAP's tracking logs (MLflow's client from the `mlflow` extra, the local SQLite store) as users
+    read it: `mlflow server` from `make mlflow-ui`'s environment on a loopback port answers its web page and the
+    run through the REST API."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    mlflow = pytest.importorskip("mlflow")
+    server_bin = Path(__file__).resolve().parents[2] / ".venv-mlflow" / "bin" / "mlflow"
+    if not server_bin.exists():
+        pytest.skip(f"{server_bin}: MLflow's UI is not installed (`make mlflow-env`)")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("clap")
+    run = client.create_run(experiment, run_name="sft")
+    client.log_metric(run.info.run_id, "loss", 1.25, step=3)
+    client.set_tag(run.info.run_id, "clap.gate.decision", "promote")
+    client.set_terminated(run.info.run_id)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(server_bin), "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                page = urllib.request.urlopen(url, timeout=10).read().decode()
+                break
+            except OSError:
+                assert server.poll() is None and time.time() < deadline, server.stdout.read() if server.poll() else ""
+                time.sleep(0.5)
+        request = urllib.request.Request(f"{url}/api/2.0/mlflow/runs/search", method="POST",
+                                         data=json.dumps({"experiment_ids": [experiment]}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        runs = json.loads(urllib.request.urlopen(request, timeout=30).read())["runs"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert "<title>MLflow</title>" in page and "static-files/static/js/main." in page  # the UI's page, its app
+    assert [r["info"]["run_name"] for r in runs] == ["sft"]
+    assert {m["key"]: m["value"] for m in runs[0]["data"]["metrics"]} == {"loss": 1.25}
+    assert {t["key"]: t["value"] for t in runs[0]["data"]["tags"]}["clap.gate.decision"] == "promote"

@@ -204,7 +204,8 @@ class Engine:
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
-                 temperature: float = 0.0, seed: int | None = None, use_store: bool = True,
+                 temperature: float = 0.0, seed: int | None = None, top_p: float | None = None,
+                 use_store: bool = True,
                  on_tokens: Callable[[int, list[int]], None] | None = None,
                  stop_rows: Callable[[int], bool] | None = None) -> list[Generation]:
         """Greedy answers, one per conversation; with `schemas` (one JSON schema per conversation,
@@ -214,7 +215,7 @@ class Engine:
         through `generate(do_sample=True)`. Draws come from torch's global RNG, or with `seed` (under a grammar)
         from a generator per request seeded by `seed` and its prompt (`request_generator`, vLLM's per-request
         seed): a draw then depends on neither the batch nor the order it ran in, and is stored and read back
-        like a greedy answer. `use_store=False` decodes afresh and stores nothing (the paired latency timing).
+        like a greedy answer. `top_p`: the nucleus instead of the model's own (an OpenAI request's). `use_store=False` decodes afresh and stores nothing (the paired latency timing).
         `on_tokens(i, token_ids)`: called from the decoding loop as conversation i's new tokens are picked (a
         server streams them), never for an answer read from the store. `stop_rows(i)`: True once conversation i's
         answer is no longer wanted (`clap serve`: its client went away); it leaves the batch at the next step, its
@@ -223,7 +224,7 @@ class Engine:
             raise ValueError(f"{len(schemas)} schemas for {len(conversations)} conversations")
         if seed is not None and (temperature == 0 or schemas is None):
             raise ValueError("a per-request seed needs sampling (temperature > 0) under a grammar (schemas)")
-        sampling = Sampling.of(self.model, temperature, seed) if temperature > 0 else None
+        sampling = Sampling.of(self.model, temperature, seed, top_p) if temperature > 0 else None
         encoded = [self.encode(m) for m in conversations]
         out: list[Generation | None] = [None] * len(encoded)
         keys = (self._store_keys(encoded, use_adapter, schemas, max_new_tokens, sampling)
@@ -272,8 +273,9 @@ class Engine:
                                        (lambda row, toks: on_tokens(idx[row], toks)),
                                        None if stop_rows is None else (lambda row: stop_rows(idx[row])))
         gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                  **({"do_sample": True, "temperature": temperature} if temperature > 0
-                                     else {"do_sample": False}), use_cache=True, pad_token_id=pad,
+                                  **({"do_sample": True, "temperature": temperature, "top_p": sampling.top_p}
+                                     if sampling is not None else {"do_sample": False}), use_cache=True,
+                                  pad_token_id=pad,
                                   stopping_criteria=StoppingCriteriaList(
                                       [StopOnJsonEnd(self.tok, width)]
                                       + ([] if stop_rows is None else [StopRows(idx, stop_rows)])),
@@ -355,10 +357,12 @@ class Sampling:
     seed: int | None = None
 
     @classmethod
-    def of(cls, model, temperature: float, seed: int | None = None) -> Sampling:
-        """At `temperature`, with the top-k and top-p the model's generation config sets (as `generate` reads them)."""
+    def of(cls, model, temperature: float, seed: int | None = None, top_p: float | None = None) -> Sampling:
+        """At `temperature`, with the top-k and top-p the model's generation config sets (as `generate` reads them);
+        `top_p` replaces the config's (a request's own)."""
         config = getattr(model, "generation_config", None)
-        top_k, top_p = getattr(config, "top_k", None), getattr(config, "top_p", None)
+        top_k = getattr(config, "top_k", None)
+        top_p = getattr(config, "top_p", None) if top_p is None else top_p
         return cls(temperature, cls.top_k if top_k is None else top_k, cls.top_p if top_p is None else top_p, seed)
 
     def key(self) -> str:

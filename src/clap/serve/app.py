@@ -104,7 +104,7 @@ class Completions:
         if problem is not None:
             return None, refuse(400, problem, field)
         job = Job(prompt, self.models[req.model], limit, req.temperature, schema, req.seed,
-                  asyncio.Queue() if req.stream else None)
+                  asyncio.Queue() if req.stream else None, top_p=req.top_p)
         if (refusal := await self.bound(job, prompt_tokens, field)) is not None:
             return None, refusal
         return (req, request_id, job), None

@@ -30,9 +30,12 @@ class Job:
     tokens: list[int] = field(default_factory=list)
     cancelled: bool = False  # its client went away: not decoded, or it leaves the batch at the next step
 
+    top_p: float = 1.0  # the nucleus a sampled token is drawn from (with temperature > 0)
+
     def batch_key(self) -> tuple:
         """What one batch of `Engine.generate` must share."""
-        return (str(self.use_adapter), self.temperature, self.max_tokens, self.schema is None, self.seed)
+        return (str(self.use_adapter), self.temperature, self.top_p if self.temperature > 0 else 1.0,
+                self.max_tokens, self.schema is None, self.seed)
 
 
 class Cancelled(Exception):
@@ -136,6 +139,7 @@ class Batcher:
                                    batch_size=len(ready), progress=False,
                                    schemas=None if first.schema is None else [j.schema for j in ready],
                                    temperature=first.temperature,
+                                   top_p=first.top_p if first.temperature > 0 and first.top_p < 1 else None,
                                    seed=first.seed if first.temperature > 0 and first.schema is not None else None,
                                    use_store=False, on_tokens=on_tokens if streamed else None,
                                    stop_rows=lambda i: ready[i].cancelled)

@@ -71,7 +71,7 @@ def check_request_memory(needs_mb: float, limit_mb: float | None) -> None:
 
 # OpenAI request fields this server does not implement, with the value that asks for nothing (absent or this value
 # is accepted; anything else is refused naming the field, never silently ignored).
-UNSUPPORTED = {"top_p": 1, "logprobs": False, "top_logprobs": None, "presence_penalty": 0, "frequency_penalty": 0,
+UNSUPPORTED = {"logprobs": False, "top_logprobs": None, "presence_penalty": 0, "frequency_penalty": 0,
                "logit_bias": None, "best_of": 1, "echo": False, "suffix": None,
                "parallel_tool_calls": None, "functions": None, "function_call": None, "modalities": None,
                "audio": None, "prediction": None, "reasoning_effort": None, "service_tier": None}
@@ -151,6 +151,7 @@ class _Sampling(BaseModel):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0  # the nucleus a sampled token is drawn from (greedy: moot)
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
