@@ -86,6 +86,61 @@ def test_demo_three_rounds_then_rollback_drill(tmp_path, tiny_dir):
     assert rows[3]["candidate"] == "restores v0.0.1" and rows[3]["tags"] == ["clap-adapter#prod#3"]
     assert "ROLLBACK" in out and "HOLD" in out
 
+    # a metric diff a reviewer reads: `dvc metrics show` prints the headline file alone, about 20 columns
+    shown = json.loads(run(root, "dvc", "metrics", "show", "--json", env=env))
+    (files,) = [rev["data"] for rev in shown.values()]
+    assert list(files) == ["metrics/headline.json"], list(files)
+
+    def leaves(o):
+        return sum(leaves(v) for v in o.values()) if isinstance(o, dict) else 1
+
+    headline = files["metrics/headline.json"]["data"]
+    assert 10 <= leaves(headline) <= 25 and headline["decision"] == "promote", headline
+
+    # outputs are reachable: every release pushed to the project's remote, then a second clone pulls, checks out a
+    # release, verifies it from the pulled bytes, renders the plots, and serves another release
+    run(root, "dvc", "push", "--all-tags", env=env)
+    second = tmp_path / "second"
+    run(tmp_path, "git", "clone", "-q", str(root), str(second), env=env)
+    run(second, "dvc", "pull", env=env)
+    run(second, "git", "checkout", "-q", "clap-adapter@v0.0.2", env=env)
+    run(second, "dvc", "pull", env=env)
+    assert "verified" in run(second, "clap", "verify", "release/bundle.json", env=env).lower()
+    run(second, "dvc", "plots", "show", "-o", str(tmp_path / "plots"), env=env)
+    assert (tmp_path / "plots" / "index.html").stat().st_size > 0
+    _serve_answers(second, env, "v0.0.1")
+
+
+def _serve_answers(root, env, version: str) -> None:
+    """`clap serve --version` in `root` starts (the adapter restored from the pulled cache and checked) and answers."""
+    import socket
+    import subprocess
+    import time
+
+    from tests.helpers.http_server import get, post
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(["clap", "serve", "--version", version, "--port", str(port)], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                health = get(f"{url}/health")
+                break
+            except OSError:
+                assert server.poll() is None and time.time() < deadline, server.stdout.read() if server.poll() else ""
+                time.sleep(0.5)
+        status, reply = post(f"{url}/v1/chat/completions", {"model": f"clap-adapter@{version}", "max_tokens": 8,
+                                                           "messages": [{"role": "user", "content": "Revenue?"}]})
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert f"clap-adapter@{version}" in health["models"] and status == 200, (health, reply)
+
 
 def test_demo_concludes_a_canary_round_before_the_next(tmp_path, tiny_dir):
     """A round the gate sends to canary (policy release_via_canary) does not strand the demo: the canary serves

@@ -28,6 +28,7 @@ EVAL_METRICS = Path("metrics/eval")
 REPLAY_METRICS = Path("metrics/replay.json")
 DECISION_METRICS = Path("metrics/decisions.json")
 GATE = Path("metrics/gate.json")
+HEADLINE = Path("metrics/headline.json")  # the gate stage's headline figures: the one file `dvc metrics show` prints
 GATE_AGENT = Path("data/gate/agent.json")  # the gate's agent verdict alone ({candidate, decision}): what agent_pass_k
                                            # samples follows it, not every change of metrics/gate.json
 BUNDLE = Path("release/bundle.json")

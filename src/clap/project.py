@@ -41,8 +41,8 @@ DVC_CONFIG = """[core]
 [hydra]
     enabled = true
 ['remote "local"']
-    url = ../.dvc-remote
-"""
+    url = {remote}
+"""  # the remote: the project's own .dvc-remote/ by its absolute path, so a clone on this machine pulls from it
 GITIGNORE = """.venv/
 __pycache__/
 /.dvc-remote/
@@ -240,7 +240,9 @@ def _vcs(target: Path, written: list[Path]) -> None:
         run("git", "init", "-q")
     if not (target / ".dvc").exists():
         run("dvc", "init", "-q")
-        (target / ".dvc" / "config").write_text(DVC_CONFIG, encoding="utf-8")
+        remote = (target / ".dvc-remote").resolve()
+        remote.mkdir(exist_ok=True)
+        (target / ".dvc" / "config").write_text(DVC_CONFIG.format(remote=remote), encoding="utf-8")
         own += [".dvc/config", ".dvc/.gitignore", ".dvcignore"]
     own = [p for p in own if (target / p).exists()]
     run("git", "add", "--", *own)

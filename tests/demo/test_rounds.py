@@ -76,3 +76,34 @@ def test_repair_effect_before_the_first_release_compares_with_the_base_model_and
 ])
 def test_demo_overrides_conf_first_the_command_line_replaces(from_conf, from_command_line, expected):
     assert demo_overrides(from_conf, from_command_line) == expected
+
+
+@pytest.mark.parametrize("url, moved", [(".dvc-remote", True), ("/srv/dvc", False), ("s3://bucket/x", False)])
+def test_the_demo_makes_a_relative_remote_one_a_clone_reaches(tmp_path, monkeypatch, url, moved):
+    """A relative remote url names, in a clone, the clone's own empty folder: `clap demo` makes it the project's
+    folder by absolute path, creates it and commits `.dvc/config`; an absolute path or a URL is left as it is."""
+    import subprocess
+
+    from clap.demo.rounds import reachable_remote
+
+    def sh(*cmd):
+        return subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    sh("git", "init", "-q")
+    sh("dvc", "init", "-q")
+    sh("dvc", "remote", "add", "-d", "local", url)  # a relative path is stored relative to .dvc/: ../.dvc-remote
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qam", "init")
+    monkeypatch.chdir(tmp_path)
+    for k, v in (("NAME", "t"), ("EMAIL", "t@x")):
+        monkeypatch.setenv(f"GIT_AUTHOR_{k}", v)
+        monkeypatch.setenv(f"GIT_COMMITTER_{k}", v)
+    got = reachable_remote(tmp_path)
+    if moved:
+        folder = (tmp_path / ".dvc-remote").resolve()
+        assert got == str(folder) and folder.is_dir()
+        assert sh("dvc", "config", "remote.local.url") == str(folder)
+        assert sh("git", "status", "--porcelain") == "" and "the DVC remote local is" in sh("git", "log", "-1",
+                                                                                           "--format=%s")
+    else:
+        assert got is None and sh("dvc", "config", "remote.local.url") == url
+        assert sh("git", "log", "--format=%s") == "init"

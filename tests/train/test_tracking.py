@@ -42,6 +42,7 @@ def test_a_tiny_sft_logs_each_step_to_dvclive_and_mlflow(params, small_loop, tin
     live = tmp_path / paths.dvclive("sft")  # the files the train_sft stage declares as metrics and plots
     loss = (live / "plots" / "metrics" / "loss.tsv").read_text().splitlines()
     assert loss[0].split("\t")[:2] == ["step", "loss"] and len(loss) - 1 == m["steps"] == 3  # a row per logged step
+    assert [row.split("\t")[0] for row in loss[1:]] == ["1", "2", "3"]  # x: the trainer's global step
     assert {p.name for p in live.iterdir()} == {"metrics.json", "plots"}  # only what dvc.yaml declares
     summary = json.loads((live / "metrics.json").read_text())
     assert summary["loss"] > 0 and summary["train"]["loss"] == pytest.approx(m["train_loss"])

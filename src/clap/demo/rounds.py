@@ -101,16 +101,49 @@ def _git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
-def _commit(message: str) -> str:
-    """Commit the loop's tracked evidence (a round is a commit); the short hash of HEAD."""
+def _identity() -> None:
+    """A git identity for the demo's commits where the user has none."""
     if _git("config", "user.email", check=False).returncode != 0:
         for k, v in (("NAME", "clap demo"), ("EMAIL", "demo@clap.invalid")):
             os.environ.setdefault(f"GIT_AUTHOR_{k}", v)
             os.environ.setdefault(f"GIT_COMMITTER_{k}", v)
+
+
+def _commit(message: str) -> str:
+    """Commit the loop's tracked evidence (a round is a commit); the short hash of HEAD."""
+    _identity()
     _git("add", "--", *[p for p in EVIDENCE if Path(p).exists()])
     if _git("diff", "--cached", "--quiet", check=False).returncode != 0:
         _git("commit", "-q", "-m", message)
     return _git("rev-parse", "--short=10", "HEAD").stdout.strip()
+
+
+def reachable_remote(root: Path) -> str | None:
+    """Make the project's default DVC remote one that a clone of it reaches: a remote folder inside the project
+    (the `.dvc-remote/` a relative url names — in a clone, the clone's own empty folder) is written into `.dvc/config`
+    by its absolute path, created and committed. Returns that path, or None when the remote lies outside the project
+    already, is a URL (s3://…), or there is none. After the demo, `dvc push --all-tags` fills it, and a `git clone`
+    of the project can `dvc pull` any release."""
+    root = Path(root).resolve()
+    got = subprocess.run(["dvc", "config", "core.remote"], cwd=root, capture_output=True, text=True)
+    name = got.stdout.strip()
+    if got.returncode != 0 or not name:
+        return None
+    url = subprocess.run(["dvc", "config", f"remote.{name}.url"], cwd=root, capture_output=True, text=True).stdout.strip()
+    if not url or "://" in url:
+        return None
+    folder = Path(url).resolve()  # `dvc config` resolves a relative url from .dvc/
+    if not folder.is_relative_to(root):
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["dvc", "remote", "modify", name, "url", str(folder)], cwd=root, capture_output=True).returncode:
+        raise RoundError(f"dvc remote modify {name} url {folder} failed")
+    if _git("diff", "--quiet", "--", ".dvc/config", check=False).returncode == 0:
+        return None  # already the absolute path
+    _git("add", "--", ".dvc/config")
+    _git("commit", "-q", "-m", f"clap demo: the DVC remote {name} is {folder} (a clone of this project pulls from it)",
+         "--", ".dvc/config")
+    return str(folder)
 
 
 def _measure_repair(root: Path, batches: list[str]) -> dict:
@@ -138,6 +171,9 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
     from clap.release import registry as release
 
     root = Path(".")
+    _identity()
+    if (remote := reachable_remote(root)) is not None:
+        say(f"the DVC remote is {remote}: `dvc push --all-tags` after the demo, and a clone pulls every release")
     start = _git("rev-parse", "HEAD", check=False).stdout.strip() or None  # the history before the demo's rounds
     done = []
     for k, rnd in enumerate(rounds, start=1):

@@ -24,6 +24,7 @@ from pathlib import Path
 from clap import paths
 from clap.config import Agent, Gate, Train
 from clap.domain.contracts import GateDecision
+from clap.evaluate import headline
 from clap.io import InputFileError, read_json, read_json_if_exists, sha256_file, write_json
 from clap.release.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 
@@ -47,6 +48,7 @@ def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches:
     for step in trainers[1:]:
         judged[step] = decide_chain_step(policy, step, guards[step], judged[candidate], decisions)
     decision = via_canary(policy, choose(judged))
+    agent_metrics = None
     if agent.enabled:
         agent_metrics = _evidence(root / paths.AGENT_METRICS, "evaluate_agent", optional=True)
         judged_agent = choose_agent({s: decide_agent(policy, agent_metrics,
@@ -56,6 +58,9 @@ def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches:
             **decision.summary, "agent_decision_code": judged_agent["summary"]["decision_code"],
             "agent_success_delta": judged_agent["summary"]["success_delta"]}})
     write_json(out, decision.model_dump())
+    write_json(root / paths.HEADLINE, headline.figures(
+        decision.model_dump(), {b: e for b, e in evaluation.items() if isinstance(e, dict)},
+        replay if isinstance(replay, dict) else None, agent_metrics if isinstance(agent_metrics, dict) else None))
     shipped = (decision.agent or {}) if agent.enabled else {}
     write_json(root / paths.GATE_AGENT, {"candidate": shipped.get("candidate"), "decision": shipped.get("decision")})
     return decision

@@ -113,6 +113,12 @@ def _steps_only():
         def setup(self, args, state, model):
             self._initialized = True
 
+        def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+            # the plots' x axis is the trainer's global step (DVCLive's own counts the logs: 0, 1, 2, … whatever
+            # logging_steps is), so a curve lines up with the checkpoints and with MLflow's
+            self.live.step = state.global_step
+            super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+
     return StepsOnly
 
 
