@@ -1,14 +1,15 @@
 """`clap serve` under load: N concurrent requests on loopback, batched against one request at a time.
 
-    python benchmarks/bench_serve.py [--requests 50] [--max-tokens 48] [--max-batch 16] [--adapter DIR]
-                                     [--llama-cpp FILE.gguf]
+    python benchmarks/bench_serve.py [--requests 50] [--max-tokens 48] [--max-batch 16] [--arrival-ms 0]
+                                     [--adapter DIR] [--llama-cpp FILE.gguf]
 
-One engine (SmolLM2-135M-Instruct, models/base; with --adapter a LoRA folder whose manifest.json pins it), two
-servers over it from `clap.serve.app.create_app`: `--max-batch` (requests arriving together decode in one batch)
-and `max_batch=1` (the one-request-at-a-time peer). Each gets the same N chat requests at once — extraction
-questions over a chunk, each under its JSON-schema grammar (`response_format`), greedy — and the script prints
-requests/s, completion tokens/s, p50/p95 latency and whether every answer equals the peer's. Runs interleave
-(batched, one at a time, batched) so drift of the VM's speed shows. `--llama-cpp FILE.gguf`: the same prompts through
+One engine (SmolLM2-135M-Instruct, models/base; with --adapter a LoRA folder whose manifest.json pins it), three
+servers over it from `clap.serve.app.create_app`: continuous batching with `--max-batch` rows (the default: a
+request joins the running batch as soon as a row leaves it), static batching (requests arriving together decode
+as one batch to its end) and `max_batch=1` (the one-request-at-a-time peer). Each gets the same N chat requests at
+once — extraction questions over a chunk, each under its JSON-schema grammar (`response_format`), greedy — and the
+script prints requests/s, completion tokens/s, p50/p95 latency and whether every answer equals the peer's. Runs
+interleave (continuous, static, one at a time, continuous, static) so drift of the VM's speed shows. `--llama-cpp FILE.gguf`: the same prompts through
 llama.cpp (llama-cpp-python's engine, one at a time, same threads, each schema as a llama.cpp grammar) over that
 GGUF — written first, as `clap export --gguf` writes it (base + adapter merged, F32), when the file does not exist.
 Run it alone: two torch jobs on two cores slow each other ~5×.
@@ -51,15 +52,19 @@ def requests(n: int, max_tokens: int) -> list[dict]:
     return out
 
 
-def load(url: str, bodies: list[dict]) -> dict:
-    def one(body):
+def load(url: str, bodies: list[dict], arrival_ms: float = 0.0) -> dict:
+    """Every body sent from its own thread: all at once, or the i-th `i × arrival_ms` after the first (a latency is
+    counted from a request's own send)."""
+    def one(i_body):
+        i, body = i_body
+        time.sleep(i * arrival_ms / 1000)
         t0 = time.perf_counter()
         status, reply = post(f"{url}/v1/chat/completions", body, timeout=3600)
         return status, reply, time.perf_counter() - t0
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(len(bodies)) as pool:
-        done = list(pool.map(one, bodies))
+        done = list(pool.map(one, enumerate(bodies)))
     wall = time.perf_counter() - t0
     assert all(s == 200 for s, _, _ in done), [r for s, r, _ in done if s != 200][:1]
     lat = sorted(d for _, _, d in done)
@@ -74,6 +79,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--arrival-ms", type=float, default=0.0, help="send request i at i × this (default: all at once)")
     ap.add_argument("--adapter", type=Path, default=None)
     ap.add_argument("--llama-cpp", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None, help="the results as JSON")
@@ -84,7 +90,7 @@ def main() -> None:
     from clap.serve.app import create_app
 
     cfg = config.load(ROOT / "params.yaml")
-    base = model.resolve_base(cfg["model"]["base"], ROOT / cfg["model"]["cache_dir"])
+    base = model.resolve_base(cfg.model.base, ROOT / cfg.model.cache_dir)
     if args.adapter:
         engine = Engine(base, args.adapter, json.loads((args.adapter / "manifest.json").read_text()))
         served = {"served": True}
@@ -92,17 +98,25 @@ def main() -> None:
         engine = Engine(base)
         served = {"served": False}
     bodies = requests(args.requests, args.max_tokens)
+    for body in bodies:  # every server reads the engine's grammars: compiled once here, not in the first run's time
+        engine.grammars.compiled(body["response_format"]["json_schema"]["schema"])
     results = {}
-    for label, max_batch in (("batched", args.max_batch), ("one_at_a_time", 1), ("batched_again", args.max_batch)):
-        with running(create_app(engine, served, max_batch=max_batch, wait_ms=20)) as url:
-            results[label] = load(url, bodies)
+    runs = (("batched", args.max_batch, "continuous"), ("static", args.max_batch, "static"),
+            ("one_at_a_time", 1, "static"), ("batched_again", args.max_batch, "continuous"),
+            ("static_again", args.max_batch, "static"))
+    for label, max_batch, batching in runs:
+        with running(create_app(engine, served, max_batch=max_batch, wait_ms=20, batching=batching)) as url:
+            results[label] = load(url, bodies, args.arrival_ms)
         r = results[label]
-        print(f"{label:>14} (max_batch {max_batch:>2}): {r['requests_s']:.3f} req/s, {r['tokens_s']:.1f} tok/s, "
-              f"p50 {r['p50_s']} s, p95 {r['p95_s']} s, wall {r['wall_s']} s", flush=True)
-    same = results["batched"]["answers"] == results["one_at_a_time"]["answers"] == results["batched_again"]["answers"]
+        print(f"{label:>14} ({batching}, max_batch {max_batch:>2}): {r['requests_s']:.3f} req/s, "
+              f"{r['tokens_s']:.1f} tok/s, p50 {r['p50_s']} s, p95 {r['p95_s']} s, wall {r['wall_s']} s", flush=True)
+    same = all(r["answers"] == results["one_at_a_time"]["answers"] for r in results.values())
     speedup = min(results["batched"]["requests_s"], results["batched_again"]["requests_s"]) / \
         results["one_at_a_time"]["requests_s"]
-    print(f"batched / one at a time: {speedup:.2f}x requests/s (the slower batched run); answers equal: {same}")
+    over_static = min(results["batched"]["requests_s"], results["batched_again"]["requests_s"]) / \
+        max(results["static"]["requests_s"], results["static_again"]["requests_s"])
+    print(f"continuous / one at a time: {speedup:.2f}x requests/s; continuous / static (the slower continuous run "
+          f"against the faster static one): {over_static:.2f}x; every answer equal: {same}")
     peer = None
     if args.llama_cpp:
         gguf = args.llama_cpp if args.llama_cpp.exists() else export_gguf(base, args.adapter, args.llama_cpp)
@@ -117,7 +131,8 @@ def main() -> None:
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                         "results": {k: {m: v for m, v in r.items() if m != "answers"}
                                                     for k, r in results.items()},
-                                        "speedup": round(speedup, 2), "answers_equal": same, "llama_cpp": peer},
+                                        "speedup": round(speedup, 2), "over_static": round(over_static, 2),
+                                        "answers_equal": same, "llama_cpp": peer},
                                        indent=1))
 
 

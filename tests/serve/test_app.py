@@ -431,3 +431,54 @@ def test_top_p_is_honoured_a_nucleus_of_one_token_samples_the_greedy_answer(engi
             wide = post(f"{url}/v1/chat/completions", chat("Revenue?", temperature=1.5, **extra))[1]
             text = [r["choices"][0]["message"]["content"] for r in (greedy, narrow, wide)]
             assert text[1] == text[0] != text[2], text
+
+
+def test_a_request_joins_the_batch_already_decoding(engine):
+    """Continuous batching (the default): a short request sent while a long one decodes joins its batch at the next
+    step and is answered first, with the answer it gets alone; the static batcher makes it wait for the long one."""
+    import time
+
+    long, short = chat("Revenue?", max_tokens=400), chat("Margin?", max_tokens=4)
+    alone = engine.generate([short["messages"]], use_adapter=True, max_new_tokens=4, batch_size=1, progress=False,
+                            use_store=False)[0].text
+    for batching in ("continuous", "static"):
+        with running(create_app(engine, MODELS, batching=batching, wait_ms=1)) as url, ThreadPoolExecutor(2) as pool:
+            done = {}
+
+            def timed(name, body, url=url, done=done):
+                reply = post(f"{url}/v1/chat/completions", body)
+                done[name] = time.perf_counter()
+                return reply
+
+            first = pool.submit(timed, "long", long)
+            time.sleep(0.5)
+            second = pool.submit(timed, "short", short)
+            (s1, r1), (s2, r2) = first.result(), second.result()
+            stats = get(f"{url}/v1/stats")
+        assert s1 == s2 == 200 and r1["usage"]["completion_tokens"] > 100, r1
+        assert stats["batching"] == batching and stats["requests"] == 2
+        if batching == "continuous":
+            assert done["short"] < done["long"] and stats["max_batch_seen"] == 2, (done, stats)
+            assert r2["choices"][0]["message"]["content"] == alone
+        else:
+            assert done["short"] > done["long"], done
+
+
+def test_a_client_that_hangs_up_leaves_the_running_batch(engine):
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    with running(create_app(engine, MODELS)) as url:
+        where = urlparse(url)
+        body = json.dumps(chat("Revenue?", max_tokens=800)).encode()
+        with socket.create_connection((where.hostname, where.port), timeout=30) as client:
+            client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            time.sleep(0.5)
+        deadline = time.time() + 20
+        while get(f"{url}/v1/stats")["cancelled"] != 1 and time.time() < deadline:
+            time.sleep(0.1)
+        assert get(f"{url}/v1/stats")["cancelled"] == 1
+        status, reply = post(f"{url}/v1/chat/completions", chat("Margin?", max_tokens=4))
+        assert status == 200  # the engine goes on with the next request

@@ -57,6 +57,8 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
           adapter: Path = typer.Option(None, help="an unreleased adapter folder dvc.lock pins (served as `candidate`)"),
           host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
           max_batch: int = typer.Option(16, min=1, help="requests decoded together at most (1: one at a time)"),
+          batching: str = typer.Option("continuous", help="continuous (a request joins the batch already decoding) "
+                                                          "| static (a batch decodes to its end before the next)"),
           batch_wait_ms: float = typer.Option(5.0, min=0.0, help="how long a request waits for others to join it"),
           max_tokens: int = typer.Option(256, min=1, help="a request's max_tokens when it sets none"),
           max_tokens_cap: int = typer.Option(2048, min=1, help="the largest max_tokens a request may ask for"),
@@ -88,7 +90,9 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
         _fail(ValueError("--base serves the base model alone on the hf engine (no --version, --adapter, --agent or "
                          "--engine vllm)"))
     cfg = _params()
-    bounds = {"max_tokens_cap": max_tokens_cap, "max_batch": max_batch, "wait_ms": batch_wait_ms,
+    if batching not in ("continuous", "static"):
+        _fail(ValueError(f"--batching {batching!r}: use continuous or static"))
+    bounds = {"max_tokens_cap": max_tokens_cap, "max_batch": max_batch, "wait_ms": batch_wait_ms, "batching": batching,
               "grammar_timeout_s": grammar_timeout_s, "grammar_memory_mb": grammar_memory_mb,
               "max_request_mb": max_request_mb}
     if base:

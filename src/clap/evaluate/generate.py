@@ -151,6 +151,11 @@ class Engine:
     def _name(use_adapter: bool | str) -> str | None:
         return "candidate" if use_adapter is True else (use_adapter or None)
 
+    def adapter_context(self, use_adapter: bool | str):
+        """The model answering as `use_adapter` (an adapter's name, True for the candidate, False for the base) for
+        the `with` block: a decoding loop outside `generate` (`clap.evaluate.continuous`) runs inside it."""
+        return self._context(use_adapter)
+
     def _context(self, use_adapter: bool | str):
         name = self._name(use_adapter)
         if not name:
@@ -170,7 +175,7 @@ class Engine:
         the answer store when this model scored these tokens before (round after round the base model and
         prod score the same held-out cases); the head runs on the completion's positions only."""
         model_key = self._model_ids.get(self._name(use_adapter))
-        causal_lm = _causal_lm(self.model)
+        causal_lm = causal_lm_of(self.model)
         out = []
         with self._context(use_adapter):
             for conv, completion in zip(conversations, completions):
@@ -341,7 +346,7 @@ def left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Te
     return ids, mask
 
 
-def _causal_lm(model):
+def causal_lm_of(model):
     """The causal LM under a PEFT wrapper (its LoRA layers stay in place), to run the decoder and the head apart."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
@@ -446,7 +451,7 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     step_ids = ids
     # decoder and head apart: the head on each row's last position only (the causal LM's `logits_to_keep=1` hands a
     # multi-token step's strided slice to a batched matmul over a copied [batch, hidden, vocab] weight: ~1 s a step)
-    causal_lm = _causal_lm(model)
+    causal_lm = causal_lm_of(model)
     while active:
         hidden = causal_lm.model(input_ids=step_ids, attention_mask=mask, position_ids=positions[:, -step_ids.shape[1]:],
                                  cache=cache, use_cache=True).last_hidden_state
@@ -460,7 +465,7 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
             if stop is not None and stop(i):
                 continue
             matcher = matchers[i]
-            chunk = _accepted(matcher, picked[r], stop_ids, jump_forward, max_new_tokens - len(new_tokens[i]))
+            chunk = accepted_chunk(matcher, picked[r], stop_ids, jump_forward, max_new_tokens - len(new_tokens[i]))
             if chunk is None:
                 continue
             new_tokens[i].extend(chunk)
@@ -478,7 +483,7 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
             cache.batch_select_indices(torch.tensor(keep, device=ids.device))
             mask, positions = mask[keep], positions[keep]
         active = [active[r] for r in keep]
-        step_ids, mask, positions = _next_step(chunks, mask, positions)
+        step_ids, mask, positions = next_step_inputs(chunks, mask, positions)
     return new_tokens
 
 
@@ -491,7 +496,7 @@ def _leaving(on_leave, active: list[int], keep: list[int], mask: torch.Tensor, n
                  [(layer.keys[r][:, seen], layer.values[r][:, seen]) for layer in cache.layers])
 
 
-def _accepted(matcher, token: int, stop_ids: set[int], jump_forward: bool, room: int) -> list[int] | None:
+def accepted_chunk(matcher, token: int, stop_ids: set[int], jump_forward: bool, room: int) -> list[int] | None:
     """What a row takes this step: the picked token and, with `jump_forward`, the tokens its grammar forces after
     it, at most `room` of them; None when the pick ends the row (a stop token, or one the grammar refuses)."""
     if token in stop_ids or not matcher.accept_token(token):
@@ -504,7 +509,7 @@ def _accepted(matcher, token: int, stop_ids: set[int], jump_forward: bool, room:
     return chunk[:room]
 
 
-def _next_step(chunks: list[list[int]], mask: torch.Tensor, positions: torch.Tensor):
+def next_step_inputs(chunks: list[list[int]], mask: torch.Tensor, positions: torch.Tensor):
     """The next pass's input: each row's chunk left-padded to the longest inside the chunk (the padding masked, so
     every row keeps its own positions), and the mask and positions grown by it."""
     width = max(len(c) for c in chunks)

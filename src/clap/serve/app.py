@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clap.agent.engine import AgentServing
 from clap.serve import openai_api as api
-from clap.serve.batcher import Answer, Batcher, Job
+from clap.serve.batcher import Answer, Batcher, ContinuousBatcher, Job
 from clap.serve.grammar_worker import GrammarWorker
 
 ROUTED = "clap"  # the model name a routing server (the canary) answers by request id
@@ -298,7 +298,7 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
                on_answer: Callable[[dict], None] | None = None, feedback: Callable[..., dict] | None = None,
                health: dict | None = None, agent: AgentServing | None = None, wedged_after_s: float = 300.0,
                grammar_timeout_s: float | None = 10.0, grammar_memory_mb: int | None = 4096,
-               max_request_mb: float | None = 2048):
+               max_request_mb: float | None = 2048, batching: str = "continuous"):
     """The application over `engine` (`clap.evaluate.generate.Engine`), serving `models` ({served name: the engine's
     adapter name, or False for the base}). `max_batch` 1 decodes one request at a time (the load test's peer).
 
@@ -312,8 +312,15 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     The bounds on one request, checked before it is queued: a schema the engine has not compiled compiles in a child
     process within `grammar_timeout_s` and `grammar_memory_mb` (`clap.serve.grammar_worker`; None: on the engine's
     thread, unbounded), and the memory the request would hold (`openai_api.request_memory_mb`) is at most
-    `max_request_mb` (None: unbounded). A request whose client hangs up is cancelled (`Completions.until_answered`)."""
-    batcher = Batcher(engine, max_batch=max_batch, wait_ms=wait_ms)
+    `max_request_mb` (None: unbounded). A request whose client hangs up is cancelled (`Completions.until_answered`).
+
+    `batching`: "continuous" (a request joins the batch already decoding at its next step: `ContinuousBatcher`, on an
+    engine with its own model) or "static" (requests that arrive together form a batch that decodes to its end:
+    `Batcher`, also the only way for an engine that is an upstream server)."""
+    if batching not in ("continuous", "static"):
+        raise ValueError(f"batching {batching!r}: continuous or static")
+    continuous = batching == "continuous" and hasattr(engine, "adapter_context")
+    batcher = (ContinuousBatcher if continuous else Batcher)(engine, max_batch=max_batch, wait_ms=wait_ms)
     grammars = getattr(engine, "grammars", None) if grammar_timeout_s is not None else None  # vLLM compiles its own
     worker = None if grammars is None else GrammarWorker(grammars.tokenizer_info, grammar_timeout_s, grammar_memory_mb)
     completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer, agent, worker,
@@ -350,7 +357,8 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     @app.get("/v1/stats")
     async def stats():
         sizes = batcher.batches
-        return {"batches": len(sizes), "requests": sum(sizes), "max_batch_seen": max(sizes, default=0),
+        return {"batching": "continuous" if continuous else "static", "batches": len(sizes),
+                "requests": batcher.requests, "max_batch_seen": max(sizes, default=0),
                 "cancelled": batcher.cancelled, "grammar_compiles_stopped": 0 if worker is None else worker.stopped}
 
     @app.post("/v1/chat/completions")

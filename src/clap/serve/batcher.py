@@ -11,6 +11,8 @@ client went away (`Job.cancelled`, set by the application) is not decoded, or le
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +61,7 @@ class Batcher:
         self.batches: list[int] = []  # the size of every batch decoded (GET /v1/stats, the load test)
         self.busy_since: float | None = None  # time.monotonic() when the batch now decoding began (GET /health)
         self.cancelled = 0  # requests whose client went away before their answer was complete (GET /v1/stats)
+        self.requests = 0  # requests decoded
 
     async def submit(self, job: Job) -> Answer:
         loop = asyncio.get_running_loop()
@@ -144,6 +147,7 @@ class Batcher:
                                    use_store=False, on_tokens=on_tokens if streamed else None,
                                    stop_rows=lambda i: ready[i].cancelled)
             self.batches.append(len(ready))
+            self.requests += len(ready)
             self.cancelled += sum(j.cancelled for j in ready)
             encode = getattr(engine, "encode", None)
             for job, gen in zip(ready, gens):
@@ -152,6 +156,144 @@ class Batcher:
         except Exception as exc:  # noqa: BLE001 - every waiting request learns why, none hangs
             for job in ready:
                 _resolve(loop, job, error=exc)
+
+
+class ContinuousBatcher:
+    """Continuous batching (`create_app(batching="continuous")`, the default): one engine thread runs a
+    `RunningBatch` step after step, and a request joins it at the next step instead of waiting for the batch to
+    finish. The running batch serves one model at a time (the adapter is switched for the whole batch): a request for
+    another model waits until the batch drains. The same interface as `Batcher`."""
+
+    def __init__(self, engine, max_batch: int = 16, wait_ms: float = 5.0):
+        self.engine, self.max_batch, self.wait_s = engine, max_batch, wait_ms / 1000
+        self.inbox: queue.Queue[tuple[Job, asyncio.AbstractEventLoop]] = queue.Queue()
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clap-engine")
+        self.batches: list[int] = []  # the running batch's size after each join (GET /v1/stats)
+        self.requests = 0
+        self.busy_since: float | None = None  # when the step now running began (GET /health: a step that hangs)
+        self.cancelled = 0
+        self._stopped = threading.Event()
+
+    async def submit(self, job: Job) -> Answer:
+        job.done = asyncio.get_running_loop().create_future()
+        self.inbox.put((job, asyncio.get_running_loop()))
+        return await job.done
+
+    async def run(self) -> None:
+        """The engine thread's loop, for the application's lifetime."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self._loop)
+        finally:
+            self._stopped.set()
+
+    def busy_for(self) -> float:
+        since = self.busy_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def _loop(self) -> None:
+        from clap.evaluate.continuous import RunningBatch
+
+        engine = self.engine
+        eos = engine.model.generation_config.eos_token_id
+        stops = set(eos if isinstance(eos, list) else [eos])
+        grammars = getattr(engine, "grammars", None)
+        batch = RunningBatch(engine.model, engine.tok.pad_token_id, stops, getattr(engine, "jump_forward", False),
+                             grammars.tokenizer_info.vocab_size if grammars is not None else 0)
+        waiting: list[tuple[Job, asyncio.AbstractEventLoop]] = []
+        model = None
+        while not self._stopped.is_set():
+            if not batch.rows and not waiting:
+                try:
+                    waiting.append(self.inbox.get(timeout=0.2))
+                except queue.Empty:
+                    continue
+                time.sleep(self.wait_s)  # let requests that arrive together join the first
+            while True:
+                try:
+                    waiting.append(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            if not batch.rows:
+                model = waiting[0][0].use_adapter if waiting else None
+            room = self.max_batch - len(batch.rows)
+            joining = [w for w in waiting if str(w[0].use_adapter) == str(model)][:room]
+            if not self._joins_now(len(batch.rows), len(joining)):
+                joining = []
+            waiting = [w for w in waiting if all(w is not j for j in joining)]
+            self._advance(batch, model, joining)
+
+    def _joins_now(self, running: int, joining: int) -> bool:
+        """Whether `joining` requests join a batch of `running` rows at this step (pure): always into a small batch,
+        into a large one by groups of a quarter of `max_batch` — each join prefills its rows and copies the
+        batch's KV cache into the merged one, so joining one row at a time into a full batch cost more than it
+        saved (`benchmarks/bench_serve.py`)."""
+        group = max(1, self.max_batch // 4)
+        return joining > 0 and (running + joining <= group or joining >= group or running == 0)
+
+    def _advance(self, batch, model, joining: list) -> None:
+        """Admit `joining`, then one step; a failure answers every request it touched, never hangs one."""
+        self.busy_since = time.monotonic()
+        rows = []
+        try:
+            with self.engine.adapter_context(model):
+                rows = [row for job, loop in joining if (row := self._row(job, loop, batch)) is not None]
+                if rows:
+                    self.requests += len(rows)
+                    batch.admit(rows)
+                    self.batches.append(len(batch.rows))
+                if batch.rows:
+                    batch.step()
+        except Exception as exc:  # noqa: BLE001 - every request in the batch learns why
+            for row in rows:
+                if row not in batch.rows and row.on_fail is not None:
+                    row.on_fail(exc)
+            batch.fail(exc)
+        finally:
+            self.busy_since = None
+
+    def _row(self, job: Job, loop: asyncio.AbstractEventLoop, batch):
+        """The running batch's row for `job`; None when it cannot decode (its error answers it)."""
+        import xgrammar as xgr
+
+        from clap.evaluate.continuous import Row
+        from clap.evaluate.generate import Sampling, request_generator, truncate_at_json_end
+
+        engine = self.engine
+        if job.cancelled:
+            _resolve(loop, job, error=Cancelled("the client went away before its request decoded"))
+            self.cancelled += 1
+            return None
+        prompt = engine.encode(job.prompt)
+        try:
+            matcher = None if job.schema is None else xgr.GrammarMatcher(engine.grammars.compiled(job.schema))
+        except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError variants
+            _resolve(loop, job, error=ValueError(f"response_format schema: {str(exc).splitlines()[0]}"))
+            return None
+        sampling = (Sampling.of(engine.model, job.temperature, job.seed if job.schema is not None else None,
+                                job.top_p if job.top_p < 1 else None) if job.temperature > 0 else None)
+        started = time.perf_counter()
+
+        def text(tokens: list[int]) -> str:
+            return engine.tok.decode(tokens, skip_special_tokens=True)
+
+        def streamed(chunk: list[int]) -> None:
+            job.tokens.extend(chunk)
+            so_far = text(job.tokens)
+            if not so_far.endswith("\ufffd"):  # half a multi-byte character: wait for the rest
+                loop.call_soon_threadsafe(job.stream.put_nowait, so_far)
+
+        def done(row) -> None:
+            if job.cancelled:
+                self.cancelled += 1
+                _resolve(loop, job, error=Cancelled("the client went away"))
+                return
+            _resolve(loop, job, Answer(truncate_at_json_end(text(row.tokens)), len(row.tokens), len(prompt),
+                                       len(batch.rows), time.perf_counter() - started))
+
+        return Row(prompt, job.max_tokens, matcher, sampling,
+                   request_generator(sampling.seed, prompt) if sampling is not None and sampling.seed is not None
+                   else None, streamed if job.stream is not None else None, lambda: job.cancelled, done,
+                   lambda exc: _resolve(loop, job, error=exc), text_of=text if matcher is None else None)
 
 
 def _resolve(loop: asyncio.AbstractEventLoop, job: Job, answer: Answer | None = None,

@@ -22,11 +22,14 @@ from clap.serve.app import create_app
 
 
 def canary_app(service: CanaryService, max_batch: int = 16, wait_ms: float = 5.0):
+    """The canary's server: both arms on one engine. Static batching, which groups each batch by arm; a continuous
+    batch serves one adapter at a time, so interleaved arms would take turns draining it."""
     return create_app(service.engine, {name: arm.use_adapter for name, arm in service.arms.items()},
                       default_max_tokens=service.max_new_tokens, max_tokens_cap=max(service.max_new_tokens, 2048),
                       max_batch=max_batch, wait_ms=wait_ms, route=service.pick, on_answer=service.record,
                       feedback=service.feedback, health={"arms": {name: arm.version for name, arm in service.arms.items()},
-                                                         "share": service.share}, agent=service.agent)
+                                                         "share": service.share}, agent=service.agent,
+                      batching="static")
 
 
 class Server:
