@@ -76,7 +76,7 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
                                                                      "400")) -> None:
     """Serve the adapter in prod (or --version, or --adapter, or the base model alone with --base) behind an
     OpenAI-compatible API: /v1/chat/completions, /v1/completions, /v1/models. An adapter is restored and checked
-    against its release bundle before it loads; requests that arrive together decode in one batch."""
+    against its release bundle before it loads; a request joins the batch already decoding at its next step."""
     import os
     import shlex
 

@@ -1,11 +1,16 @@
-"""Requests that arrive together decode together: one batch of the engine's own loop, not one request at a time.
+"""Requests decode together on the engine's own loop, not one at a time: two batchers with one interface.
 
-The event loop queues each request as a `Job`; one worker thread owns the engine (its model and tokenizer are
-used from that thread only) and takes what is waiting — up to `max_batch` jobs, after waiting at most `wait_ms`
-for more to join the first — groups them by what a batch must share (model, temperature, token limit, whether a
-grammar constrains them), and runs each group through `Engine.generate` as one batch. While a batch decodes, new
-requests queue and form the next one. A streamed job gets its text so far after every step it took. A job whose
-client went away (`Job.cancelled`, set by the application) is not decoded, or leaves its batch at the next step.
+`ContinuousBatcher` (the default of `clap serve`): one engine thread decodes a running batch step by step
+(`clap.evaluate.continuous.RunningBatch`); a request joins it at the next step and leaves when it is done.
+
+`Batcher` (static batching, `--batching static`, and the canary's server): the event loop queues each request as a
+`Job`; one worker thread owns the engine (its model and tokenizer are used from that thread only) and takes what is
+waiting — up to `max_batch` jobs, after waiting at most `wait_ms` for more to join the first — groups them by what a
+batch must share (model, temperature, token limit, whether a grammar constrains them), and runs each group through
+`Engine.generate` as one batch. While a batch decodes, new requests queue and form the next one.
+
+Either way a streamed job gets its text so far after every step it took, and a job whose client went away
+(`Job.cancelled`, set by the application) is not decoded, or leaves its batch at the next step.
 """
 
 from __future__ import annotations
