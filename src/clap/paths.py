@@ -76,7 +76,8 @@ def guard_report(kind: str) -> Path:
 
 
 def train_metrics(kind: str) -> Path:
-    """A trainer's stage metrics (`metrics/train_sft.json`): what `dvc metrics show` lists, written once per run."""
+    """A trainer's stage metrics (`metrics/train_sft.json`), written once per run (an output:
+    `dvc metrics show --targets metrics/train_sft.json` reads it)."""
     return METRICS / f"train_{kind}.json"
 
 

@@ -4,9 +4,9 @@
     train.mlflow.tracking_uri: ""         # "" = $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the project
 
 DVCLive writes each trainer's per-step log into `metrics/dvclive/<trainer>/` (`metrics.json`, the last values,
-and `plots/metrics/*.tsv`, one row per logged step), the files that trainer's `dvc.yaml` stage declares as
-metrics and plots: `dvc metrics show`, `dvc plots show`, `dvc exp show` and Studio read them where they already
-look. A trainer that did not run (switched off, or DVCLive not asked for) still writes that folder, empty of
+and `plots/metrics/*.tsv`, one row per logged step at the trainer's global step), the files that trainer's
+`dvc.yaml` stage declares as an output and plots: `dvc plots show`, `dvc exp show` and Studio read them where they
+already look. A trainer that did not run (switched off, or DVCLive not asked for) still writes that folder, empty of
 steps, so the pipeline's outputs exist.
 
 MLflow gets one run per trainer in the experiment `train.mlflow.experiment`: TrainingArguments and the model's
