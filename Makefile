@@ -26,11 +26,6 @@ $(VENV)/.installed: pyproject.toml requirements.lock Makefile
 
 setup: $(VENV)/.installed
 
-$(LS_VENV)/.installed: Makefile
-	python3 -m venv $(LS_VENV)
-	$(LS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(LS_VENV)/bin/python -m pip install -q "$(LS_SPEC)"
-	touch $@
 
 label-studio: $(LS_VENV)/.installed
 
@@ -41,10 +36,13 @@ label-studio: $(LS_VENV)/.installed
 MLFLOW_VENV ?= .venv-mlflow
 MLFLOW_SPEC ?= mlflow==3.17.2
 MLFLOW_PORT ?= 5000
-$(MLFLOW_VENV)/.installed: Makefile
-	python3 -m venv $(MLFLOW_VENV)
-	$(MLFLOW_VENV)/bin/python -m pip install -q --upgrade pip
-	$(MLFLOW_VENV)/bin/python -m pip install -q "$(MLFLOW_SPEC)"
+# A tool in an environment of its own (Label Studio, MLflow's UI): its folder and its one pip spec.
+$(LS_VENV)/.installed: SPEC = $(LS_SPEC)
+$(MLFLOW_VENV)/.installed: SPEC = $(MLFLOW_SPEC)
+$(LS_VENV)/.installed $(MLFLOW_VENV)/.installed: %/.installed: Makefile
+	python3 -m venv $*
+	$*/bin/python -m pip install -q --upgrade pip
+	$*/bin/python -m pip install -q "$(SPEC)"
 	touch $@
 
 mlflow-env: $(MLFLOW_VENV)/.installed

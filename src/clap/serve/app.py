@@ -58,6 +58,7 @@ class Completions:
     agent: AgentServing | None = None
     grammar_worker: GrammarWorker | None = None  # compiles a schema the engine has not seen, under its limits
     max_request_mb: float | None = None  # the per-request memory bound (`openai_api.request_memory_mb`)
+    memory_shape: tuple[int, int] | None = None  # the engine's model's bytes a token (`_memory_shape`), read once
 
     async def parse(self, request: Request, shape) -> tuple[tuple | None, JSONResponse | None]:
         """(request, request id, job) or the 4xx refusing it."""
@@ -142,9 +143,9 @@ class Completions:
                     return refuse(400, str(exc), "response_format")
                 grammars.adopt(job.schema, compiled)
             grammar_bytes = grammars.compiled(job.schema).memory_size_bytes
-        shape = _memory_shape(engine)
-        if shape is not None and self.max_request_mb is not None:
-            needs = api.request_memory_mb(prompt_tokens, job.max_tokens, *shape, grammar_bytes=grammar_bytes)
+        if self.memory_shape is not None and self.max_request_mb is not None:
+            needs = api.request_memory_mb(prompt_tokens, job.max_tokens, *self.memory_shape,
+                                          grammar_bytes=grammar_bytes)
             try:
                 api.check_request_memory(needs, self.max_request_mb)
             except ValueError as exc:
@@ -324,7 +325,7 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     grammars = getattr(engine, "grammars", None) if grammar_timeout_s is not None else None  # vLLM compiles its own
     worker = None if grammars is None else GrammarWorker(grammars.tokenizer_info, grammar_timeout_s, grammar_memory_mb)
     completions = Completions(batcher, models, default_max_tokens, max_tokens_cap, route, on_answer, agent, worker,
-                              max_request_mb)
+                              max_request_mb, _memory_shape(engine))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

@@ -133,12 +133,7 @@ class Batcher:
         first = ready[0]
 
         def on_tokens(i: int, tokens: list[int]) -> None:
-            job = ready[i]
-            job.tokens.extend(tokens)
-            if job.stream is not None:
-                text = engine.tok.decode(job.tokens, skip_special_tokens=True)
-                if not text.endswith("\ufffd"):  # half a multi-byte character: wait for the rest
-                    loop.call_soon_threadsafe(job.stream.put_nowait, text)
+            _stream(engine, loop, ready[i], tokens)
 
         streamed = any(j.stream is not None for j in ready)
         started = time.perf_counter()
@@ -191,9 +186,7 @@ class ContinuousBatcher:
         finally:
             self._stopped.set()
 
-    def busy_for(self) -> float:
-        since = self.busy_since
-        return 0.0 if since is None else time.monotonic() - since
+    busy_for = Batcher.busy_for  # seconds the step now running has run (0 when idle)
 
     def _loop(self) -> None:
         from clap.evaluate.continuous import RunningBatch
@@ -282,10 +275,7 @@ class ContinuousBatcher:
             return engine.tok.decode(tokens, skip_special_tokens=True)
 
         def streamed(chunk: list[int]) -> None:
-            job.tokens.extend(chunk)
-            so_far = text(job.tokens)
-            if not so_far.endswith("\ufffd"):  # half a multi-byte character: wait for the rest
-                loop.call_soon_threadsafe(job.stream.put_nowait, so_far)
+            _stream(engine, loop, job, chunk)
 
         def done(row) -> None:
             if job.cancelled:
@@ -299,6 +289,15 @@ class ContinuousBatcher:
                    request_generator(sampling.seed, prompt) if sampling is not None and sampling.seed is not None
                    else None, streamed if job.stream is not None else None, lambda: job.cancelled, done,
                    lambda exc: _resolve(loop, job, error=exc), text_of=text if matcher is None else None)
+
+
+def _stream(engine, loop: asyncio.AbstractEventLoop, job: Job, tokens: list[int]) -> None:
+    """On the engine's thread: a job's new tokens, and for a streamed job its text so far handed to the event loop."""
+    job.tokens.extend(tokens)
+    if job.stream is not None:
+        text = engine.tok.decode(job.tokens, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):  # half a multi-byte character: wait for the rest
+            loop.call_soon_threadsafe(job.stream.put_nowait, text)
 
 
 def _resolve(loop: asyncio.AbstractEventLoop, job: Job, answer: Answer | None = None,
