@@ -39,14 +39,14 @@ def test_hydra_overrides_compose():
     ("agent-rm", {"agent_dpo": False, "agent_grpo": False}, None),
 ])
 def test_the_switch_that_keeps_a_trainer_off_is_named(params, kind, switches, expected):
-    from clap.train.common import switched_off
+    from clap.stages.trainers import by_command
 
     cfg = copy.deepcopy(params)
     cfg.agent.enabled = switches.get("agent", True)
     for step in ("dpo", "grpo"):
         getattr(cfg.train, step).enabled = switches.get(step, True)
         getattr(cfg.agent, step).enabled = switches.get(f"agent_{step}", True)
-    assert switched_off(cfg, kind.replace("-", "_")) == expected
+    assert by_command(kind).switched_off(cfg) == expected
 
 
 @pytest.mark.parametrize("profile", sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")))

@@ -7,7 +7,10 @@ A stage `S` runs `clap <command>`: the CLI module that defines the command (`cla
 imports `clap.stages.S`), `clap.cli.common` (parameters, input checks, errors) and `clap.stages.S`. Its code is the
 transitive closure of their `clap` imports — at module level and inside functions alike, as `ast` reads them —
 plus the packages' `__init__` modules Python runs on the way, without other stages' modules and other command
-groups (a command group imports every stage it can run; a stage runs only its own). A change to any file of the
+groups (a command group imports every stage it can run; a stage runs only its own). The registry of trainers
+(`clap.stages.trainers`) is in the closure of every stage whose command reads it; a trainer the registry collects
+runs through it and `clap train` (`clap.cli.train`), and the other trainers' modules the registry imports are left
+out as other stages are (a change to one reruns that trainer, and its outputs rerun the stages that judge it). A change to any file of the
 closure reruns the stage; a change elsewhere does not. `tests/test_codedeps.py` fails, naming the stage and the
 module, when dvc.yaml and the imports disagree.
 """
@@ -23,6 +26,8 @@ from clap import paths
 
 SRC = Path(clap.__file__).parent
 COMMON = "clap.cli.common"
+REGISTRY = "clap.stages.trainers"  # the trainers' specs: read by the commands that run or judge a trainer
+TRAIN_COMMAND = "clap.cli.train"  # `clap train <trainer>`: runs each trainer the registry collects
 
 
 def module_of(path: Path, src: Path = SRC) -> str:
@@ -73,7 +78,10 @@ def stage_closure(stage: str, graph: dict[str, set[str]]) -> set[str]:
     own = f"clap.stages.{stage}"
     if own not in graph:
         raise KeyError(f"{stage}: no module {own} (src/clap/stages/{stage}.py)")
-    commands = sorted(m for m, ts in graph.items() if m.startswith("clap.cli.") and own in ts)
+    if own in graph.get(REGISTRY, ()):
+        commands = [REGISTRY, TRAIN_COMMAND]
+    else:
+        commands = sorted(m for m, ts in graph.items() if m.startswith("clap.cli.") and own in ts)
     start = {own, COMMON, *commands}
     seen, todo = set(), list(start)
     while todo:
@@ -82,7 +90,7 @@ def stage_closure(stage: str, graph: dict[str, set[str]]) -> set[str]:
             continue
         seen.add(m)
         for t in graph.get(m, ()):
-            if t.startswith("clap.stages.") and t != own or t.startswith("clap.cli.") and t not in start:
+            if t.startswith("clap.stages.") and t not in (own, REGISTRY) or t.startswith("clap.cli.") and t not in start:
                 continue
             todo.append(t)
     return seen | {p for m in seen for p in _packages(m) if p in graph}  # a namespace package has no file

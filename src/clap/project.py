@@ -29,6 +29,8 @@ import yaml
 from clap import paths
 from clap.codedeps import PINS, command_words, pin
 from clap.errors import UserError
+from clap.stages import trainers
+from clap.train.spec import EXTRACTION
 
 SOURCES = Path("sources")
 DOCS = SOURCES / "docs"
@@ -149,8 +151,8 @@ def project_config(text: str) -> str:
                   r" longer rows are set aside by name\n", text, count=1)
     text = re.sub(r"(\n  sft:\n(?:    .*\n|    #.*\n)*?    max_steps: )\S+ *#.*",
                   r"\g<1>-1              # -1: steps from epochs; a number caps the run", text, count=1)
-    for section in ("dpo", "grpo"):
-        text = re.sub(rf"(\n  {section}:\n(?:    #.*\n)*    enabled: )true", r"\1false", text, count=1)
+    for key in (k for spec in trainers.chain(EXTRACTION) for k in spec.switches):  # train.dpo.enabled, …
+        text = re.sub(rf"(\n  {key.split('.')[1]}:\n(?:    #.*\n)*    enabled: )true", r"\1false", text, count=1)
     text = re.sub(r"(\nagent:.*\n  enabled: )true", r"\1false", text, count=1)
     return text
 

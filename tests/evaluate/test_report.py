@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from clap.evaluate.report import write_reports
+from clap.stages import trainers
 
 
 def fake_results(root):
@@ -31,7 +32,7 @@ def fake_results(root):
 
 def test_markdown_report(tmp_path):
     fake_results(tmp_path)
-    md, page = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)
+    md, page = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None, trainers.curves())
     text = md.read_text()
     assert "**Gate decision: `canary`**" in text and "| regressed_batches |" in text
     assert "| b1 | 12 | 0.800 | 0.790 | -0.010 | [-0.030, +0.010] |" in text
@@ -58,7 +59,7 @@ def test_markdown_report_shows_the_human_verdict_and_the_canary(tmp_path):
                                               "llr": 3.2, "lower": -2.2, "upper": 2.9},
         "reasons": [{"rule": "sprt", "observed": "canary won 6 of 6 discordant", "threshold": "H1 p=0.6",
                      "outcome": "successful"}]}))
-    text = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)[0].read_text()
+    text = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None, trainers.curves())[0].read_text()
     assert "| candidate-base | +2.00 [+1.50, +2.50] |" in text and "usefulness 0.8" in text
     assert "- left out: task 3: never exported" in text
     assert "## Canary v0.0.2 vs prod base: **successful**" in text and "SPRT accept_h1 after 6 discordant" in text
@@ -67,7 +68,7 @@ def test_markdown_report_shows_the_human_verdict_and_the_canary(tmp_path):
 @pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (installed by .ci/run)")
 def test_html_report_renders_plots_in_chromium(tmp_path):
     fake_results(tmp_path)
-    _, page = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)
+    _, page = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None, trainers.curves())
     shot = tmp_path / "shot.png"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -99,7 +100,7 @@ def test_markdown_report_shows_the_chain_steps_on_extraction(tmp_path):
                                                     "dpo": {"overall_score": 0.6, "hallucination_rate": 0.05}},
                                 "deltas": {"dpo-sft": {"overall_score": {"delta": -0.1, "ci_low": -0.16, "ci_high": -0.04}}}}}
     (tmp_path / "metrics/decisions.json").write_text(json.dumps(decisions))
-    text = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None)[0].read_text()
+    text = write_reports(tmp_path, tmp_path / "reports", ["b1", "b2", "b3"], None, trainers.curves())[0].read_text()
     assert "- dpo-sft: overall score -0.100 [-0.160, -0.040], hallucination rate 0.05" in text
     from rich.console import Console
 

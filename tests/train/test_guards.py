@@ -3,7 +3,7 @@ import math
 import pytest
 
 from clap.config import compose, typed
-from clap.train.guards import check
+from clap.train.guards import LOSS, POLICY_GRADIENT, PREFERENCE, check
 
 CFG = typed(compose()).train.guards
 
@@ -13,10 +13,10 @@ def grpo_log(step, kl=0.5, reward=0.5, std=0.2, clipped=0.1, loss=0.1):
             "completions/clipped_ratio": clipped}
 
 
-def run(logs, trainer="grpo"):
+def run(logs, signals=POLICY_GRADIENT):
     history = {}
     for log in logs:
-        trip = check(trainer, history, log, CFG)
+        trip = check(signals, history, log, CFG)
         if trip:
             return trip
         for k, key in {"kl": "kl", "reward_std": "reward_std"}.items():
@@ -54,9 +54,9 @@ def test_missing_signal_fails_closed():
     log = grpo_log(1)
     del log["kl"]  # e.g. beta = 0: no reference model, no KL logged
     assert run([log]).rule == "signal_missing:kl"
-    assert run([{"step": 1, "loss": 0.3}], trainer="dpo").rule == "signal_missing:rewards/margins"
+    assert run([{"step": 1, "loss": 0.3}], signals=PREFERENCE).rule == "signal_missing:rewards/margins"
 
 
 def test_sft_needs_only_a_finite_loss():
-    assert run([{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}], trainer="sft") is None
-    assert run([{"step": 1, "loss": float("nan")}], trainer="sft").rule == "non_finite:loss"
+    assert run([{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}], signals=LOSS) is None
+    assert run([{"step": 1, "loss": float("nan")}], signals=LOSS).rule == "non_finite:loss"

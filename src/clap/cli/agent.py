@@ -103,10 +103,11 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     if not cfg.agent.enabled:
         return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
     from clap.evaluate.summary import agent_table
-    from clap.release.gate import agent_chain
     from clap.stages import evaluate_agent as stage
+    from clap.stages import trainers
+    from clap.train.spec import AGENT
 
-    adapters = agent_chain(cfg.agent)
+    adapters = trainers.switched_on(AGENT, cfg)
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
           *[(paths.adapter(a), f"dvc repro train_{a}") for a in adapters])
     prod_dir, prod_expected = _prod(prod, "agent_adapter")

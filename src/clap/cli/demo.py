@@ -71,6 +71,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     from clap.demo.rounds import demo_overrides
     from clap.evaluate import summary
     from clap.release import timeline as tl
+    from clap.stages import trainers
 
     overrides = demo_overrides(check(compose([]), "conf/ (composed)")["demo"]["overrides"], override or [])
     schedule = check(compose(overrides), f"conf/ with {' '.join(overrides)}")["demo"]["rounds"]
@@ -78,7 +79,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
 
     def after_round(k: int) -> None:
         summary.print_summary(console, Path("."))
-        summary.print_loop_summary(console, Path("."), _params().data.batches)
+        summary.print_loop_summary(console, Path("."), _params().data.batches, list(trainers.REGISTRY))
 
     def run_canary(k: int) -> dict:
         """Both canaries of the version in canary, then one conclusion: the extraction canary always, the agent

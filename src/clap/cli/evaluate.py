@@ -41,13 +41,14 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
                        out: Path = typer.Option(paths.EVAL_DECISIONS),
                        metrics: Path = typer.Option(paths.DECISION_METRICS)) -> None:
     """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
-    from clap.domain.names import CHAIN
     from clap.evaluate.engines import chain_engine
     from clap.evaluate.summary import decision_table
     from clap.stages import evaluate_decisions as stage
+    from clap.stages import trainers
+    from clap.train.spec import EXTRACTION
 
     cfg = _params()
-    steps = [s for s in CHAIN if s == "sft" or getattr(cfg.train, s).enabled]
+    steps = trainers.switched_on(EXTRACTION, cfg)
     _need(*[(materialized / b / f, f"dvc repro materialize@{b}") for b in cfg.data.batches
             for f in ("decision_eval.jsonl", "sft_eval.jsonl")],
           *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in cfg.data.batches],
@@ -92,6 +93,7 @@ def report(base: str = typer.Option(None, help="git revision to diff metrics aga
            out: Path = typer.Option(Path("reports"))) -> None:
     """Write reports/report.md (for the pull request) and reports/report.html (with plots)."""
     from clap.evaluate.report import write_reports
+    from clap.stages import trainers
 
-    md, page = write_reports(Path("."), out, _params().data.batches, base)
+    md, page = write_reports(Path("."), out, _params().data.batches, base, trainers.curves())
     console.print(f"report → {md}, {page}")

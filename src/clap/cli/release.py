@@ -24,9 +24,12 @@ def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
 def gate(out: Path = typer.Option(paths.GATE)) -> None:
     """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
     from clap.stages import gate as stage
+    from clap.stages import trainers
+    from clap.train.spec import AGENT, EXTRACTION
 
     cfg = _params()
-    d = stage.run(cfg.gate, Path("."), out, batches=cfg.data.batches, train=cfg.train, agent=cfg.agent)
+    d = stage.run(cfg.gate, Path("."), out, batches=cfg.data.batches,
+                  chain=trainers.switched_on(EXTRACTION, cfg), agent_chain=trainers.switched_on(AGENT, cfg))
     console.print(f"gate decision: [bold]{d.decision}[/]")
     for r in d.reasons:
         console.print(escape(f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else "")))

@@ -3,27 +3,18 @@ stage, report, gate rule and config schema that names one of them imports it fro
 
 from __future__ import annotations
 
-# The extraction/decision chain, in order: SFT, then DPO and GRPO, both continuing SFT.
+# The extraction/decision chain, in order: SFT, then DPO and GRPO, both continuing SFT. The trainers themselves are
+# declared by their stage modules (`clap.stages.trainers`, tested to agree with these names); these are the names
+# the evaluation, admission and gate below the stages judge by.
 CHAIN = ("sft", "dpo", "grpo")
 # The tool-calling agent's chain, in order, and the reward model its RL step may use.
 AGENT_CHAIN = ("agent_sft", "agent_dpo", "agent_grpo", "agent_rloo")
 REWARD_MODEL = "agent_rm"
-TRAINERS = (*CHAIN, *AGENT_CHAIN, REWARD_MODEL)  # each writes models/<name>/ and metrics/train_<name>.json
 # The agent's task kinds (`clap.agent.tasks`): those trained on, then the held-out tool compositions only evaluation has.
 AGENT_TRAIN_KINDS = ("lookup", "change", "convert", "compare", "unanswerable", "tool_error")
 AGENT_HELD_OUT_KINDS = ("change_convert", "total")
 AGENT_CORRECTED = "corrected"  # a trajectory a person corrected (repair/agent/): training only
 AGENT_KINDS = (*AGENT_TRAIN_KINDS, *AGENT_HELD_OUT_KINDS, AGENT_CORRECTED)
-
-
-def command_name(trainer: str) -> str:
-    """The trainer as `clap train` names it (`agent_sft` → `agent-sft`)."""
-    return trainer.replace("_", "-")
-
-
-def trainer_name(command: str) -> str:
-    """The inverse of `command_name`."""
-    return command.replace("-", "_")
 
 
 # The application-chain replay (docs/design.md §4): arm → (adapter on, retrieval on), and what each arm is.

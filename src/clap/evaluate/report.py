@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from clap import paths
-from clap.domain.names import ARM_LABELS, CHAIN
+from clap.domain.names import ARM_LABELS
 from clap.evaluate.intervals import ci_bounds, ci_text
 from clap.evaluate.summary import DECISION_COLS, REPLAY_COLS, contrast_lines
 from clap.io import atomic_write_text
@@ -33,15 +33,16 @@ def metrics_diff(root: Path, base: str | None) -> str:
     return r.stdout.strip() or "_no metric changed_"
 
 
-def markdown(root: Path, batches: list[str], base: str | None) -> str:
-    """reports/report.md: the gate's decision and reasons, then the evidence section by section."""
+def markdown(root: Path, batches: list[str], base: str | None, trainers: list[str]) -> str:
+    """reports/report.md: the gate's decision and reasons, then the evidence section by section; `trainers`: whose
+    guard reports to list (the registry's, `clap.stages.trainers`)."""
     out = ["# CLAP candidate report", ""]
     out += _gate_lines(_load(root / paths.GATE))
     out += _batch_lines(root, batches)
     out += _replay_lines(_load(root / paths.REPLAY_METRICS))
     out += _decision_lines(_load(root / paths.DECISION_METRICS))
     out += _human_lines(_load(root / paths.HUMAN_METRICS)) + _canary_lines(_load(root / paths.CANARY_METRICS))
-    out += _guard_lines(root)
+    out += _guard_lines(root, trainers)
     out += ["", f"## Metric diff against `{base or 'HEAD'}`", "", metrics_diff(root, base), ""]
     return "\n".join(out)
 
@@ -111,9 +112,9 @@ def _decision_lines(decisions: dict | None) -> list[str]:
     return out
 
 
-def _guard_lines(root: Path) -> list[str]:
+def _guard_lines(root: Path, trainers: list[str]) -> list[str]:
     out = ["", "## Training guards", "", "| trainer | status | tripped rule | step | peaks |", "|---|---|---|---|---|"]
-    for kind in CHAIN:
+    for kind in trainers:
         g = _load(root / paths.guard_report(kind))
         if g:
             t = g["trip"] or {}
@@ -166,7 +167,7 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def plots(root: Path, batches: list[str]) -> dict[str, str]:
+def plots(root: Path, batches: list[str], curves: dict[str, tuple[str, ...]]) -> dict[str, str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,10 +189,8 @@ def plots(root: Path, batches: list[str]) -> dict[str, str]:
         figs["per-batch deltas"] = _png(fig)
         plt.close(fig)
     series = []
-    for kind, keys in (("sft", ["loss"]), ("dpo", ["loss", "rewards/margins"]),
-                       ("grpo", ["kl", "reward", "reward_std", "rewards/outcome/mean", "rewards/grounding/mean",
-                                 "completions/clipped_ratio"])):
-        f = root / "models" / kind / "train_log.csv"
+    for kind, keys in curves.items():
+        f = root / paths.MODELS / kind / "train_log.csv"
         if f.exists():
             data = list(csv.DictReader(f.open()))
             for k in keys:
@@ -227,9 +226,11 @@ def plots(root: Path, batches: list[str]) -> dict[str, str]:
     return figs
 
 
-def write_reports(root: Path, out: Path, batches: list[str], base: str | None) -> tuple[Path, Path]:
-    md = markdown(root, batches, base)
-    imgs = plots(root, batches)
+def write_reports(root: Path, out: Path, batches: list[str], base: str | None,
+                  curves: dict[str, tuple[str, ...]]) -> tuple[Path, Path]:
+    """reports/report.md and report.html; `curves`: each trainer's logged keys to plot (`clap.stages.trainers`)."""
+    md = markdown(root, batches, base, list(curves))
+    imgs = plots(root, batches, curves)
     body = "".join(f'<section><h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" '
                    f'src="data:image/png;base64,{data}"/></section>' for name, data in imgs.items())
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>CLAP report</title>"

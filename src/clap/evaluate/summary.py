@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clap import paths
-from clap.domain.names import AGENT_CHAIN, ARM_LABELS, CHAIN, REPLAY_ANSWER_METRICS
+from clap.domain.names import ARM_LABELS, REPLAY_ANSWER_METRICS
 from clap.evaluate.intervals import ci_text
 from clap.io import read_json_if_exists as _load
 
@@ -131,9 +131,10 @@ def batch_table(root: Path, batches: list[str]) -> Table | None:
     return t
 
 
-def print_loop_summary(console: Console, root: Path, batches: list[str]) -> None:
-    """Everything after training: guards, per-batch deltas, ABCD, and the gate's decision with reasons."""
-    for kind in (*CHAIN, *AGENT_CHAIN):
+def print_loop_summary(console: Console, root: Path, batches: list[str], trainers: list[str]) -> None:
+    """Everything after training: the guards of `trainers` (the registry's), per-batch deltas, ABCD, and the gate's
+    decision with reasons."""
+    for kind in trainers:
         g = _load(root / paths.guard_report(kind))
         if g:
             trip = g["trip"]

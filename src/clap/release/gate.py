@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 
 from clap import paths
-from clap.config import Agent, Gate
+from clap.config import Gate
 from clap.domain.contracts import GateDecision, Reason
 from clap.domain.names import AGENT_CHAIN, CHAIN
 from clap.evaluate.intervals import ci_text
@@ -414,11 +414,6 @@ def _chain_extraction_rules(fire, policy: Gate, extraction: dict | None, step: s
     wrong = extraction["models"][step]["wrong_fact_rate"]
     if wrong > policy.max_wrong_fact_rate:
         fire(f"extraction_wrong_fact_rate:{step}", wrong, policy.max_wrong_fact_rate, "hold")
-
-
-def agent_chain(agent: Agent) -> list[str]:
-    """The agent adapters this configuration trains and judges: agent SFT, then each enabled step continuing it."""
-    return [AGENT_CHAIN[0]] + [s for s in AGENT_CHAIN[1:] if getattr(agent, s.removeprefix("agent_")).enabled]
 
 
 def decide_agent(policy: Gate, agent: dict | None, guard: dict | None, candidate: str = "agent_sft") -> GateDecision:

@@ -22,20 +22,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.config import Agent, Gate, Train
+from clap.config import Gate
 from clap.domain.contracts import GateDecision
 from clap.evaluate import headline
 from clap.io import InputFileError, read_json, read_json_if_exists, sha256_file, write_json
-from clap.release.gate import agent_chain, choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
+from clap.release.gate import choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 
 
-def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches: list[str], train: Train,
-        agent: Agent) -> GateDecision:
-    """Judge `candidate` and the chain steps that continue it under the `gate` policy, from the evidence under `root`.
-    `batches`: `data.batches`; `train`, `agent`: which steps are switched on (`*.enabled`)."""
+def run(policy: Gate, root: Path, out: Path, *, batches: list[str], chain: list[str], agent_chain: list[str]
+        ) -> GateDecision:
+    """Judge the extraction chain's candidate (`chain[0]`) and the steps that continue it under the `gate` policy,
+    from the evidence under `root`; then the agent chain's adapters, when it has any. `batches`: `data.batches`;
+    `chain`, `agent_chain`: each chain's switched-on trainers, in order (`clap.stages.trainers.switched_on`)."""
     root = Path(root)
     admission = {b: read_json(root / paths.admission(b)) for b in batches}
-    trainers = [candidate] + [t for t in ("dpo", "grpo") if getattr(train, t).enabled and t != candidate]
+    candidate, trainers = chain[0], list(chain)
     guards = {t: read_json_if_exists(root / paths.guard_report(t)) for t in trainers}
     evaluation = {b: _evidence(root / paths.eval_metrics(b), f"evaluate@{b}") for b in batches}
     replay = _evidence(root / paths.REPLAY_METRICS, "replay", optional=True)
@@ -49,11 +50,11 @@ def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches:
         judged[step] = decide_chain_step(policy, step, guards[step], judged[candidate], decisions)
     decision = via_canary(policy, choose(judged))
     agent_metrics = None
-    if agent.enabled:
+    if agent_chain:
         agent_metrics = _evidence(root / paths.AGENT_METRICS, "evaluate_agent", optional=True)
         judged_agent = choose_agent({s: decide_agent(policy, agent_metrics,
                                               read_json_if_exists(root / paths.guard_report(s)), s)
-                              for s in agent_chain(agent)})
+                              for s in agent_chain})
         decision = decision.model_copy(update={"agent": judged_agent, "summary": {
             **decision.summary, "agent_decision_code": judged_agent["summary"]["decision_code"],
             "agent_success_delta": judged_agent["summary"]["success_delta"]}})
@@ -61,7 +62,7 @@ def run(policy: Gate, root: Path, out: Path, candidate: str = "sft", *, batches:
     write_json(root / paths.HEADLINE, headline.figures(
         decision.model_dump(), {b: e for b, e in evaluation.items() if isinstance(e, dict)},
         replay if isinstance(replay, dict) else None, agent_metrics if isinstance(agent_metrics, dict) else None))
-    shipped = (decision.agent or {}) if agent.enabled else {}
+    shipped = (decision.agent or {}) if agent_chain else {}
     write_json(root / paths.GATE_AGENT, {"candidate": shipped.get("candidate"), "decision": shipped.get("decision")})
     return decision
 

@@ -21,9 +21,11 @@ from clap import paths
 from clap.agent import chat, preferences
 from clap.agent.tools import ReportTools
 from clap.config import Agent, Train
+from clap.integrity import pinned_expectation
 from clap.io import atomic_dir, read_jsonl, write_json
+from clap.train import guards
 from clap.train.common import finish, resume_point, run_training, start_from, write_untrained
-from clap.train.guards import GuardCallback
+from clap.train.spec import AGENT, Call, Need, TrainerSpec
 
 
 def build_dataset(rows: list[dict], tok):
@@ -56,13 +58,13 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
                      logging_steps=1, save_steps=max(1, d.max_steps // 2), save_total_limit=2, report_to=[],
                      seed=t.seed, bf16=bf16, use_cpu=not cuda,
                      max_length=agent.sft.max_length, dataloader_num_workers=0)
-    guard = GuardCallback("agent_dpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows, tok), processing_class=tok,
                          callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": d, "seed": t.seed, "start": start_sha, "rows": rows,
                                         "base": base_identity})
     run_training(trainer, resume)
-    return finish(trainer, guard, out, "agent_dpo", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"pairs": len(rows), "pairs_mined": len(mined), "pairs_left_out": len(left_out),
                    "finish_direction": preferences.finish_counts(rows), "resumed_from": resume,
                    "start_adapter_sha256": start_sha, "bf16": bf16}, started, start_adapter)
@@ -85,3 +87,17 @@ def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identi
         write_json(tmp / "adapter" / paths.MANIFEST, adapter_manifest(tmp / "adapter", base_identity))
         write_untrained(tmp, "agent_dpo", metrics)
     return metrics
+
+
+def main(call: Call) -> dict:
+    """`clap train agent-dpo`: `agent` (its `dpo` dose), `train`'s seed and guards, the pairs of data/agent_pairs,
+    the agent SFT adapter (--start) checked against its pins."""
+    start = SPEC.start_adapter(call.start)
+    return run(call.params.agent, paths.AGENT_PAIRS, call.base, call.out, call.checkpoints, start,
+               pinned_expectation(Path("."), start), callbacks=call.callbacks, train=call.params.train)
+
+
+SPEC = TrainerSpec(name="agent_dpo", chain=AGENT, section="agent.dpo", signals=guards.PREFERENCE, main=main,
+                   switches=("agent.enabled", "agent.dpo.enabled"),
+                   inputs=(Need(paths.AGENT_PAIRS, "dvc repro agent_pairs"),), continues="agent_sft",
+                   curves=("loss", "rewards/margins"), task_tag="tool-calling-agent")

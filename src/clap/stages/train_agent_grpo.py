@@ -40,9 +40,12 @@ from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
 from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
+from clap.domain.names import REWARD_MODEL
 from clap.evaluate.decoding import GrammarCache
+from clap.integrity import pinned_expectation
+from clap.train import guards
 from clap.train.common import finish, resume_point, run_training, start_from
-from clap.train.guards import GuardCallback
+from clap.train.spec import AGENT, Call, Need, TrainerSpec
 
 REWARD_PARTS = ("outcome", "format", "process", "efficiency")
 
@@ -195,7 +198,7 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
                       per_device_train_batch_size=g.num_generations, logging_steps=g.logging_steps,
                       save_steps=g.save_steps, save_total_limit=2, report_to=[], seed=t.seed,
                       bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0)
-    guard = GuardCallback("agent_grpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     grammars = GrammarCache(tok, model.config.vocab_size) if constrained else None
     schema = chat.action_schema(tools.schemas) if constrained else None
     trainer = GRPOTrainer(model=model, args=args, train_dataset=build_dataset(tasks), processing_class=tok,
@@ -208,6 +211,26 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
                                         "base": base_identity, "constrained": constrained,
                                         "reward_model": rm_expected if use_rm else None})
     run_training(trainer, resume)
-    return finish(trainer, guard, out, "agent_grpo", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"tasks": len(tasks), "resumed_from": resume, "beta": g.beta, "start_adapter_sha256": start_sha,
                    "constrained_rollouts": constrained, "reward_model": rm_note, "bf16": bf16}, started, start_adapter)
+
+
+def main(call: Call) -> dict:
+    """`clap train agent-grpo`: `agent` (its `grpo` dose), `generate.constrained`, `train`'s seed and guards, `data.batches`, the
+    tasks and the assets, the agent SFT adapter (--start) and the reward model, each checked against its pins."""
+    p, start, (rm_dir, rm_check) = call.params, SPEC.start_adapter(call.start), SPEC.optional
+    rm = paths.adapter(REWARD_MODEL)
+    return run(p.agent, paths.AGENT_TASKS, paths.ASSETS, call.base, call.out, call.checkpoints, start,
+               pinned_expectation(Path("."), start), rm_dir=rm_dir,
+               rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None, rm_check=rm_check,
+               callbacks=call.callbacks, train=p.train, batches=p.data.batches,
+               constrained=p.generate.constrained)
+
+
+SPEC = TrainerSpec(name="agent_grpo", chain=AGENT, section="agent.grpo", signals=guards.POLICY_GRADIENT, main=main,
+                   switches=("agent.enabled", "agent.grpo.enabled"),
+                   inputs=(Need(paths.AGENT_TASKS, "dvc repro agent_tasks"), Need(paths.ASSETS, "dvc repro assetize")),
+                   continues="agent_sft", optional=(paths.adapter(REWARD_MODEL).parent, paths.AGENT_RM_CHECK),
+                   curves=("kl", "reward", "reward_std", "completions/clipped_ratio"),
+                   task_tag="tool-calling-agent")

@@ -42,8 +42,11 @@ from clap.agent.tasks import execute, load
 from clap.agent.tools import ReportTools
 from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
+from clap.domain.names import REWARD_MODEL
+from clap.integrity import pinned_expectation
+from clap.train import guards
 from clap.train.common import finish, resume_point, run_training, start_from
-from clap.train.guards import GuardCallback
+from clap.train.spec import AGENT, Call, Need, TrainerSpec
 
 
 def states(tools: ReportTools, tasks: list[dict]) -> list[dict]:
@@ -147,7 +150,7 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
                       logging_steps=r.logging_steps, save_steps=r.save_steps, save_total_limit=2, report_to=[],
                       seed=t.seed, bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
                       gradient_checkpointing=r.gradient_checkpointing)
-    guard = GuardCallback("agent_rloo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = SharedPrefixRLOOTrainer(model=model, args=args, train_dataset=build_dataset(tok, rows),
                                       processing_class=tok, reward_funcs=funcs,
                                       callbacks=[*(callbacks or []), guard])
@@ -155,6 +158,25 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
                                         "seed": t.seed, "start": start_sha, "tasks": [x["task_id"] for x in tasks],
                                         "base": base_identity, "reward_model": rm_expected if use_rm else None})
     run_training(trainer, resume)
-    return finish(trainer, guard, out, "agent_rloo", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"tasks": len(tasks), "states": len(rows), "resumed_from": resume, "beta": r.beta,
                    "start_adapter_sha256": start_sha, "reward_model": rm_note, "bf16": bf16}, started, start_adapter)
+
+
+def main(call: Call) -> dict:
+    """`clap train agent-rloo`: `agent` (its `rloo` dose), `train`'s seed and guards, `data.batches`, the
+    tasks and the assets, the agent SFT adapter (--start) and the reward model, each checked against its pins."""
+    p, start, (rm_dir, rm_check) = call.params, SPEC.start_adapter(call.start), SPEC.optional
+    rm = paths.adapter(REWARD_MODEL)
+    return run(p.agent, paths.AGENT_TASKS, paths.ASSETS, call.base, call.out, call.checkpoints, start,
+               pinned_expectation(Path("."), start), rm_dir=rm_dir,
+               rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None, rm_check=rm_check,
+               callbacks=call.callbacks, train=p.train, batches=p.data.batches)
+
+
+SPEC = TrainerSpec(name="agent_rloo", chain=AGENT, section="agent.rloo", signals=guards.POLICY_GRADIENT, main=main,
+                   switches=("agent.enabled", "agent.rloo.enabled"),
+                   inputs=(Need(paths.AGENT_TASKS, "dvc repro agent_tasks"), Need(paths.ASSETS, "dvc repro assetize")),
+                   continues="agent_sft", optional=(paths.adapter(REWARD_MODEL).parent, paths.AGENT_RM_CHECK),
+                   curves=("kl", "reward", "reward_std", "completions/clipped_ratio"),
+                   task_tag="tool-calling-agent")

@@ -27,8 +27,9 @@ from clap.agent import chat, reward_model, scoring
 from clap.agent.tasks import split_of
 from clap.config import Agent, Train
 from clap.io import atomic_dir, read_jsonl
+from clap.train import guards
 from clap.train.common import finish, lora_config, resume_point, run_training, write_untrained
-from clap.train.guards import GuardCallback
+from clap.train.spec import NO_CHAIN, Call, Need, TrainerSpec
 
 
 def split_pairs(pairs: list[dict], eval_fraction: float, seed: str) -> tuple[list[dict], list[dict]]:
@@ -81,7 +82,7 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
                         seed=t.seed, bf16=bf16, use_cpu=not cuda,
                         max_length=lora["max_length"], dataloader_num_workers=0)
     peft = lora_config(agent.sft, model, task_type="SEQ_CLS", modules_to_save=["score"])
-    guard = GuardCallback("agent_rm", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = RewardTrainer(model=model, args=args, train_dataset=build_dataset(train_pairs, tok), processing_class=tok,
                             peft_config=peft, callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": rm, "lora": lora, "seed": t.seed, "pairs": train_pairs, "base": base_identity})
@@ -94,7 +95,7 @@ def run(agent: Agent, pairs_dir: Path, base_dir: Path, out: Path, checkpoints: P
     logged = [h for h in trainer.state.log_history if "num_tokens" in h]  # RewardTrainer counts its own tokens
     tokens = int(float(logged[-1]["num_tokens"])) if logged else 0
     runtime = next((h["train_runtime"] for h in trainer.state.log_history if "train_runtime" in h), None)
-    return finish(trainer, guard, out, "agent_rm", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"tokens_seen": tokens, "tokens_per_s": round(tokens / runtime, 2) if runtime else 0.0,
                    "pairs": len(pairs), "train_pairs": len(train_pairs), "held_out_pairs": len(held),
                    "agreement_with_rules": checked, "agrees_with_rules": agrees, "resumed_from": resume,
@@ -111,3 +112,14 @@ def _untrained(out: Path, base_identity: dict, started: float, pairs: int, held:
     with atomic_dir(out) as tmp:
         write_untrained(tmp, "agent_rm", metrics)
     return metrics
+
+
+def main(call: Call) -> dict:
+    """`clap train agent-rm`: `agent` (its `rm` dose), `train`'s seed and guards, the pairs of data/agent_pairs."""
+    return run(call.params.agent, paths.AGENT_PAIRS, call.base, call.out, call.checkpoints,
+               callbacks=call.callbacks, train=call.params.train)
+
+
+SPEC = TrainerSpec(name="agent_rm", chain=NO_CHAIN, section="agent.rm", signals=guards.LOSS, main=main,
+                   switches=("agent.enabled",), inputs=(Need(paths.AGENT_PAIRS, "dvc repro agent_pairs"),),
+                   task_tag="reward-model")

@@ -27,8 +27,9 @@ from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
 from clap.config import AgentSft, Train
 from clap.data.admission import NotAdmitted
+from clap.train import guards
 from clap.train.common import finish, lora_config, memory_plan, resume_point, run_training
-from clap.train.guards import GuardCallback
+from clap.train.spec import AGENT, Call, Need, TrainerSpec
 
 
 def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
@@ -82,7 +83,7 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
     bf16 = base_model.use_bf16(s.bf16)
     model = base_model.load_model(base_dir)
     plan = memory_plan("agent-sft", s, model, qlora=False, bf16_on_cuda=bf16 and cuda)
-    guard = GuardCallback("agent_sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     base_identity = base_model.identity(base_dir)
     trainer, steps, resumed = None, {}, {}
     for phase, labels, epochs, max_steps in phases(s):
@@ -109,8 +110,19 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
         steps[phase], resumed[phase] = trainer.state.global_step, resume
         if guard.report().status != "ok":
             break  # a tripped guard ends the run: the call phase never starts from a bad plan phase
-    return finish(trainer, guard, out, "agent_sft", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"trajectories": len(rows), "set_aside_too_long": [r["task_id"] for r in too_long],
                    "assistant_tokens": sum(sum(x != -100 for x in r["labels"]) for r in rows),
                    "policy": s.policy, "steps_by_phase": steps,
                    "resumed_from": resumed.get("joint", resumed.get("plan")), "bf16": bf16}, started)
+
+
+def main(call: Call) -> dict:
+    """`clap train agent-sft`: `agent.sft`, `train`'s seed and guards, the gold trajectories of data/agent."""
+    return run(call.params.agent.sft, paths.AGENT_TASKS, call.base, call.out, call.checkpoints,
+               callbacks=call.callbacks, train=call.params.train)
+
+
+SPEC = TrainerSpec(name="agent_sft", chain=AGENT, section="agent.sft", signals=guards.LOSS, main=main,
+                   switches=("agent.enabled",), inputs=(Need(paths.AGENT_TASKS, "dvc repro agent_tasks"),),
+                   task_tag="tool-calling-agent")

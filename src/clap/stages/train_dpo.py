@@ -18,8 +18,10 @@ from clap import model as base_model
 from clap import paths
 from clap.config import Train
 from clap.domain.prompts import SYSTEM_DECIDE, messages
+from clap.integrity import pinned_expectation
+from clap.train import guards
 from clap.train.common import admitted_rows, finish, resume_point, run_training, start_from
-from clap.train.guards import GuardCallback
+from clap.train.spec import EXTRACTION, Call, TrainerSpec
 
 
 def build_dataset(rows: list[dict]):
@@ -48,12 +50,26 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
                      logging_steps=d.logging_steps, save_steps=max(1, d.max_steps // 2), save_total_limit=2,
                      report_to=[], seed=t.seed, bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda,
                      max_length=512, dataloader_num_workers=0)
-    guard = GuardCallback("dpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     trainer = DPOTrainer(model=model, args=args, train_dataset=build_dataset(rows), processing_class=tok,
                          callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": d, "seed": t.seed, "start": start_sha, "rows": rows,
                                         "base": base_identity})
     run_training(trainer, resume)
-    return finish(trainer, guard, out, "dpo", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"pairs": len(rows), "batches_refused": refused, "resumed_from": resume,
                    "start_adapter_sha256": start_sha}, started, start_adapter)
+
+
+def main(call: Call) -> dict:
+    """`clap train dpo`: `train` (its `dpo` section, seed and guards), the admitted batches, the SFT adapter (--start),
+    checked against the manifest dvc.lock pins for it."""
+    start = SPEC.start_adapter(call.start)
+    return run(call.params.train, call.materialized, call.admission, list(call.batches), call.base, call.out,
+               call.checkpoints, start_adapter=start, start_expected=pinned_expectation(Path("."), start),
+               callbacks=call.callbacks)
+
+
+SPEC = TrainerSpec(name="dpo", chain=EXTRACTION, section="train.dpo", signals=guards.PREFERENCE, main=main,
+                   switches=("train.dpo.enabled",), reads_batches=True, continues="sft",
+                   curves=("loss", "rewards/margins"))

@@ -32,9 +32,11 @@ from clap.config import Rewards, Train
 from clap.data.playbook import playbook
 from clap.domain.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.evaluate.decoding import GrammarCache, decision_schema
+from clap.integrity import pinned_expectation
+from clap.train import guards
 from clap.train.common import admitted_rows, finish, resume_point, run_training, start_from
-from clap.train.guards import GuardCallback
 from clap.train.rewards import decision_parts
+from clap.train.spec import EXTRACTION, Call, TrainerSpec
 
 REWARD_PARTS = ("outcome", "format", "grounding", "efficiency")
 
@@ -109,7 +111,7 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
                       per_device_train_batch_size=g.per_device_batch_size, logging_steps=g.logging_steps,
                       save_steps=g.save_steps, save_total_limit=2, report_to=[], seed=t.seed,
                       bf16=cuda and torch.cuda.is_bf16_supported(), use_cpu=not cuda, dataloader_num_workers=0)
-    guard = GuardCallback("grpo", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     constrained = g.constrained_rollouts and constrained
     actions = playbook({b: Path(materialized) / b / "decision_eval.jsonl" for b in batches}) \
         if constrained and action_playbook else None
@@ -121,7 +123,23 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
                                         "rewards": r, "base": base_identity, "actions": actions,
                                         "constrained": constrained})
     run_training(trainer, resume)
-    return finish(trainer, guard, out, "grpo", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"groups": len(rows), "batches_refused": refused, "resumed_from": resume, "beta": g.beta,
                    "start_adapter_sha256": start_sha, "constrained_rollouts": constrained,
                    "playbook_actions": len(actions) if actions else None}, started, start_adapter)
+
+
+def main(call: Call) -> dict:
+    """`clap train grpo`: `train` (its `grpo` section, seed and guards), `rewards`, `generate.constrained` and
+    `evaluate_decisions.action_playbook`, the admitted batches, the SFT adapter (--start) checked against its pins."""
+    p, start = call.params, SPEC.start_adapter(call.start)
+    return run(p.train, call.materialized, call.admission, list(call.batches), call.base, call.out, call.checkpoints,
+               start_adapter=start, start_expected=pinned_expectation(Path("."), start), callbacks=call.callbacks,
+               rewards=p.rewards, constrained=p.generate.constrained,
+               action_playbook=p.evaluate_decisions.action_playbook)
+
+
+SPEC = TrainerSpec(name="grpo", chain=EXTRACTION, section="train.grpo", signals=guards.POLICY_GRADIENT, main=main,
+                   switches=("train.grpo.enabled",), reads_batches=True, continues="sft",
+                   curves=("kl", "reward", "reward_std", "rewards/outcome/mean", "rewards/grounding/mean",
+                           "completions/clipped_ratio"))

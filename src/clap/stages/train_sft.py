@@ -20,6 +20,7 @@ from clap import paths
 from clap.config import Sft, Train
 from clap.data.admission import NotAdmitted
 from clap.domain import prompts
+from clap.train import guards
 from clap.train.common import (
     admitted_rows,
     estimate_callback,
@@ -31,7 +32,7 @@ from clap.train.common import (
     run_training,
     sizing_line,
 )
-from clap.train.guards import GuardCallback
+from clap.train.spec import EXTRACTION, Call, TrainerSpec
 
 
 def split_by_length(rows: list[dict], tok, max_length: int | None) -> tuple[list[dict], list[dict]]:
@@ -87,7 +88,7 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     plan = memory_plan("sft", s, model, qlora=qlora, bf16_on_cuda=bf16 and cuda)
     args = sft_config(s, t.seed, checkpoints, padding_free=padding_free, bf16=bf16, cuda=cuda,
                       checkpointing=s.gradient_checkpointing or bool(plan and plan.checkpointing))
-    guard = GuardCallback("sft", t.guards, Path(out) / paths.GUARD_REPORT_FILE)
+    guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
     steps, per_epoch = planned_steps(len(rows), s.per_device_batch_size, s.gradient_accumulation, s.epochs, s.max_steps)
     print(sizing_line("sft", len(rows), steps, per_epoch, "train.sft.max_steps or materialize.max_train_per_batch"),
           flush=True)
@@ -100,7 +101,7 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     if resume:
         print(f"clap: resuming SFT from {resume}")
     run_training(trainer, resume)
-    return finish(trainer, guard, out, "sft", base_identity,
+    return finish(trainer, guard, out, SPEC, base_identity,
                   {"samples": len(rows), "samples_set_aside_too_long": [f"{r['batch']}/{r['sample_id']}" for r in too_long],
                    "batches_refused": refused, "qlora": qlora, "resumed_from": resume,
                    "padding_free": padding_free, "bf16": bf16, "memory_budget_mb": s.memory_budget_mb,
@@ -133,3 +134,13 @@ def _padding_free(setting, cuda: bool) -> bool:
 
         return cuda and importlib.util.find_spec("flash_attn") is not None
     return bool(setting)
+
+
+def main(call: Call) -> dict:
+    """`clap train sft`: `train` (its `sft` section, seed and guards), the admitted batches."""
+    return run(call.params.train, call.materialized, call.admission, list(call.batches), call.base, call.out,
+               call.checkpoints, callbacks=call.callbacks)
+
+
+SPEC = TrainerSpec(name="sft", chain=EXTRACTION, section="train.sft", signals=guards.LOSS, main=main,
+                   reads_batches=True, task_tag="structured-extraction")

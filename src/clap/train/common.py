@@ -19,11 +19,11 @@ from pathlib import Path
 import yaml
 
 from clap import paths
-from clap.config import Lora, Params
+from clap.config import Lora
 from clap.data.admission import NotAdmitted, require
-from clap.domain.names import AGENT_CHAIN, CHAIN, REWARD_MODEL
 from clap.integrity import adapter_manifest
 from clap.io import InputFileError, OutputRefused, atomic_dir, read_json, read_jsonl, write_json
+from clap.train.spec import TrainerSpec
 
 
 def admitted_rows(materialized: Path, admission: Path, batches: list[str], trainer: str, filename: str
@@ -176,16 +176,16 @@ def _ran_to_the_end(checkpoint: Path) -> bool:
         state.get("global_step", 0)
 
 
-def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dict, started: float,
+def finish(trainer, guard, out: Path, spec: TrainerSpec, base_identity: dict, extra: dict, started: float,
            start_adapter: Path | None = None) -> dict:
-    """Write adapter (last good checkpoint when a guard tripped; a chain step tripped before its first
+    """`spec`'s run done: write adapter (last good checkpoint when a guard tripped; a chain step tripped before its first
     checkpoint keeps `start_adapter`, the policy it started from), metrics, log, model card, guard report."""
     report = guard.report()
     history = [h for h in trainer.state.log_history if "train_loss" not in h]
     summary = next((h for h in trainer.state.log_history if "train_loss" in h), {})
     tokens = trainer.state.num_input_tokens_seen or 0
     runtime = time.time() - started
-    metrics = {"trainer": kind, "status": report.status, "steps": trainer.state.global_step,
+    metrics = {"trainer": spec.name, "status": report.status, "steps": trainer.state.global_step,
                "train_loss": summary.get("train_loss"), "train_runtime_s": round(runtime, 2),
                "tokens_seen": tokens,  # tokens/s None: no train() summary, `run_training` took a finished checkpoint
                "tokens_per_s": round(tokens / max(summary.get("train_runtime", runtime), 1e-9), 2) if summary else None,
@@ -213,7 +213,7 @@ def finish(trainer, guard, out: Path, kind: str, base_identity: dict, extra: dic
         (adapter / paths.ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
         stamp = Path(trainer.args.output_dir) / "run_key.txt"
         run_key = stamp.read_text().strip() if stamp.exists() else None
-        (adapter / "README.md").write_text(_model_card(kind, base_identity, metrics, report.model_dump(), run_key))
+        (adapter / "README.md").write_text(_model_card(spec, base_identity, metrics, report.model_dump(), run_key))
         write_json(adapter / paths.MANIFEST, adapter_manifest(adapter, base_identity))
         write_json(tmp / paths.TRAIN_METRICS_FILE, metrics)
         write_json(tmp / paths.GUARD_REPORT_FILE, report.model_dump())
@@ -242,14 +242,10 @@ def _log_csv(history: list[dict]) -> str:
     return buf.getvalue()
 
 
-_TASK_TAG = {"sft": "structured-extraction", "agent_sft": "tool-calling-agent", "agent_dpo": "tool-calling-agent",
-             "agent_grpo": "tool-calling-agent", "agent_rloo": "tool-calling-agent", "agent_rm": "reward-model"}
-
-
 from clap.model import GEMMA_NOTICE  # noqa: E402  (the card's notice; defined beside the packaged bases)
 
 
-def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
+def _model_card(spec: TrainerSpec, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
     """A Hugging Face model card: metadata the Hub and PEFT read, then CLAP's provenance. `base_model` names a
     Hub repository only when the weights trained on are that repository's bytes (a pinned snapshot); a
     dequantised GGUF or a local folder is described, not claimed. The release (version, gate decision, bundle
@@ -259,8 +255,8 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
     terms = licence(base)
     front = {"library_name": "peft"} | ({"base_model": base["hub_id"]} if base.get("commit") else {})
     front |= {"license": terms} if terms else {}
-    front |= {"pipeline_tag": "text-classification" if kind == "agent_rm" else "text-generation",
-              "tags": ["clap", "lora", kind, _TASK_TAG.get(kind, "decision")]}
+    front |= {"pipeline_tag": "text-classification" if spec.task_tag == "reward-model" else "text-generation",
+              "tags": ["clap", "lora", spec.name, spec.task_tag]}
     if base.get("gguf"):
         origin = (f"{base['name']}, dequantised to float from the {base['quantisation'] or 'quantised'} GGUF "
                   f"`{base['gguf']}` (sha256 {base['gguf_sha256']})"
@@ -272,9 +268,9 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
     notice = f"\n\n{GEMMA_NOTICE}. This adapter is a Model Derivative under those terms.\n" \
         if terms == "gemma" else ""
     return ("---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n"
-            f"# CLAP {kind.upper()} LoRA adapter\n\nBase model: {origin} "
+            f"# CLAP {spec.name.upper()} LoRA adapter\n\nBase model: {origin} "
             f"(weights sha256 {json.dumps(base['weights_sha256'])}; loaded from `{base['path']}`).{notice}\n\n"
-            f"Trained by `clap train {kind.replace('_', '-')}`; status **{metrics['status']}**, {metrics['steps']} steps; training run "
+            f"Trained by `clap train {spec.command}`; status **{metrics['status']}**, {metrics['steps']} steps; training run "
             f"key (sha256 of config, data rows and base) `{run_key}`.\n\n"
             "Release provenance — version, gate decision and reasons, dataset versions, bundle — lives in the git "
             "tag `clap-adapter@vX.Y.Z` and in `release/bundle.json` at that tag, which pin this folder by hash "
@@ -282,18 +278,6 @@ def _model_card(kind: str, base: dict, metrics: dict, guard: dict, run_key: str 
             f"## Training metrics\n\n```json\n{json.dumps(metrics, indent=2)}\n```\n\n"
             f"## Guard report\n\n```json\n{json.dumps(guard, indent=2)}\n```\n\n"
             "Load it only through `clap.integrity.load_adapter`, which checks its hashes against the ones git pins.\n")
-
-
-def switched_off(cfg: Params, trainer: str) -> str | None:
-    """The `enabled` switch that keeps `trainer` from running (`agent.enabled` for every agent trainer, then
-    train.dpo, train.grpo, agent.dpo, agent.grpo for a chain step), or None when it runs."""
-    if trainer in (*AGENT_CHAIN, REWARD_MODEL) and not cfg.agent.enabled:
-        return "agent.enabled"
-    if trainer in CHAIN[1:] and not getattr(cfg.train, trainer).enabled:
-        return f"train.{trainer}.enabled"
-    if trainer in AGENT_CHAIN[1:] and not getattr(cfg.agent, trainer.removeprefix("agent_")).enabled:
-        return f"agent.{trainer.removeprefix('agent_')}.enabled"
-    return None
 
 
 def write_disabled(trainer: str, switch: str, out: Path) -> dict:

@@ -8,39 +8,34 @@ before it (the last good one) and writes `guard_report.json`.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from pathlib import Path
-
-from transformers import TrainerCallback
 
 from clap.config import Guards
 from clap.domain.contracts import GuardReport, GuardTrip
 from clap.io import write_json
 
-# which logged keys each trainer must provide; a missing one trips `signal_missing:<key>`
-SIGNALS = {
-    "sft": {"loss": "loss"},
-    "agent_sft": {"loss": "loss"},
-    "agent_dpo": {"loss": "loss", "margin": "rewards/margins"},
-    "agent_rm": {"loss": "loss"},
-    "dpo": {"loss": "loss", "margin": "rewards/margins"},
-    "grpo": {"loss": "loss", "kl": "kl", "reward": "reward", "reward_std": "reward_std",
-             "clipped": "completions/clipped_ratio"},
-}
-SIGNALS["agent_grpo"] = SIGNALS["agent_rloo"] = SIGNALS["grpo"]
+# The signal sets a trainer's spec (`clap.train.spec.TrainerSpec.signals`) picks from: guard signal → the logged key
+# the trainer must provide; a missing one trips `signal_missing:<key>`.
+LOSS = {"loss": "loss"}
+PREFERENCE = {"loss": "loss", "margin": "rewards/margins"}
+POLICY_GRADIENT = {"loss": "loss", "kl": "kl", "reward": "reward", "reward_std": "reward_std",
+                   "clipped": "completions/clipped_ratio"}
 
 
-def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: Guards) -> GuardTrip | None:
-    """The first rule the new log violates, or None. `history` holds earlier values per signal."""
+def check(signals: dict[str, str], history: dict[str, list[float]], log: dict, cfg: Guards) -> GuardTrip | None:
+    """The first rule the new log violates, or None. `signals`: the trainer's (`LOSS`, `PREFERENCE`,
+    `POLICY_GRADIENT`); `history` holds earlier values per signal."""
     step = int(log.get("step", 0))
-    for key in SIGNALS[trainer].values():
+    for key in signals.values():
         if key not in log:
             return GuardTrip(rule=f"signal_missing:{key}", step=step, value=None, threshold=None)
         v = float(log[key])
         if not math.isfinite(v):
             return GuardTrip(rule=f"non_finite:{key}", step=step, value=None, threshold=None)
-    if "kl" in SIGNALS[trainer]:
+    if "kl" in signals:
         kl = float(log["kl"])
         if kl > cfg.kl_max:
             return GuardTrip(rule="kl_above_max", step=step, value=kl, threshold=cfg.kl_max)
@@ -49,11 +44,11 @@ def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: Guards)
             avg = statistics.fmean(past)
             if kl >= cfg.kl_spike_min and avg > 1e-6 and kl > cfg.kl_spike_ratio * avg:
                 return GuardTrip(rule="kl_spike", step=step, value=kl, threshold=cfg.kl_spike_ratio * avg)
-    if "reward_std" in SIGNALS[trainer]:
+    if "reward_std" in signals:
         recent = history.get("reward_std", [])[-(cfg.collapse_patience - 1):] + [float(log["reward_std"])]
         if len(recent) >= cfg.collapse_patience and max(recent) <= cfg.reward_collapse_std:
             return GuardTrip(rule="reward_collapse", step=step, value=max(recent), threshold=cfg.reward_collapse_std)
-    if "clipped" in SIGNALS[trainer]:
+    if "clipped" in signals:
         clipped = float(log["completions/clipped_ratio"])
         if clipped > cfg.max_clipped_ratio:
             return GuardTrip(rule="completion_length_clipped", step=step, value=clipped,
@@ -61,9 +56,12 @@ def check(trainer: str, history: dict[str, list[float]], log: dict, cfg: Guards)
     return None
 
 
-class GuardCallback(TrainerCallback):
-    def __init__(self, trainer: str, cfg: Guards, report_path: Path):
-        self.trainer, self.cfg, self.report_path = trainer, cfg, Path(report_path)
+class Guard:
+    """The guards' state over one run, fed by the trainer's log through transformers' callback hooks
+    (`guard_callback` adds the rest of the protocol)."""
+
+    def __init__(self, trainer: str, signals: dict[str, str], cfg: Guards, report_path: Path):
+        self.trainer, self.signals, self.cfg, self.report_path = trainer, signals, cfg, Path(report_path)
         self.history: dict[str, list[float]] = {}
         self.trip: GuardTrip | None = None
         self.last_good: str | None = None
@@ -75,8 +73,8 @@ class GuardCallback(TrainerCallback):
             return
         logs["step"] = state.global_step
         self.steps = state.global_step
-        self.trip = check(self.trainer, self.history, logs, self.cfg)
-        for signal, key in SIGNALS[self.trainer].items():
+        self.trip = check(self.signals, self.history, logs, self.cfg)
+        for signal, key in self.signals.items():
             if key in logs:
                 self.history.setdefault(signal, []).append(float(logs[key]))
         if self.trip is not None:
@@ -94,7 +92,7 @@ class GuardCallback(TrainerCallback):
 
     def report(self) -> GuardReport:
         peaks = {s: (max(v, key=abs) if v else None) for s, v in self.history.items()}
-        for s in SIGNALS[self.trainer]:
+        for s in self.signals:
             peaks.setdefault(s, None)
         return GuardReport(trainer=self.trainer, status="stopped" if self.trip else "ok", trip=self.trip,
                            peaks=peaks, last_good_checkpoint=self.last_good, steps=self.steps)
@@ -103,3 +101,16 @@ class GuardCallback(TrainerCallback):
         rep = self.report()
         write_json(self.report_path, rep.model_dump())
         return rep
+
+
+@functools.cache
+def _callback_class() -> type:
+    from transformers import TrainerCallback
+
+    return type("GuardCallback", (Guard, TrainerCallback), {})
+
+
+def guard_callback(trainer: str, signals: dict[str, str], cfg: Guards, report_path: Path) -> Guard:
+    """The guard as a transformers `TrainerCallback`. Its class is made on first use: importing transformers'
+    trainer imports torch (seconds), which a switched-off stage and the registry of trainers must not pay."""
+    return _callback_class()(trainer, signals, cfg, report_path)
