@@ -27,7 +27,7 @@ def test_the_chains_are_the_loops_names_in_order():
     """Evaluation, admission and the gate judge by `clap.domain.names`; the registry runs the same trainers."""
     assert [s.name for s in trainers.chain(EXTRACTION)] == list(CHAIN)
     assert [s.name for s in trainers.chain(AGENT)] == list(AGENT_CHAIN)
-    assert [s.name for s in trainers.chain(NO_CHAIN)] == [REWARD_MODEL]
+    assert REWARD_MODEL in [s.name for s in trainers.chain(NO_CHAIN)]  # outside both chains, as a toy may be
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -86,7 +86,8 @@ def test_an_unknown_trainer_is_one_line_naming_them_all(tmp_path, params):
                        capture_output=True, text=True)
     said = " ".join((r.stdout + r.stderr).split())
     assert r.returncode != 0 and "Traceback" not in said
-    assert "unknown trainer 'kto': use sft, dpo, grpo, agent-sft, agent-dpo, agent-grpo, agent-rloo or agent-rm" in said
+    assert "unknown trainer 'kto': use sft, dpo, grpo, agent-sft," in said
+    assert all(f" {s.command}" in said.split("use", 1)[1] for s in SPECS)
 
 
 def test_the_registry_imports_no_training_library():
