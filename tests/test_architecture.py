@@ -1,4 +1,5 @@
-"""The house's shape (clap.LAYERS): no import climbs to a higher floor, no circle, no stage imported by a library.
+"""The house's shape (clap.LAYERS): no import climbs to a higher floor, no circle, no stage imported by a library;
+clap modules are imported at the top of a module, but for those whose import pulls a third-party heavyweight.
 
 The sources are parsed in a fresh interpreter (`python tests/test_architecture.py SRC` prints the graph as JSON):
 CPython 3.11's `ast.parse` can raise a spurious "AST constructor recursion depth mismatch" SystemError while other
@@ -7,6 +8,7 @@ threads left by earlier tests (Ray, uvicorn, tokenizers) run (python/cpython#106
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -123,5 +125,88 @@ def test_the_checks_see_a_climb_and_a_circle(tmp_path):
     assert circle(graph) == ["clap.domain.a", "clap.release.b", "clap.domain.a"]
 
 
+# Third-party libraries whose import costs a command seconds on 2 cores (torch ≈ 7 s, scipy ≈ 1.3 s, FastAPI ≈ 0.4 s):
+# a clap module that imports one at its top is itself imported inside the function that needs it.
+HEAVYWEIGHTS = {"torch", "transformers", "peft", "trl", "vllm", "ray", "datasets", "scipy", "datasketch", "fastapi",
+                "uvicorn", "mlflow", "matplotlib"}
+
+
+def import_sites(src: Path) -> dict[str, dict[str, list[str]]]:
+    """module → {"top": modules imported at module level, "inner": per clap import statement inside a function, the
+    names it may load (`from clap.x import y`: clap.x and clap.x.y, whichever are modules)}."""
+    from clap.codedeps import module_of
+
+    out = {}
+    for path in src.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        inner = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        top, lazy = set(), []
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+                names = [n.module, *(f"{n.module}.{a.name}" for a in n.names)]
+            else:
+                continue
+            if id(n) in inner:
+                if names[0].startswith("clap."):
+                    lazy.append(sorted(names))
+            else:
+                top |= set(names)
+        out[module_of(path, src)] = {"top": sorted(top), "inner": sorted(lazy)}
+    return out
+
+
+def heavy_at_import(sites: dict[str, dict[str, list[str]]]) -> dict[str, set[str]]:
+    """module → the heavyweights importing it loads (through module-level imports, clap's and third parties')."""
+    memo: dict[str, set[str]] = {}
+
+    def pulls(m: str, stack: tuple[str, ...] = ()) -> set[str]:
+        if m in memo or m in stack:
+            return memo.get(m, set())
+        found = set()
+        for name in sites[m]["top"]:
+            if name.split(".")[0] in HEAVYWEIGHTS:
+                found.add(name.split(".")[0])
+            elif name in sites and name != m:
+                found |= pulls(name, (*stack, m))
+        memo[m] = found
+        return found
+
+    return {m: pulls(m) for m in sites}
+
+
+def lazy_without_reason(sites: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Each clap import inside a function whose target pulls no heavyweight: it belongs at the module's top."""
+    heavy = heavy_at_import(sites)
+    return sorted(f"{m} imports {' '.join(t for t in names if t in sites)} inside a function"
+                  for m, s in sites.items() for names in s["inner"] if not any(heavy.get(t) for t in names))
+
+
+def test_clap_modules_are_imported_at_the_top_but_for_those_that_pull_a_heavyweight():
+    done = subprocess.run([sys.executable, __file__, "--sites", str(SRC)], capture_output=True, text=True, check=True)
+    assert not (found := lazy_without_reason(json.loads(done.stdout))), "\n".join(found)
+
+
+def test_the_laziness_check_can_fail():
+    sites = {"clap.a": {"top": [], "inner": [["clap.b"], ["clap.c", "clap.c.f"]]},
+             "clap.b": {"top": ["numpy"], "inner": []},        # light: belongs at a's top
+             "clap.c": {"top": ["clap.d"], "inner": []},       # pulls torch through d: may stay lazy
+             "clap.d": {"top": ["torch.nn"], "inner": []}}
+    assert heavy_at_import(sites) == {"clap.a": set(), "clap.b": set(), "clap.c": {"torch"}, "clap.d": {"torch"}}
+    assert lazy_without_reason(sites) == ["clap.a imports clap.b inside a function"]
+
+
+def test_the_cli_imports_no_heavyweight():
+    """`clap --help`, and every command before it reaches its work, load none of them."""
+    script = f"import sys, clap.cli; print(sorted(m for m in {sorted(HEAVYWEIGHTS)!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 if __name__ == "__main__":
-    print(json.dumps({m: sorted(ts) for m, ts in import_graph(Path(sys.argv[1])).items()}))
+    if sys.argv[1] == "--sites":
+        print(json.dumps(import_sites(Path(sys.argv[2]))))
+    else:
+        print(json.dumps({m: sorted(ts) for m, ts in import_graph(Path(sys.argv[1])).items()}))

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import clap
 from clap import paths
+from clap.errors import UserError
+from clap.io import read_json
 
 SRC = Path(clap.__file__).parent
 COMMON = "clap.cli.common"
@@ -206,9 +208,6 @@ def stage_of(argv: list[str], commands: dict[str, str]) -> str | None:
 def check_pinned(argv: list[str], folder: Path = Path(".")) -> None:
     """Before a stage's command does any work in a project that pins CLAP's code: the installed code of that stage
     must be the pinned one, else one line naming both and the command that re-pins."""
-    from clap.errors import UserError
-    from clap.io import read_json
-
     path = folder / PINS
     if not path.is_file():
         return

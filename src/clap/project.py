@@ -28,7 +28,9 @@ import yaml
 
 from clap import paths
 from clap.codedeps import PINS, command_words, pin
+from clap.config import check, compose, dump
 from clap.errors import UserError
+from clap.io import read_json
 from clap.stages import trainers
 from clap.train.spec import EXTRACTION
 
@@ -159,8 +161,6 @@ def project_config(text: str) -> str:
 
 def init(target: Path, demo: bool = False, force: bool = False) -> list[Path]:
     """Create the project at `target`; returns the files written."""
-    from clap.config import check, compose, dump
-
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise InitError(f"{target}: exists and is not a folder")
@@ -256,8 +256,6 @@ def _vcs(target: Path, written: list[Path]) -> None:
 
 def upgrade(folder: Path = Path(".")) -> dict[str, tuple[str | None, str]]:
     """Re-pin the installed CLAP's code in a project (`clap upgrade`); returns the stages whose pin changed (old, new)."""
-    from clap.io import read_json
-
     path = folder / PINS
     if not path.is_file():
         raise InitError(f"{path}: no such file; `clap upgrade` re-pins CLAP's code in a project made by `clap init`")

@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 
 from clap.evaluate.metrics import parse_answer
+from clap.model import FALLBACK_CHAT_TEMPLATE
 
 SYSTEM = ("You answer questions about company reports by calling tools. Each turn, reply with one JSON "
           'object {"thought": ..., "tool": ..., "arguments": {...}}. Search, read the page, compute when '
@@ -150,8 +151,6 @@ def action_schema(tool_schemas: list[dict]) -> dict:
 def own_template(tok) -> bool:
     """Whether conversations render through the tokenizer's own chat template: for every base but SmolLM2 (whose
     template renders no tools — `CHAT_TEMPLATE` is its tool-calling superset) or a tokenizer that brings none."""
-    from clap.model import FALLBACK_CHAT_TEMPLATE
-
     return bool(tok.chat_template) and tok.chat_template != FALLBACK_CHAT_TEMPLATE
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clap import model
-from clap.agent.chat import SYSTEM, engine_rendering
+from clap.agent.chat import SYSTEM, action_schema, engine_rendering
 from clap.agent.tools import ReportTools
 from clap.config import Generate, Model
 from clap.evaluate.engines import answer_store, decoding, pinned_adapters
@@ -45,7 +45,6 @@ def served_agent(generate: Generate, base_section: Model, adapters: list[tuple[s
     """(the engine a server answers agent turns with — the base model, `adapters` as (name, folder, pinned manifest)
     attached through the serving check, the agent's tools rendered into every prompt — and its `AgentServing`: each
     turn under the action grammar when `generate.constrained` is on, as the evaluation decodes)."""
-    from clap.agent.chat import action_schema
     from clap.evaluate.generate import Engine
 
     base = model.resolve(base_section)

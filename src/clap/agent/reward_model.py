@@ -12,9 +12,12 @@ import copy
 import math
 from pathlib import Path
 
+from clap import model as base_model
 from clap.agent import chat
 from clap.agent.tools import ReportTools
 from clap.config import AgentRmHuman
+from clap.evaluate.stats import expected_calibration_error
+from clap.integrity import attach
 from clap.io import read_json
 
 
@@ -33,8 +36,6 @@ def load_base(base_dir: Path):
     """The base model with a fresh scalar head (`num_labels=1`): safetensors only, no remote code."""
     from transformers import AutoModelForSequenceClassification
 
-    from clap import model as base_model
-
     tok = base_model.load_tokenizer(base_dir)
     model = AutoModelForSequenceClassification.from_pretrained(str(base_dir), num_labels=1, trust_remote_code=False,
                                                                use_safetensors=True)
@@ -44,8 +45,6 @@ def load_base(base_dir: Path):
 
 def load(base_dir: Path, adapter_dir: Path, expected: dict, base_identity: dict):
     """The trained reward model, its adapter (and head) verified against the manifest git pins."""
-    from clap.integrity import attach
-
     return attach(load_base(base_dir), "default", Path(adapter_dir), expected, base_identity).eval()
 
 
@@ -152,8 +151,6 @@ def human_check(scores: list[float], correct: list[float], rules: AgentRmHuman) 
     expected calibration error of the score read as P(correct). `passed` needs at least `rules.min_labels`
     labelled episodes, ρ ≥ `min_spearman` and ECE ≤ `max_ece` (conf/ `agent.rm.human`); too few labels fail it."""
     from scipy.stats import spearmanr
-
-    from clap.evaluate.stats import expected_calibration_error
 
     if len(scores) != len(correct):
         raise ValueError("the human check needs one score per labelled episode")

@@ -6,8 +6,21 @@ from pathlib import Path
 
 import typer
 
-from clap import paths
+from clap import model, paths
+from clap.agent.engine import agent_engine
+from clap.agent.tools import ReportTools
 from clap.cli.common import _fail, _need, _params, _prod, _say_reused, app, console
+from clap.evaluate.summary import agent_table
+from clap.integrity import pinned_expectation
+from clap.io import read_json, write_json, write_switched_off
+from clap.release import prod
+from clap.release.bundle import SHIPPABLE
+from clap.release.registry import current
+from clap.stages import agent_rm_check as stage
+from clap.stages import agent_tasks as agent_tasks_stage
+from clap.stages import evaluate_agent as evaluate_agent_stage
+from clap.stages import trainers
+from clap.train.spec import AGENT
 
 
 @app.command("agent-pairs")
@@ -15,12 +28,9 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
                 out: Path = typer.Option(paths.AGENT_PAIRS)) -> None:
     """On-policy hard negatives: the agent SFT adapter's own wrong next actions on the train
     trajectories, each paired with the gold action (the agent DPO step's data)."""
-    from clap.agent.engine import agent_engine
-
     cfg = _params()
     if not cfg.agent.enabled:
         return _agent_off("agent-pairs", out, ("pairs.jsonl",))
-    from clap.agent.tools import ReportTools
     from clap.stages import agent_pairs as stage
 
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
@@ -36,8 +46,6 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
 def _agent_off(command: str, out: Path, empty_files: tuple[str, ...], metrics: Path | None = None) -> None:
     """`agent.enabled: false`: an agent stage writes its outputs empty, each saying why (and its metrics file,
     when it has one), so the pipeline runs on and the gate judges no agent adapter."""
-    from clap.io import write_json, write_switched_off
-
     report = {"status": "disabled", "note": "agent.enabled is false: the agent track did not run"}
     write_switched_off(out, empty_files, report)
     if metrics is not None:
@@ -53,9 +61,6 @@ def agent_rm_check(out: Path = typer.Option(paths.AGENT_RM_CHECK), metrics: Path
     cfg = _params()
     if not cfg.agent.enabled:
         return _agent_off("agent-rm-check", out, ("verdict.json",), metrics)
-    from clap import model
-    from clap.integrity import pinned_expectation
-    from clap.stages import agent_rm_check as stage
 
     rm = paths.adapter("agent_rm")
     _need((rm.parent / paths.TRAIN_METRICS_FILE, "dvc repro train_agent_rm"))
@@ -77,10 +82,9 @@ def agent_tasks(assets: Path = typer.Option(paths.ASSETS), out: Path = typer.Opt
     cfg = _params()
     if not cfg.agent.enabled:
         return _agent_off("agent-tasks", out, ("tasks.jsonl",))
-    from clap.stages import agent_tasks as stage
 
     _need((assets, "dvc repro assetize"))
-    report = stage.run(cfg.agent.tasks, assets, cfg.data.batches, out, corrections)
+    report = agent_tasks_stage.run(cfg.agent.tasks, assets, cfg.data.batches, out, corrections)
     console.print(f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}")
     fixes = report["corrections"]
     if fixes["kept"] or fixes["refused"]:
@@ -97,15 +101,9 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model and the
     agent adapter in prod on the held-out agent tasks: task success, tool-call accuracy (when / how), pass^k,
     hallucination, abstention, with paired-bootstrap CIs."""
-    from clap.agent.engine import agent_engine
-
     cfg = _params()
     if not cfg.agent.enabled:
         return _agent_off("evaluate-agent", out, ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
-    from clap.evaluate.summary import agent_table
-    from clap.stages import evaluate_agent as stage
-    from clap.stages import trainers
-    from clap.train.spec import AGENT
 
     adapters = trainers.switched_on(AGENT, cfg)
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
@@ -113,7 +111,7 @@ def evaluate_agent(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path =
     prod_dir, prod_expected = _prod(prod, "agent_adapter")
     in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
     engine = agent_engine(cfg.generate, cfg.model, adapters, in_prod)
-    result = stage.run(cfg.agent, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
+    result = evaluate_agent_stage.run(cfg.agent, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
                        prod=bool(in_prod), evaluate=cfg.evaluate, batches=cfg.data.batches,
                        constrained=cfg.generate.constrained)
     _say_reused(engine)
@@ -127,10 +125,6 @@ def agent_pass_k(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = t
                  prod: Path = typer.Option(paths.PROD_ADAPTER, help="restored prod (clap prod-adapter)")) -> None:
     """pass^k (sampled runs on the held-out agent tasks) of the agent adapter the gate ships and of prod's, with
     CIs and their paired difference."""
-    from clap.agent.engine import agent_engine
-    from clap.io import read_json
-    from clap.release.bundle import SHIPPABLE
-
     cfg = _params()
     if not cfg.agent.enabled:
         return _agent_off("agent-pass-k", out, ("episodes.jsonl",), metrics)
@@ -161,9 +155,6 @@ def agent_adapter(version: str = typer.Argument(None, help="a registered version
                   out: Path = typer.Option(paths.MODELS / "serving" / "agent")) -> None:
     """Restore the tool-calling agent adapter a release shipped (from the DVC cache, checked byte for byte
     against the bundle at its tag), ready for `Engine` / vLLM to serve."""
-    from clap.release import prod
-    from clap.release.registry import current
-
     version = version or (current(Path("."), "prod") or {}).get("version")
     if not version:
         _fail(ValueError("nothing is in prod: name a registered version (`clap registry` lists them)"))

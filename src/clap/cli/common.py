@@ -20,8 +20,12 @@ from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
-from clap.config import Params
+import clap
+from clap.codedeps import check_pinned
+from clap.config import Params, load
 from clap.errors import UserError  # noqa: E402
+from clap.evaluate.engines import extraction_engine, prod_baseline
+from clap.io import require_inputs
 
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
 
@@ -29,8 +33,6 @@ console = Console(width=max(140, Console().width))  # tables stay readable in lo
 def _need(*needed: tuple[Path, str]) -> None:
     """The command's inputs, checked before its work (`clap.io.require_inputs`): one line naming the first missing
     path and the command that makes it."""
-    from clap.io import require_inputs
-
     require_inputs(list(needed))
 
 
@@ -44,8 +46,6 @@ class _UserErrorsInOneLine(TyperGroup):
 
     def invoke(self, ctx):
         try:
-            from clap.codedeps import check_pinned
-
             check_pinned(sys.argv[1:])  # in a project pinning CLAP's code: a stage never runs under other code
             return super().invoke(ctx)
         except UserError as exc:
@@ -53,8 +53,6 @@ class _UserErrorsInOneLine(TyperGroup):
 
 
 def _params() -> Params:
-    from clap.config import load
-
     return load(Path("params.yaml"))
 
 
@@ -70,8 +68,6 @@ def _say_reused(engine) -> None:
 
 def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None]:
     """The prod baseline (`clap.evaluate.engines.prod_baseline`), said on the console."""
-    from clap.evaluate.engines import prod_baseline
-
     folder, expected, line = prod_baseline(prod, role)
     if line:
         console.print(line)
@@ -80,8 +76,6 @@ def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict |
 
 def _engine(cfg: Params, adapter: Path | None, prod: Path | None = None):
     """The extraction engine (`clap.evaluate.engines.extraction_engine`) with prod as its baseline."""
-    from clap.evaluate.engines import extraction_engine
-
     prod_dir, prod_expected = _prod(prod)
     engine, backend = extraction_engine(cfg.generate, cfg.model, adapter, prod_dir, prod_expected)
     console.print(f"generation backend: {backend}")
@@ -103,8 +97,6 @@ def version_text() -> str:
     import json
     import subprocess
     from importlib import metadata
-
-    import clap
 
     here = Path(clap.__file__).resolve().parents[2]
     commit = ""

@@ -9,15 +9,21 @@ from rich.markup import escape
 
 from clap import paths
 from clap.cli.common import _need, _params, app, console
+from clap.config import ConfigError
+from clap.data.engine import ENGINES
+from clap.data.repair import PRODUCTION_SOURCES
+from clap.stages import admit as admit_stage
+from clap.stages import assetize as assetize_stage
+from clap.stages import index as index_stage
+from clap.stages import ingest as stage
+from clap.stages import materialize as materialize_stage
+from clap.stages import repair_queue as repair_queue_stage
 
 
 @app.command()
 def ingest(docs: Path = typer.Option(None, help="folder of documents (default: ingest.docs in params.yaml)"),
            out: Path = typer.Option(paths.RAW)) -> None:
     """Your documents and mapped tables into the raw contract: chunks, facts (inline XBRL, tables), decisions."""
-    from clap.config import ConfigError
-    from clap.stages import ingest as stage
-
     params = _params()
     if params.ingest is None:
         raise ConfigError("params.yaml: no ingest section; a project made by `clap init` has conf/ingest/default.yaml")
@@ -47,12 +53,9 @@ def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths
              repaired: Path = typer.Option(None, help="folder (or file) of repaired fact rows from the repair queue"),
              engine: str = typer.Option(None, help="local | ray (default: assetize.engine in params.yaml)")) -> None:
     """Validate and normalise raw inputs into assets, streaming; quarantine what cannot be used."""
-    from clap.data.engine import ENGINES
-    from clap.stages import assetize as stage
-
     if engine is not None and engine not in ENGINES:
         raise typer.BadParameter(f"{engine!r}: choose from {', '.join(ENGINES)}", param_hint="--engine")
-    report = stage.run(_params().assetize, raw, out, repaired, engine)
+    report = assetize_stage.run(_params().assetize, raw, out, repaired, engine)
     for name, e in report["inputs"].items():
         console.print(f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}")
     console.print(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}; "
@@ -69,10 +72,8 @@ def assetize(raw: Path = typer.Option(paths.RAW), out: Path = typer.Option(paths
 def materialize(batch: str, assets: Path = typer.Option(paths.ASSETS),
                 out: Path = typer.Option(None)) -> None:
     """Build one batch's SFT/holdout/DPO/GRPO/replay sets and its data-quality report."""
-    from clap.stages import materialize as stage
-
     cfg = _params()
-    q = stage.run(cfg.materialize, assets, batch, out or paths.MATERIALIZED / batch, rewards=cfg.rewards,
+    q = materialize_stage.run(cfg.materialize, assets, batch, out or paths.MATERIALIZED / batch, rewards=cfg.rewards,
                   retrieval_k=cfg.retrieval.k)
     console.print(f"{batch}: train {q['train_size']}, holdout {q['holdout_size']}, replay {q['replay_cases']}, "
                   f"dpo {q['dpo_pairs']}, grpo {q['grpo_groups']}, repair {q['repair_queue']}; overlap before "
@@ -84,9 +85,7 @@ def materialize(batch: str, assets: Path = typer.Option(paths.ASSETS),
 def admit(batch: str, materialized: Path = typer.Option(paths.MATERIALIZED),
           out: Path = typer.Option(None)) -> None:
     """Admission gate for one batch: admit / sft_only / repair / block, with every check."""
-    from clap.stages import admit as stage
-
-    rec = stage.run(_params().admit, materialized / batch, out or paths.admission(batch))
+    rec = admit_stage.run(_params().admit, materialized / batch, out or paths.admission(batch))
     console.print(f"{batch}: {rec.decision}" + (f" ({'; '.join(rec.reasons)})" if rec.reasons else ""))
 
 
@@ -95,21 +94,16 @@ def index(assets: Path = typer.Option(paths.ASSETS),
           materialized: Path = typer.Option(paths.MATERIALIZED),
           out: Path = typer.Option(paths.INDEX)) -> None:
     """Build the retrieval index over all chunks; report recall@k of the gold chunk per batch."""
-    from clap.stages import index as stage
-
     cfg = _params()
     _need((assets, "dvc repro assetize"), *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg.data.batches])
-    for b, r in stage.run(cfg.retrieval, assets, materialized, out, cfg.data.batches).items():
+    for b, r in index_stage.run(cfg.retrieval, assets, materialized, out, cfg.data.batches).items():
         console.print(f"{b}: " + ", ".join(f"{k}={v}" for k, v in r.items()))
 
 
 @app.command("repair-queue")
 def repair_queue(out: Path = typer.Option(paths.REPAIR_QUEUE)) -> None:
     """Collect quarantined, unverifiable, regressed and failed items into the repair queue."""
-    from clap.data.repair import PRODUCTION_SOURCES
-    from clap.stages import repair_queue as stage
-
-    counts = stage.run(Path("."), out)
+    counts = repair_queue_stage.run(Path("."), out)
     console.print(f"repair queue → {out}: " + (", ".join(f"{k}={v}" for k, v in counts.items()) or "empty"))
     from_production = sum(counts.get(s, 0) for s in PRODUCTION_SOURCES)
     console.print(f"from production (human-flagged answers, failed canary requests): {from_production}")

@@ -11,15 +11,23 @@ from rich.markup import escape
 from clap import paths
 from clap.cli.common import _fail, _params, app, console
 from clap.cli.feedback import _print_analysis, _print_traffic
-from clap.io import read_json
+from clap.config import check, compose
+from clap.demo import annotator, corpus, rounds
+from clap.demo import raters as simulated_raters
+from clap.demo.rounds import demo_overrides
+from clap.evaluate import summary
+from clap.feedback.canary_analysis import joint
+from clap.io import read_json, read_jsonl, write_jsonl
+from clap.release import timeline as tl
+from clap.release.bundle import agent_source
+from clap.stages import demo_data as stage
+from clap.stages import trainers
 
 
 @app.command("demo-data")
 def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float = 1.0,
               poison: str = typer.Option("none", help="batch whose currency units are shifted by 10⁴ (a poisoned export)")) -> None:
     """Write the deterministic demo corpus (chunks, facts, decisions) to OUT."""
-    from clap.stages import demo_data as stage
-
     counts = stage.run(out, seed, scale, None if poison == "none" else poison)
     console.print(f"demo corpus → {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
 
@@ -29,9 +37,6 @@ def demo_annotate(queue: Path = typer.Option(paths.REPAIR_QUEUE),
                   out: Path = typer.Option(paths.SIMULATED_FIXES),
                   share: float = typer.Option(0.5, min=0.0, max=1.0, help="share of the fixable queue to correct")) -> None:
     """SIMULATED annotator for the demo: corrects a share of the repair queue from the demo generator's truth."""
-    from clap.demo import annotator, corpus
-    from clap.io import read_jsonl, write_jsonl
-
     if not queue.exists():
         _fail(FileNotFoundError(f"{queue}: no repair queue (run `dvc repro` first)"))
     demo = _params().demo
@@ -50,8 +55,6 @@ def demo_label(tasks: Path = typer.Option(paths.HUMAN_EXPORT / "tasks.json"),
                seed: int = 0) -> None:
     """SIMULATED raters for the demo: label exported tasks against the generator's gold answers, in Label Studio's export format."""
 
-    from clap.demo import raters as simulated_raters
-
     if not tasks.exists():
         _fail(FileNotFoundError(f"{tasks}: no exported tasks (run `clap human export`)"))
     gold = simulated_raters.gold_answers(Path("."), _params().data.batches)
@@ -66,12 +69,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
     then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
     `clap.demo.rounds`."""
-    from clap.config import check, compose
-    from clap.demo import rounds
-    from clap.demo.rounds import demo_overrides
-    from clap.evaluate import summary
-    from clap.release import timeline as tl
-    from clap.stages import trainers
+    from clap.serve.canary import simulated_canary  # FastAPI's import: paid by the commands that serve
 
     overrides = demo_overrides(check(compose([]), "conf/ (composed)")["demo"]["overrides"], override or [])
     schedule = check(compose(overrides), f"conf/ with {' '.join(overrides)}")["demo"]["rounds"]
@@ -85,11 +83,6 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         """Both canaries of the version in canary, then one conclusion: the extraction canary always, the agent
         canary when the version ships an agent adapter of its own (its gate passed the agent); either failing,
         or running out of traffic undecided, rolls the version back (`canary_analysis.joint`)."""
-        from clap.feedback.canary_analysis import joint
-        from clap.release import registry as rel
-        from clap.release.bundle import agent_source
-        from clap.serve.canary import simulated_canary
-
         cfg = _params()
         version = rel.current(Path("."), "canary")["version"]
         console.rule(f"round {k}: canary {version} on SIMULATED traffic (held-out replay questions, paired)")

@@ -8,7 +8,13 @@ import typer
 
 from clap import paths
 from clap.cli.common import _engine, _need, _params, _prod, _say_reused, app, console
+from clap.evaluate.engines import chain_engine
 from clap.evaluate.intervals import ci_bounds
+from clap.evaluate.report import write_reports
+from clap.evaluate.summary import abcd_table, contrast_lines, decision_table
+from clap.stages import evaluate_decisions as stage
+from clap.stages import trainers
+from clap.train.spec import EXTRACTION
 
 
 @app.command()
@@ -41,12 +47,6 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
                        out: Path = typer.Option(paths.EVAL_DECISIONS),
                        metrics: Path = typer.Option(paths.DECISION_METRICS)) -> None:
     """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
-    from clap.evaluate.engines import chain_engine
-    from clap.evaluate.summary import decision_table
-    from clap.stages import evaluate_decisions as stage
-    from clap.stages import trainers
-    from clap.train.spec import EXTRACTION
-
     cfg = _params()
     steps = trainers.switched_on(EXTRACTION, cfg)
     _need(*[(materialized / b / f, f"dvc repro materialize@{b}") for b in cfg.data.batches
@@ -73,7 +73,6 @@ def replay(adapter: Path = typer.Option(paths.adapter("sft")),
            index_dir: Path = typer.Option(paths.INDEX), out: Path = typer.Option(paths.REPLAY),
            metrics: Path = typer.Option(paths.REPLAY_METRICS)) -> None:
     """The ABCD application-chain replay: base/adapter × with/without retrieval (and prod + RAG when in prod)."""
-    from clap.evaluate.summary import abcd_table, contrast_lines
     from clap.stages import replay as stage
 
     cfg = _params()
@@ -92,8 +91,5 @@ def replay(adapter: Path = typer.Option(paths.adapter("sft")),
 def report(base: str = typer.Option(None, help="git revision to diff metrics against (default: HEAD)"),
            out: Path = typer.Option(Path("reports"))) -> None:
     """Write reports/report.md (for the pull request) and reports/report.html (with plots)."""
-    from clap.evaluate.report import write_reports
-    from clap.stages import trainers
-
     md, page = write_reports(Path("."), out, _params().data.batches, base, trainers.curves())
     console.print(f"report → {md}, {page}")

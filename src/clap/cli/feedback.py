@@ -10,14 +10,17 @@ from rich.markup import escape
 from clap import paths
 from clap.cli.common import _fail, _need, _params, canary_app, console, human_app
 from clap.config import Params
+from clap.data.repair import replace_in_inbox
 from clap.evaluate.intervals import ci_text
+from clap.feedback import canary, canary_analysis, human, traffic
+from clap.feedback.canary_analysis import joint
+from clap.io import read_json, write_json
+from clap.release import registry as rel
 
 
 @human_app.command("export")
 def human_export(out: Path = typer.Option(paths.HUMAN_EXPORT), keys: Path = typer.Option(paths.HUMAN_KEYS)) -> None:
     """Blind Label Studio tasks (and its labelling config) from the evaluation and replay answers."""
-    from clap.feedback import human
-
     cfg = _params()
     _need(*[(paths.eval_metrics(b), f"dvc repro evaluate@{b}") for b in cfg.data.batches],
           (paths.REPLAY_METRICS, "dvc repro replay"))
@@ -35,8 +38,6 @@ def human_import(file: Path = typer.Argument(..., help="Label Studio's JSON expo
                  keys: Path = typer.Option(paths.HUMAN_KEYS), out: Path = typer.Option(paths.HUMAN_METRICS),
                  inbox: Path = typer.Option(paths.INBOX)) -> None:
     """Check the export against its key; write metrics/human.json; queue low-rated answers for repair."""
-    from clap.feedback import human
-
     r = human.import_(_params(), Path("."), file, keys, out, inbox)
     console.print(f"{r['labels']} labels by {len(r['annotators'])} annotators on {r['tasks_labelled']} of "
                   f"{r['tasks_exported']} tasks; cancelled {r['cancelled']}; → {out}")
@@ -65,8 +66,7 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
     """Serve prod and the canary (OpenAI-compatible, 127.0.0.1) and log every request and outcome."""
     import shlex
 
-    from clap.feedback import canary
-    from clap.serve.canary import server
+    from clap.serve.canary import server  # FastAPI's import: paid by the commands that serve
 
     cfg = _params()
     logs = paths.CANARY_AGENT_LOGS if agent and logs == paths.CANARY_LOGS else logs
@@ -98,8 +98,6 @@ def canary_traffic(url: str = typer.Option(None, help="default: http://127.0.0.1
                    agent: bool = typer.Option(False, help="held-out agent tasks as episodes (the server runs "
                                                           "`clap canary serve --agent`); outcome: task success")) -> None:
     """The demo's traffic: held-out replay questions (or agent tasks), each scored against gold, outcomes posted back."""
-    from clap.feedback import canary_analysis, traffic
-
     cfg = _params()
     stop = (lambda: canary_analysis.decided(until_decided, cfg)) if until_decided else None
     send = traffic.send_agent if agent else traffic.send
@@ -118,10 +116,6 @@ def canary_analyze(logs: Path = typer.Argument(None, help=f"default: {paths.CANA
                    agent: bool = typer.Option(False, help="the agent canary's logs: one outcome (task success) per "
                                                           "episode")) -> None:
     """Canary vs prod on the logged outcomes: SPRT, McNemar, bootstrap CI → successful / failed / inconclusive."""
-    from clap.data.repair import replace_in_inbox
-    from clap.feedback import canary_analysis
-    from clap.io import write_json
-
     logs = logs or (paths.CANARY_AGENT_LOGS if agent else paths.CANARY_LOGS)
     out = out or (paths.CANARY_AGENT_METRICS if agent else paths.CANARY_METRICS)
     requests, feedback = canary_analysis.load_logs(logs)
@@ -162,7 +156,7 @@ def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many he
                 ) -> None:
     """One canary end to end: serve (in this process), replay the held-out questions (or agent tasks) as paired
     traffic, analyse, and — for a registered canary — conclude with the promote or rollback tag."""
-    from clap.serve.canary import simulated_canary
+    from clap.serve.canary import simulated_canary  # FastAPI's import: paid by the commands that serve
 
     cfg = _params()
     logs = logs or (paths.CANARY_AGENT_LOGS if agent else paths.CANARY_LOGS)
@@ -179,10 +173,6 @@ def canary_conclude(analysis: Path = typer.Option(paths.CANARY_METRICS)) -> None
     """Act on the analysis: promote the canary to prod (`#prod#K`) or roll it back (`#canary!#K`). When the agent
     canary of the same version was analysed too, both count (`canary_analysis.joint`): either failing rolls the
     version back, either inconclusive concludes nothing."""
-    from clap.feedback.canary_analysis import joint
-    from clap.io import read_json
-    from clap.release import registry as rel
-
     if not analysis.exists():
         _fail(FileNotFoundError(f"{analysis}: no canary analysis (run `clap canary analyze`)"))
     others = [p for p in (paths.CANARY_METRICS, paths.CANARY_AGENT_METRICS) if p.exists() and p.resolve() !=

@@ -7,14 +7,20 @@ from pathlib import Path
 import typer
 
 from clap.cli.common import _fail, app, console
+from clap.codedeps import derived_deps, differences, import_graph, listed_deps, rewrite
+from clap.config import check as check_params
+from clap.config import compose, dump, load
 from clap.errors import UserError
+from clap.io import atomic_write_text
+from clap.project import DOCS
+from clap.project import init as make
+from clap.project import upgrade as re_pin
+from clap.reference import PAGES, render
 
 
 @app.command()
 def upgrade() -> None:
     """Re-pin the installed CLAP's code in this project (clap-code.json); `dvc status` then names the stages to rerun."""
-    from clap.project import upgrade as re_pin
-
     changed = re_pin()
     for stage, (old, new) in changed.items():
         console.print(f"{stage}: {old} → {new}")
@@ -26,8 +32,6 @@ def upgrade() -> None:
 def dvc_deps(write: bool = typer.Option(False, help="rewrite each stage's src/clap deps in dvc.yaml from its imports"),
              pipeline: Path = typer.Option(Path("dvc.yaml"), help="the pipeline file")) -> None:
     """Each stage's code deps from the imports of the code it runs (clap.codedeps): check, or --write them."""
-    from clap.codedeps import derived_deps, differences, import_graph, listed_deps, rewrite
-
     if not pipeline.is_file():
         raise UserError(f"{pipeline}: no such file (run it in CLAP's repository)")
     text, graph = pipeline.read_text(encoding="utf-8"), import_graph()
@@ -48,8 +52,6 @@ def dvc_deps(write: bool = typer.Option(False, help="rewrite each stage's src/cl
 def reference(out: Path = typer.Option(Path("docs/reference"), help="folder of the generated pages"),
               check: bool = typer.Option(False, help="fail when a page differs from what the code generates")) -> None:
     """Reference pages generated from the code (the raw contract from its Pandera models)."""
-    from clap.reference import PAGES, render
-
     for name in PAGES:
         text, path = render(name, typer.main.get_command(app)), out / name
         if check:
@@ -67,9 +69,6 @@ def init(directory: Path = typer.Argument(..., help="the new project's folder"),
          force: bool = typer.Option(False, help="add the project's files to a non-empty folder (never overwrites one)"),
          ) -> None:
     """A new CLAP project: git + DVC, conf/, dvc.yaml, params.yaml; its pipeline starts from your sources."""
-    from clap.project import DOCS
-    from clap.project import init as make
-
     written = make(directory, demo=demo, force=force)
     console.print(f"CLAP project → {directory} ({len(written)} files; git and DVC initialised)")
     if demo:
@@ -83,9 +82,6 @@ def init(directory: Path = typer.Argument(..., help="the new project's folder"),
 def params(check: bool = typer.Option(False, help="fail when params.yaml differs from ./conf or breaks the schema"),
            override: list[str] = typer.Option(None, "--set", "-S", help="Hydra override, e.g. train.sft.epochs=3")) -> None:
     """Compose ./conf into params.yaml (what DVC's Hydra integration does for `dvc exp run`), checked by the schema."""
-    from clap.config import check as check_params
-    from clap.config import compose, dump, load
-
     composed = check_params(compose(override or []), "conf/ (composed)")
     text = dump(composed)
     if check:
@@ -94,7 +90,6 @@ def params(check: bool = typer.Option(False, help="fail when params.yaml differs
             _fail(ValueError("params.yaml differs from the composition of conf/: run `clap params`"))
         console.print("params.yaml: matches conf/ and the schema")
         return
-    from clap.io import atomic_write_text
 
     atomic_write_text(Path("params.yaml"), text)
 
@@ -107,9 +102,6 @@ def exp(ctx: typer.Context,
         clap exp run --queue -S train.sft.learning_rate=1e-4
     """
     import subprocess
-
-    from clap.config import check as check_params
-    from clap.config import compose
 
     args = list(ctx.args)
     if not args or args[0] != "run":

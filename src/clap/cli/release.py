@@ -9,13 +9,23 @@ from rich.markup import escape
 
 from clap import paths
 from clap.cli.common import _fail, _params, app, console
+from clap.config import read
+from clap.release import export as ex
+from clap.release import registry as rel
+from clap.release import timeline as tl
+from clap.release.bundle import BundleMismatch
+from clap.release.bundle import verify as do_verify
+from clap.serve import engine as served
+from clap.stages import bundle as bundle_stage
+from clap.stages import gate as gate_stage
+from clap.stages import prod_adapter as stage
+from clap.stages import trainers
+from clap.train.spec import AGENT, EXTRACTION
 
 
 @app.command("prod-adapter")
 def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
     """Restore the adapter the registry's prod stage points at (the baseline of evaluate and the gate)."""
-    from clap.stages import prod_adapter as stage
-
     ptr = stage.run(Path("."), out)
     console.print(f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}")
 
@@ -23,12 +33,8 @@ def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
 @app.command()
 def gate(out: Path = typer.Option(paths.GATE)) -> None:
     """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
-    from clap.stages import gate as stage
-    from clap.stages import trainers
-    from clap.train.spec import AGENT, EXTRACTION
-
     cfg = _params()
-    d = stage.run(cfg.gate, Path("."), out, batches=cfg.data.batches,
+    d = gate_stage.run(cfg.gate, Path("."), out, batches=cfg.data.batches,
                   chain=trainers.switched_on(EXTRACTION, cfg), agent_chain=trainers.switched_on(AGENT, cfg))
     console.print(f"gate decision: [bold]{d.decision}[/]")
     for r in d.reasons:
@@ -40,10 +46,7 @@ def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candid
            each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
            ) -> None:
     """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
-    from clap.config import read
-    from clap.stages import bundle as stage
-
-    result = stage.run(Path("."), read(Path("params.yaml")), out, each)  # the bundle pins the file as written
+    result = bundle_stage.run(Path("."), read(Path("params.yaml")), out, each)  # the bundle pins the file as written
     for c, res in result["written"].items():
         console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
                       f"verdict {result['verdicts'].get(c, res.decision['decision'])}")
@@ -83,7 +86,7 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
     import os
     import shlex
 
-    from clap.serve import engine as served
+    from clap.serve.app import create_app  # FastAPI's import: paid by the command that serves, not by every command
 
     if engine not in ("hf", "vllm"):
         _fail(ValueError(f"--engine {engine!r}: use hf or vllm"))
@@ -101,8 +104,6 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
     if base:
         import uvicorn
 
-        from clap.serve.app import create_app
-
         application = create_app(served.cpu_engine(cfg, None, None), {"base": False}, default_max_tokens=max_tokens,
                                  **bounds)
         console.print(f"serving base ({cfg.model.base}) on http://{host}:{port}/v1 (batches of up to {max_batch})")
@@ -110,8 +111,6 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
         return
     if agent:
         import uvicorn
-
-        from clap.serve.app import create_app
 
         name, folder, expected = served.agent_to_serve(Path("."), version)
         agent_engine, serving = served.agent_engine(cfg, name, folder, expected)
@@ -127,8 +126,6 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
         console.print(f"{name}: passed the serving check; exec {shlex.join(command)}")
         os.execvp(command[0], command)
     import uvicorn
-
-    from clap.serve.app import create_app
 
     application = create_app(served.cpu_engine(cfg, folder, expected), {name: True, "base": False},
                              default_max_tokens=max_tokens, **bounds)
@@ -154,8 +151,6 @@ def export(version: str = typer.Argument(None, help="the registered version (def
            gguf: Path = typer.Option(None, help="write the merged model as an F32 GGUF file, round-trip checked")) -> None:
     """Export a released adapter, checked against its release bundle first: merged into the base (plain
     transformers loads it) and/or as a GGUF for llama.cpp / Ollama, each with a model card and export.json."""
-    from clap.release import export as ex
-
     if merged is None and gguf is None:
         _fail(ValueError("name an export: --merged DIR and/or --gguf FILE"))
     cfg = _params()
@@ -174,9 +169,6 @@ def export(version: str = typer.Argument(None, help="the registered version (def
 @app.command()
 def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
     """Recompute every hash in a bundle; exit 1 naming the first file that differs."""
-    from clap.release.bundle import BundleMismatch
-    from clap.release.bundle import verify as do_verify
-
     try:
         b = do_verify(path, Path("."))
     except BundleMismatch as exc:
@@ -188,8 +180,6 @@ def verify(path: Path = typer.Argument(paths.BUNDLE)) -> None:
 @app.command()
 def release() -> None:
     """Tag the committed candidate (GTO format) when the gate allows it and the bundle verifies."""
-    from clap.release import registry as rel
-
     try:
         r = rel.release(Path("."))
     except rel.ReleaseRefused as exc:
@@ -205,8 +195,6 @@ def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1;
                                                "`base`: withdraw prod, the base model serves")) -> None:
     """Assign prod to an earlier version and restore its adapter and data byte-identically; `--to base` withdraws
     prod (GTO unassign tags), so the base model serves."""
-    from clap.release import registry as rel
-
     try:
         r = rel.rollback(Path("."), to)
     except rel.ReleaseRefused as exc:
@@ -222,8 +210,6 @@ def rollback(to: str = typer.Option(None, help="version to restore, e.g. v0.0.1;
 @app.command()
 def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER} from the tags (after `gto assign`)")) -> None:
     """List adapter versions and their stage assignments (git tags in GTO's format)."""
-    from clap.release import registry as rel
-
     if sync:
         ptr = rel.write_prod_pointer(Path("."))
         console.print(f"{paths.PROD_POINTER}: prod = {ptr['version']}")
@@ -238,6 +224,4 @@ def registry(sync: bool = typer.Option(False, help=f"rewrite {paths.PROD_POINTER
 @app.command()
 def timeline(since: str = typer.Option(None, help="only the rounds committed after this revision")) -> None:
     """The loop round by round from the committed evidence: data, refusals, Δ vs prod, decision, tags."""
-    from clap.release import timeline as tl
-
     console.print(tl.table(tl.rounds(Path("."), since)))

@@ -51,8 +51,6 @@ def import_ray():
         import ray
         import ray.data  # noqa: F401  (ray.data is what the engines use)
     except ImportError:
-        from clap.errors import UserError
-
         raise UserError("the ray engine needs Ray: pip install 'clap-loop[ray]' (`make setup` installs it)") from None
     return ray
 

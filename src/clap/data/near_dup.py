@@ -26,8 +26,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from datasketch import MinHash
-from datasketch.lsh import _optimal_param
 
 from clap.data.engine import map_units
 from clap.domain import quantities as nz
@@ -46,6 +44,8 @@ def signatures(texts: list[str], num_perm: int) -> np.ndarray:
     """(len(texts), num_perm) MinHash signatures, seed 1 (the seed materialize has always used)."""
     if not texts:
         return np.zeros((0, num_perm), dtype=np.uint64)
+    from datasketch import MinHash  # with scipy ≈ 0.5 s: imported where a stage searches, not by every command
+
     hashed = MinHash.bulk([[s.encode() for s in shingles(t)] for t in texts], num_perm=num_perm, seed=1)
     return np.vstack([m.hashvalues for m in hashed]).astype(np.uint64)
 
@@ -61,6 +61,8 @@ def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[list[bytes]]
 
 def near_duplicates(train: Iterable[str], holdout: Iterable[str], threshold: float, num_perm: int,
                     engine: str = "local", workers: int = 1, work: Path | None = None) -> list[bool]:
+    from datasketch.lsh import _optimal_param
+
     bands, rows = _optimal_param(threshold, num_perm, 0.5, 0.5)  # datasketch MinHashLSH's default weights
     if bands < 2:  # as MinHashLSH: one band is an exact-signature match, not a similarity search
         raise ValueError(f"threshold {threshold} with {num_perm} permutations leaves {bands} band: use more permutations")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from clap import paths
+from clap.agent.rewards import outcome
 from clap.evaluate.metrics import parse_answer, value_correct
 from clap.feedback.labelstudio import CHOICES, CORRECTNESS, SCALES
 from clap.io import read_jsonl
@@ -43,8 +44,6 @@ def gold_answers(root: Path, batches: list[str]) -> dict[tuple[str, str], dict]:
 def judge_episode(text: str, task: dict) -> dict:
     """One careful rater's labels for an agent episode as `clap human export` shows it (its calls, what they
     returned, `Final answer: …`): correct when the final answer is the task's gold answer."""
-    from clap.agent.rewards import outcome
-
     final = next((line.removeprefix("Final answer: ") for line in reversed(text.splitlines())
                   if line.startswith("Final answer: ")), None)
     correct = final is not None and not final.startswith("(none") and outcome(final, task) == 1.0

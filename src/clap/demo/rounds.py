@@ -28,8 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clap import paths
+from clap.config import check, compose, dump
+from clap.demo import annotator, corpus
 from clap.errors import UserError
-from clap.io import loads_strict
+from clap.io import atomic_write_text, loads_strict, read_json, read_jsonl, sha256_file, write_json, write_jsonl
+from clap.release import registry as release
+from clap.release.bundle import BUNDLE_PATH
 
 CONF = Path("conf/config.yaml")
 EVIDENCE = [str(p) for p in (CONF.parent, Path("params.yaml"), Path("dvc.lock"), paths.METRICS, paths.BUNDLE.parent,
@@ -147,8 +151,6 @@ def reachable_remote(root: Path) -> str | None:
 
 
 def _measure_repair(root: Path, batches: list[str]) -> dict:
-    from clap.io import read_json, read_jsonl
-
     materialized = {b: {"train": read_jsonl(root / paths.MATERIALIZED / b / "sft_train.jsonl"),
                         "eval": read_jsonl(root / paths.MATERIALIZED / b / "sft_eval.jsonl")} for b in batches
                     if (root / paths.MATERIALIZED / b / "sft_eval.jsonl").exists()}
@@ -165,11 +167,6 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
     `since`: the commit the demo started from (its timeline is the rounds after it). A round released to canary
     is concluded before the next one by `run_canary(k)` (serve, simulated traffic, sequential analysis, then the
     promote or rollback tags), and that conclusion is a commit of its own."""
-    from clap.config import check, compose, dump
-    from clap.demo import annotator, corpus
-    from clap.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
-    from clap.release import registry as release
-
     root = Path(".")
     _identity()
     if (remote := reachable_remote(root)) is not None:
@@ -222,8 +219,6 @@ def drill(root: Path) -> dict:
     included. When no earlier version was ever in prod, the drill takes the fallback every deployment has: prod
     is withdrawn to the base model (GTO unassign tags), the version's adapter folder is deleted, and the version is
     brought back from the DVC cache, verified and assigned prod again. Each step is its own commit."""
-    from clap.release import registry as release
-
     cur = release.current(root, "prod")
     if cur is None:
         return {"skipped": "nothing is in prod: no round was released"}
@@ -236,9 +231,6 @@ def drill(root: Path) -> dict:
 
 
 def _drill_through_base(root: Path, cur: dict) -> dict:
-    from clap.io import sha256_file
-    from clap.release import registry as release
-
     withdrawn = release.rollback(root, release.BASE)
     _commit(f"clap demo rollback drill: prod {cur['version']} → the base model")
     pinned = _pinned_adapter_files(root, cur["commit"])
@@ -254,7 +246,5 @@ def _drill_through_base(root: Path, cur: dict) -> dict:
 
 def _pinned_adapter_files(root: Path, commit: str) -> dict[str, str]:
     """path → sha256 of the adapter files (extraction and agent) the bundle committed at `commit` pins."""
-    from clap.release.bundle import BUNDLE_PATH
-
     shown = _git("-C", str(root), "show", f"{commit}:{BUNDLE_PATH}").stdout
     return {f["path"]: f["sha256"] for f in loads_strict(shown)["files"] if f["role"] in ("adapter", "agent_adapter")}

@@ -29,9 +29,12 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from clap import model as base_model
+from clap.evaluate.answer_store import AnswerStore, model_id
+from clap.evaluate.decoding import GrammarCache
 from clap.evaluate.merged_lora import MergedAdapters
 from clap.evaluate.metrics import object_end
 from clap.evaluate.prefix_cache import PrefixCache, seeded_batch
+from clap.integrity import attach
 
 
 def json_end(text: str) -> int | None:
@@ -101,9 +104,6 @@ class Engine:
         weights it targets (`clap.evaluate.merged_lora`), not computed beside them. `as_turns`: a function that
         rewrites each conversation before the tokenizer's own template renders it (the agent track on a base with
         its own template, `clap.agent.chat.engine_rendering`)."""
-        from clap.evaluate.answer_store import AnswerStore, model_id
-        from clap.integrity import attach
-
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"
         self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
@@ -131,8 +131,6 @@ class Engine:
     def grammars(self):
         """xgrammar compiler for this tokenizer, built on first constrained call."""
         if self._grammars is None:
-            from clap.evaluate.decoding import GrammarCache
-
             self._grammars = GrammarCache(self.tok, self.model.config.vocab_size)
         return self._grammars
 

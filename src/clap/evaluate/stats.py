@@ -11,11 +11,19 @@ widens the level to 1 − α′ with α′ = 2·Φ(−√(n/(n−1))·t₍₁₋
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
 import numpy as np
-from scipy import stats as _st
+
+
+@functools.cache
+def _scipy_stats():
+    """scipy.stats, imported on first use: it takes about 1.3 s, and the CLI imports this module for every command."""
+    from scipy import stats
+
+    return stats
 
 
 def expanded_level(ci: float, n: int) -> float:
@@ -24,8 +32,8 @@ def expanded_level(ci: float, n: int) -> float:
     if n < 2:
         return ci
     alpha = 1.0 - ci
-    z = math.sqrt(n / (n - 1)) * float(_st.t.ppf(1 - alpha / 2, n - 1))
-    return 1.0 - 2.0 * float(_st.norm.cdf(-z))
+    z = math.sqrt(n / (n - 1)) * float(_scipy_stats().t.ppf(1 - alpha / 2, n - 1))
+    return 1.0 - 2.0 * float(_scipy_stats().norm.cdf(-z))
 
 
 def paired_bootstrap(baseline: list[float], candidate: list[float], n: int = 1000, ci: float = 0.95,
@@ -48,7 +56,7 @@ def paired_bootstrap(baseline: list[float], candidate: list[float], n: int = 100
     else:
         with warnings.catch_warnings():  # BCa on a nearly degenerate sample warns and falls back to NaN: handled below
             warnings.simplefilter("ignore")
-            res = _st.bootstrap((d,), np.mean, n_resamples=n, confidence_level=expanded_level(ci, len(d)),
+            res = _scipy_stats().bootstrap((d,), np.mean, n_resamples=n, confidence_level=expanded_level(ci, len(d)),
                                 method="BCa", vectorized=True, axis=-1, rng=np.random.default_rng(seed),
                                 batch=None if len(d) <= 1000 else 64)  # the jackknife is n × n: batch it when n is large
         lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)

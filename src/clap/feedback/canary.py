@@ -36,11 +36,17 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from clap import paths
+from clap import model, paths
+from clap.agent.engine import served_agent
 from clap.config import Params
 from clap.errors import UserError
 from clap.evaluate.metrics import parse_answer
+from clap.feedback.traffic import UpstreamGeneration, post
+from clap.integrity import pinned_expectation, verify_adapter
 from clap.io import read_json, read_jsonl
+from clap.release.bundle import agent_source
+from clap.release.prod import ProdUnavailable, restore_version_adapter
+from clap.release.registry import current
 
 REQUESTS, FEEDBACK = "requests.jsonl", "feedback.jsonl"
 
@@ -157,8 +163,6 @@ class OpenAIUpstream:
         self.url, self.modules, self.command, self.timeout = url.rstrip("/"), modules, command, timeout
 
     def generate(self, conversations: list[list[dict]], use_adapter, max_new_tokens: int, schemas=None, **_) -> list:
-        from clap.feedback.traffic import UpstreamGeneration, post
-
         out = []
         for i, messages in enumerate(conversations):
             body = {"model": self.modules[use_adapter], "messages": messages, "max_tokens": max_new_tokens,
@@ -200,11 +204,7 @@ def from_registry(root: Path, cfg: Params, log_dir: Path, candidate: Path | None
             raise NoCanary("the agent canary serves released versions on the CPU engine: --candidate and --upstream "
                            "are the extraction canary's")
         return agent_from_registry(root, cfg, log_dir)
-    from clap import model
     from clap.evaluate.generate import Engine
-    from clap.integrity import pinned_expectation, verify_adapter
-    from clap.release.prod import restore_version_adapter
-    from clap.release.registry import current
 
     root = Path(root)
     canary, prod = current(root, "canary"), current(root, "prod")
@@ -244,11 +244,6 @@ def agent_from_registry(root: Path, cfg: Params, log_dir: Path) -> CanaryService
     model when prod serves none), each restored from the DVC cache and checked against the bundle at the tag of the
     release that pinned it. Refused when the canary version ships no agent adapter of its own — its gate held the agent,
     so it carries prod's (or none) and there is nothing to test."""
-    from clap.agent.engine import served_agent
-    from clap.release.bundle import agent_source
-    from clap.release.prod import ProdUnavailable, restore_version_adapter
-    from clap.release.registry import current
-
     root = Path(root)
     canary, prod = current(root, "canary"), current(root, "prod")
     if canary is None:

@@ -27,6 +27,11 @@ from pathlib import Path
 import pandas as pd
 
 from clap import paths
+from clap.agent import chat, scoring
+from clap.agent.chat import Action
+from clap.agent.episode import rollout
+from clap.agent.tasks import by_kind_round_robin, load
+from clap.agent.tools import ReportTools
 from clap.config import Params
 from clap.domain import prompts
 from clap.errors import UserError
@@ -106,8 +111,6 @@ def send(cfg: Params, root: Path, url: str, paired: bool, limit: int | None,
 
 def agent_tasks(cfg: Params, root: Path, limit: int | None) -> list[dict]:
     """The held-out agent tasks the agent traffic asks, the kinds in turn (as `evaluate_agent` takes them)."""
-    from clap.agent.tasks import by_kind_round_robin, load
-
     return by_kind_round_robin(load(Path(root) / paths.AGENT_TASKS, "eval"), limit or cfg.agent.evaluate.max_tasks)
 
 
@@ -117,10 +120,6 @@ def send_agent(cfg: Params, root: Path, url: str, paired: bool, limit: int | Non
     each episode's task success on its last request. The episode loop, the tools and the scoring are the
     evaluation's (`clap.agent.episode.rollout`, `clap.agent.scoring.episode_scores`); only the policy is remote.
     `decided`: asked after every task, as in `send`."""
-    from clap.agent import scoring
-    from clap.agent.episode import rollout
-    from clap.agent.tools import ReportTools
-
     a = cfg.agent
     tools = ReportTools.over_batches(Path(root) / paths.ASSETS, cfg.data.batches)
     weights = a.rewards.weights.model_dump()
@@ -150,8 +149,6 @@ def remote_policy(url: str, arm: str, episode_id: str, tool_schemas: list[dict],
     """The episode loop's policy (`clap.agent.episode.Policy`) answered over HTTP: each conversation sent as an
     OpenAI chat request with the tools and the episode's id, each answer read back into the action's text; every
     turn's (request id, arm that served it) appended to `served`."""
-    from clap.agent import chat
-
     def policy(conversations: list[list[dict]]) -> list[UpstreamGeneration]:
         turns = []
         for messages in conversations:
@@ -169,8 +166,6 @@ def remote_policy(url: str, arm: str, episode_id: str, tool_schemas: list[dict],
 def action_text(message: dict) -> str:
     """The action an assistant message holds, as the agent writes it (pure): a tool call back into the action
     JSON `clap.agent.chat.parse_action` reads; a message without one, its content (the loop's malformed turn)."""
-    from clap.agent.chat import Action
-
     calls = message.get("tool_calls") or []
     if not calls:
         return message.get("content") or ""

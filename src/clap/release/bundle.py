@@ -27,7 +27,7 @@ import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from clap import paths
+from clap import model, paths
 from clap.config import Model
 from clap.domain.contracts import BundleFile, EvidenceBundle
 from clap.integrity import BundleMismatch, adapter_expectation, lock_outs
@@ -199,8 +199,6 @@ def base_identity(root: Path, params: dict) -> dict:
     """The base model's identity by content — every file of its folder hashed (`files_sha256`), the weights also
     under `weights_sha256` as the serving check reads them — with its path relative to the repository when inside
     it (a clone elsewhere verifies it), absolute only for a folder outside the repository."""
-    from clap import model
-
     folder = _base_dir(root, params)
     base = model.identity(folder)
     base["files_sha256"] = base_files(folder)
@@ -217,8 +215,6 @@ def base_files(folder: Path) -> dict[str, str]:
 
 
 def _base_dir(root: Path, params: dict) -> Path:
-    from clap import model
-
     return model.base_folder(Model.model_validate(params["model"]), root)
 
 
@@ -486,8 +482,6 @@ def dvc_dir_md5(folder: Path) -> str:
 
 
 def _check_base_model(b: EvidenceBundle, root: Path, where: str) -> None:
-    from clap import model
-
     raw = b.base_model.get("path")
     if not raw:
         raise BundleMismatch(f"{where}: base_model.path is missing")

@@ -22,10 +22,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from clap import model as base_model
 from clap import paths
 from clap.config import Params
+from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
+from clap.integrity import attach
 from clap.io import atomic_dir, git_text, loads_strict, read_json, read_json_if_exists, sha256_file, write_json
+from clap.model import GEMMA_NOTICE, PACKAGED, gguf_path, licence
+from clap.release.prod import restore_version_adapter
+from clap.release.registry import current
 
 GGUF_ARCHS = {"LlamaForCausalLM": "LLAMA"}  # architectures whose GGUF layout this writer knows (SmolLM2, Llama)
 GGUF_LOGIT_TOLERANCE = 1e-3  # max |logit difference| between the GGUF read back and the merged model (F32 both)
@@ -40,9 +46,6 @@ class ExportRefused(UserError, RuntimeError):
 def released_adapter(root: Path, version: str | None) -> tuple[str, Path, dict]:
     """(version, adapter folder, the manifest the release pins): `version`, or the one in prod; restored from the DVC
     cache into models/serving/<version>/adapter and checked against its bundle."""
-    from clap.release.prod import restore_version_adapter
-    from clap.release.registry import current
-
     root = Path(root)
     if version is None:
         holder = current(root, "prod")
@@ -57,9 +60,6 @@ def export_merged(root: Path, cfg: Params, version: str | None, out: Path) -> di
     """The base with the version's adapter merged, as safetensors + tokenizer + model card in `out` (replaced only
     when an earlier `clap export` wrote it). Returns the export record."""
     import torch
-
-    from clap import model as base_model
-    from clap.integrity import attach
 
     root, out = Path(root), Path(out)
     _refuse_foreign(out)
@@ -85,8 +85,6 @@ def export_merged(root: Path, cfg: Params, version: str | None, out: Path) -> di
 def export_gguf(root: Path, cfg: Params, version: str | None, out_file: Path, scratch: Path) -> dict:
     """The merged model as an F32 GGUF at `out_file`, round-trip checked (`check_gguf`). `scratch`: where the merged
     folder is written on the way (kept: it is the `--merged` export too)."""
-    from clap import model as base_model
-
     out_file = Path(out_file)
     base = base_model.resolve(cfg.model)
     manifest = read_json_if_exists(Path(base) / paths.MANIFEST) or {}
@@ -228,9 +226,6 @@ def model_card(root: Path, tag: str, base: dict):
     gate's decision, and per holdout batch the candidate's overall score in `model-index`."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    from clap.domain.contracts import EvidenceBundle
-    from clap.model import GEMMA_NOTICE, licence
-
     bundle = EvidenceBundle.model_validate_json(git_text(root, tag, paths.BUNDLE, ExportRefused))
     results = []
     for batch in bundle.config.get("data", {}).get("batches", []):
@@ -267,8 +262,6 @@ def model_card(root: Path, tag: str, base: dict):
 
 def _source_gguf(manifest: dict, root: Path, scratch: Path) -> Path:
     """The GGUF the base was dequantised from, checked against the hash its manifest recorded."""
-    from clap.model import PACKAGED, gguf_path
-
     requested = manifest["requested"]
     path = gguf_path(requested, scratch=scratch) if requested in PACKAGED else (root / requested)
     if not path.is_file() or sha256_file(path) != manifest["gguf_sha256"]:

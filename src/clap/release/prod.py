@@ -22,9 +22,10 @@ import yaml
 from clap import paths
 from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
-from clap.integrity import dvc_cache_path, dvc_dir_listing, lock_outs
+from clap.integrity import dvc_cache_path, dvc_dir_listing, lock_outs, pinned_expectation
 from clap.io import atomic_dir, git_text, read_json_if_exists, sha256_file, write_json
 from clap.release.bundle import adapter_expectation, agent_source
+from clap.release.registry import current
 
 
 class ProdUnavailable(UserError, RuntimeError):
@@ -33,8 +34,6 @@ class ProdUnavailable(UserError, RuntimeError):
 
 def pointer(root: Path) -> dict:
     """release/prod.json, checked against the registry's tags (GTO's or CLAP's)."""
-    from clap.release.registry import current
-
     root = Path(root)
     ptr = read_json_if_exists(root / paths.PROD_POINTER) or {"version": None}
     holder = current(root, "prod")
@@ -79,8 +78,6 @@ def restore_version_adapter(root: Path, version: str, dest: Path, role: str = "a
     release tag's bundle pins — what `serving.attach` checks before the canary server loads it.
     `role="agent_adapter"`: the tool-calling agent's adapter that release serves — the one its gate shipped, or the
     one in prod it kept when its gate held the agent; refused when it serves none."""
-    from clap.integrity import pinned_expectation
-
     bundle = _bundle_at(root, version)
     if role == "agent_adapter":
         source = agent_source(root, version, bundle)

@@ -30,6 +30,7 @@ import yaml
 
 from clap import paths
 from clap.errors import UserError
+from clap.io import write_json
 from clap.release.bundle import BUNDLE_PATH, BundleMismatch, shipped_candidate, verify
 
 ARTIFACT = paths.ARTIFACT
@@ -138,8 +139,6 @@ def _next_counter(root: Path) -> int:
 
 def write_prod_pointer(root: Path) -> dict:
     """release/prod.json from the registry: the stage `prod_adapter` depends on it (and checks it)."""
-    from clap.io import write_json
-
     cur = current(root, "prod")
     pointer = {"artifact": ARTIFACT, "version": cur["version"], "commit": cur["commit"], "tag": cur["tag"],
                "version_tag": f"{ARTIFACT}@{cur['version']}"} if cur else {"artifact": ARTIFACT, "version": None}

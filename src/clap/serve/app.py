@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from clap.agent.chat import parse_action
 from clap.agent.engine import AgentServing
 from clap.serve import openai_api as api
 from clap.serve.batcher import Answer, Batcher, ContinuousBatcher, Job
@@ -202,8 +203,6 @@ class Completions:
     def agent_message(text: str) -> dict | None:
         """The assistant message of an agent turn: its action as OpenAI's `tool_calls`; None for a turn that is not an
         action (free decoding), answered as plain content, which the client's loop reads as a malformed action."""
-        from clap.agent.chat import parse_action
-
         action = parse_action(text)
         return None if action is None else api.tool_call_message(action.thought, action.tool, action.arguments)
 

@@ -17,7 +17,10 @@ from pathlib import Path
 
 from clap import paths
 from clap.config import Params
+from clap.data.repair import replace_in_inbox
+from clap.feedback import canary_analysis, traffic
 from clap.feedback.canary import CanaryService, from_registry
+from clap.io import write_json
 from clap.serve.app import create_app
 
 
@@ -76,10 +79,6 @@ def simulated_canary(root: Path, cfg: Params, logs: Path, limit: int, candidate:
     `fail_when_exhausted`: a canary still inconclusive when the traffic runs out fails (`clap demo` ends every
     canary before its next round, and never promotes on evidence it did not get). Returns (traffic counts,
     analysis)."""
-    from clap.data.repair import replace_in_inbox
-    from clap.feedback import canary_analysis, traffic
-    from clap.io import write_json
-
     service = from_registry(root, cfg, logs, candidate, agent=agent)
     srv = server(service, 0)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clap import paths
+from clap import model, paths
+from clap.agent.engine import served_agent
 from clap.config import Params
 from clap.errors import UserError
+from clap.feedback.canary import vllm_command as canary_vllm_command
+from clap.integrity import pinned_expectation, verify_adapter
+from clap.release.prod import restore_version_adapter
+from clap.release.registry import current
 
 
 class NothingToServe(UserError, RuntimeError):
@@ -21,9 +26,6 @@ class NothingToServe(UserError, RuntimeError):
 def adapter_to_serve(root: Path, version: str | None = None, adapter: Path | None = None) -> tuple[str, Path, dict]:
     """(served name, adapter folder, the manifest git pins for it): `adapter` (pinned by dvc.lock) as `candidate`,
     else `version` or the one in prod as `clap-adapter@<version>`, restored into models/serving/<version>/adapter."""
-    from clap.integrity import pinned_expectation
-    from clap.release.prod import restore_version_adapter
-
     root = Path(root)
     if adapter is not None:
         return "candidate", Path(adapter), pinned_expectation(root, Path(adapter))
@@ -34,8 +36,6 @@ def adapter_to_serve(root: Path, version: str | None = None, adapter: Path | Non
 
 def _version(root: Path, version: str | None, or_else: str = "") -> str:
     """`version`, or the one in prod; NothingToServe when neither."""
-    from clap.release.registry import current
-
     if version is not None:
         return version
     holder = current(root, "prod")
@@ -47,7 +47,6 @@ def _version(root: Path, version: str | None, or_else: str = "") -> str:
 def cpu_engine(cfg: Params, folder: Path | None, expected: dict | None):
     """The transformers engine with the adapter attached through the serving check (`serving.attach`); the base
     model alone when `folder` is None (`clap serve --base`)."""
-    from clap import model
     from clap.evaluate.generate import Engine
 
     generate = cfg.generate
@@ -57,10 +56,6 @@ def cpu_engine(cfg: Params, folder: Path | None, expected: dict | None):
 
 def vllm_command(cfg: Params, name: str, folder: Path, expected: dict, host: str, port: int) -> list[str]:
     """`vllm serve` over the base with the verified adapter as its one LoRA module, named as `clap serve` names it."""
-    from clap import model
-    from clap.feedback.canary import vllm_command as canary_vllm_command
-    from clap.integrity import verify_adapter
-
     base = model.resolve(cfg.model)
     verify_adapter(folder, expected, model.identity(base))
     return [*canary_vllm_command(base, {name: folder}, port), "--host", host]
@@ -70,8 +65,6 @@ def agent_to_serve(root: Path, version: str | None = None) -> tuple[str, Path, d
     """(served name `clap-agent@<version>`, agent adapter folder, its pinned manifest): the tool-calling agent adapter
     the version in prod (or `version`) serves — the one its gate shipped, or the one in prod it carried — restored
     into models/serving/agent/<version>/adapter and checked against the bundle of the release that pinned it."""
-    from clap.release.prod import restore_version_adapter
-
     root = Path(root)
     version = _version(root, version)
     folder, expected = restore_version_adapter(root, version, root / paths.MODELS / "serving" / "agent" / version /
@@ -82,6 +75,4 @@ def agent_to_serve(root: Path, version: str | None = None) -> tuple[str, Path, d
 def agent_engine(cfg: Params, name: str, folder: Path, expected: dict):
     """(the engine rendering the agent's conversations with its tools, the adapter attached as `name` through the
     serving check; the `AgentServing` the application needs) — `clap.agent.engine.served_agent`."""
-    from clap.agent.engine import served_agent
-
     return served_agent(cfg.generate, cfg.model, [(name, folder, expected)])

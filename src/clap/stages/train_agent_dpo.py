@@ -21,7 +21,7 @@ from clap import paths
 from clap.agent import chat, preferences
 from clap.agent.tools import ReportTools
 from clap.config import Agent, Train
-from clap.integrity import pinned_expectation
+from clap.integrity import adapter_manifest, pinned_expectation, verify_adapter
 from clap.io import atomic_dir, read_jsonl, write_json
 from clap.train import guards
 from clap.train.common import finish, resume_point, run_training, start_from, write_untrained
@@ -75,8 +75,6 @@ def _unchanged(out: Path, start_adapter: Path, start_expected: dict, base_identi
     the step's adapter is its start, verified and copied, and says so; the gate then holds it (it
     cannot beat the adapter it is)."""
     import shutil
-
-    from clap.integrity import adapter_manifest, verify_adapter
 
     verify_adapter(Path(start_adapter), start_expected, base_identity)
     metrics = {"trainer": "agent_dpo", "status": "ok", "steps": 0, "train_loss": None, "pairs": 0,

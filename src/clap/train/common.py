@@ -18,12 +18,17 @@ from pathlib import Path
 
 import yaml
 
+from clap import model as base_model
 from clap import paths
 from clap.config import Lora
 from clap.data.admission import NotAdmitted, require
-from clap.integrity import adapter_manifest
+from clap.domain.contracts import GuardReport
+from clap.integrity import adapter_manifest, attach
 from clap.io import InputFileError, OutputRefused, atomic_dir, read_json, read_jsonl, write_json
+from clap.model import GEMMA_NOTICE, licence, lora_targets
+from clap.train.memory import Shape, micro_batch_plan
 from clap.train.spec import TrainerSpec
+from clap.train.tracking import write_empty
 
 
 def admitted_rows(materialized: Path, admission: Path, batches: list[str], trainer: str, filename: str
@@ -49,8 +54,6 @@ def lora_config(s: Lora, model, task_type: str = "CAUSAL_LM", **extra):
     the model's decoder layers (`clap.model.lora_targets`) before training starts."""
     from peft import LoraConfig
 
-    from clap.model import lora_targets
-
     return LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
                       target_modules=lora_targets(model, s.target_modules), task_type=task_type, bias="none", **extra)
 
@@ -60,9 +63,6 @@ def start_from(base_dir: Path, adapter_dir: Path, expected: dict, base_identity:
     through the serving check (its files must match `expected`, the manifest git pins). TRL then copies
     it into a frozen "ref" adapter, so the reference of DPO's loss and GRPO's KL is this starting policy,
     not the base model. Returns (model, sha256 of the starting weights) for the run key."""
-    from clap import model as base_model
-    from clap.integrity import attach
-
     model = attach(base_model.load_model(base_dir), "default", Path(adapter_dir), expected, base_identity, trainable=True)
     return model, expected["files"][paths.ADAPTER_WEIGHTS]
 
@@ -103,8 +103,6 @@ def memory_plan(trainer: str, section, model, *, qlora: bool, bf16_on_cuda: bool
     one line that says what the budget buys: the model's shape from its config, its weights held in fp32 on a
     CPU (bf16 autocast keeps fp32 weights there) and in bf16 on CUDA. A budget below what the weights alone take
     is the user's mistake, named by its key."""
-    from clap.train.memory import Shape, micro_batch_plan
-
     if section.memory_budget_mb is None:
         return None
     try:
@@ -224,8 +222,6 @@ def finish(trainer, guard, out: Path, spec: TrainerSpec, base_identity: dict, ex
 def write_untrained(folder: Path, trainer: str, metrics: dict, status: str = "ok") -> None:
     """The record of a trainer that ran no step (disabled, nothing to learn from): its metrics, a guard report
     that watched nothing, an empty log — the files the pipeline and the gate read of every trainer."""
-    from clap.domain.contracts import GuardReport
-
     write_json(folder / paths.TRAIN_METRICS_FILE, metrics)
     write_json(folder / paths.GUARD_REPORT_FILE, GuardReport(trainer=trainer, status=status, trip=None, peaks={},
                                                         last_good_checkpoint=None, steps=0).model_dump())
@@ -242,16 +238,11 @@ def _log_csv(history: list[dict]) -> str:
     return buf.getvalue()
 
 
-from clap.model import GEMMA_NOTICE  # noqa: E402  (the card's notice; defined beside the packaged bases)
-
-
 def _model_card(spec: TrainerSpec, base: dict, metrics: dict, guard: dict, run_key: str | None) -> str:
     """A Hugging Face model card: metadata the Hub and PEFT read, then CLAP's provenance. `base_model` names a
     Hub repository only when the weights trained on are that repository's bytes (a pinned snapshot); a
     dequantised GGUF or a local folder is described, not claimed. The release (version, gate decision, bundle
     hash) is in the git tag and the bundle that pin this file's hash."""
-    from clap.model import licence
-
     terms = licence(base)
     front = {"library_name": "peft"} | ({"base_model": base["hub_id"]} if base.get("commit") else {})
     front |= {"license": terms} if terms else {}
@@ -284,8 +275,6 @@ def write_disabled(trainer: str, switch: str, out: Path) -> dict:
     """A switched-off trainer trains nothing: its folder says so (status `disabled` in its guard report and
     metrics, an empty DVCLive log) so that the pipeline's outputs exist, and evaluation and the gate leave it out.
     The one writer of that record; returns the metrics written."""
-    from clap.train.tracking import write_empty
-
     metrics = {"trainer": trainer, "status": "disabled", "steps": 0, "train_loss": None,
                "note": f"{switch} is false: not trained, not evaluated, not judged"}
     with atomic_dir(out) as tmp:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from trl import SFTTrainer
 
+from clap.train.memory import micro_batches, recompute
+
 
 def next_token_targets(labels):
     """(positions, targets): a boolean mask of the positions whose *next* token carries a label, and those
@@ -78,7 +80,6 @@ class LabelledHeadSFTTrainer(SFTTrainer):
         if plan is None or num_items_in_batch is None or mask is None or mask.dim() != 2 or "labels" not in inputs \
                 or self.args.padding_free:
             return super().training_step(model, inputs, num_items_in_batch)
-        from clap.train.memory import micro_batches, recompute
 
         lengths = [int(n) for n in mask.sum(1)]
         labelled = [int(n) for n in (inputs["labels"][:, 1:] != -100).sum(1)]

@@ -27,6 +27,7 @@ from datetime import date
 from decimal import Decimal, InvalidOperation
 
 from clap.data.ingest.blocks import IX_NAMESPACES, Document, local, namespace, squash
+from clap.io import quarantine_record
 
 XBRLI = "http://www.xbrl.org/2003/instance"
 XSI_NIL = "{http://www.w3.org/2001/XMLSchema-instance}nil"
@@ -171,8 +172,6 @@ def _number(d: Decimal):
 def extract_facts(doc: Document, block_chunks: list[str], *, doc_id: str, batch: str, lang: str,
                   file: str) -> tuple[list[dict], list[dict]]:
     """(raw facts, quarantine records) of one inline XBRL document; `block_chunks[i]` is the chunk id of block i."""
-    from clap.io import quarantine_record
-
     root = doc.xbrl
     contexts, units = _contexts(root), _units(root)
     names = {}

@@ -28,10 +28,16 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
+from clap.data.ingest import ixbrl
 from clap.data.ingest import tables as tb
-from clap.data.ingest.blocks import BadDocument, read_document
+from clap.data.ingest.blocks import BadDocument, Limits, read_document
 from clap.data.ingest.chunking import chunk_blocks
+from clap.data.ingest.grid import period_of_value
+from clap.data.ingest.tables import period_of
+from clap.domain.contracts import RAW_SCHEMAS
+from clap.domain.quantities import parse_quantity, terms_in_text, value_in_text
 from clap.errors import UserError
+from clap.io import atomic_dir, jsonable, quarantine_record
 
 REPORT = "ingest_report.json"
 QUARANTINE = "ingest_quarantine.jsonl"
@@ -49,8 +55,6 @@ class IngestError(UserError, ValueError):
 
 def contract_fields(kind: str) -> tuple[set[str], set[str]]:
     """(every field, the required ones) of a raw contract table, read from its Pandera model."""
-    from clap.domain.contracts import RAW_SCHEMAS
-
     columns = RAW_SCHEMAS[kind].to_schema().columns
     return set(columns), {n for n, c in columns.items() if c.required and not c.nullable}
 
@@ -99,9 +103,6 @@ def doc_id_of(rel: str, data: bytes) -> str:
 
 def process_document(path: str, rel: str, settings: dict) -> dict:
     """One document, in a worker process: its chunks and inline XBRL facts, or why it could not be read."""
-    from clap.data.ingest import ixbrl
-    from clap.data.ingest.blocks import Limits
-
     file = Path(path)
     limits = Limits(settings["max_document_mb"] << 20, settings["max_html_depth"], settings["table_layout"])
     try:
@@ -128,8 +129,6 @@ def process_document(path: str, rel: str, settings: dict) -> dict:
 
 
 def _batch_of(rel: str, date: str | None, settings: dict) -> str:
-    from clap.data.ingest.tables import period_of
-
     if settings["batch_by"] == "single":
         return settings["batch"]
     if settings["batch_by"] == "folder":
@@ -211,8 +210,6 @@ class _Writers:
 
 def ingest(section, docs: Path, out: Path, batches: list[str]) -> dict:
     """Ingest `docs` and `section.tables` into `out` (atomically: a crash leaves the previous output)."""
-    from clap.io import atomic_dir
-
     docs, out = Path(docs), Path(out)
     check_sources(section, docs)
     settings = {"batch_by": section.batch_by, "batch": section.batch, "date_format": section.date_format,
@@ -289,8 +286,6 @@ def _read_tables(section, settings: dict, work: Path, writers: _Writers) -> tupl
                 fields = _contract_row(tb.map_row(row, source.columns, source.constants, transforms), source, path,
                                        row_number, settings)
             except tb.MappingError as exc:
-                from clap.io import jsonable, quarantine_record
-
                 writers.write("quarantine", quarantine_record("ingest", str(path), row_number, exc.rule, exc.field,
                                                               {str(k): jsonable(v) for k, v in row.items()} | {"why": str(exc)}))
                 counts["quarantined"] += 1
@@ -346,8 +341,6 @@ def _contract_row(fields: dict, source, path: Path, row_number: int, settings: d
 
 
 def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writers, batches_seen: Counter) -> dict:
-    from clap.domain.quantities import parse_quantity, terms_in_text, value_in_text
-
     located = {"facts": 0, "found": 0, "period_from_header": 0, "no_period": 0, "no_such_document": 0}
     for kind in TABLES:
         with spilled[kind] as fh:
@@ -380,8 +373,6 @@ def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writer
 
 def _quarantine_fact(writers: _Writers, source: str, rule: str, field: str, row: dict, why: str) -> None:
     """A mapped fact ingest cannot write, quarantined with its table's file and row (`source` is `file:row`)."""
-    from clap.io import quarantine_record
-
     file, _, number = source.rpartition(":")
     writers.write("quarantine", quarantine_record("ingest", file, int(number) if number.isdigit() else None, rule, field,
                                                   row | {"why": why}))
@@ -414,8 +405,6 @@ def _locate(row: dict, kept: dict, aliases: dict, parse_quantity, value_in_text,
     if best is not None:
         row["chunk_id"], row["page"], row["evidence"] = best[0], best[1], best[2]
         if not row.get("period"):
-            from clap.data.ingest.grid import period_of_value
-
             row["period"] = period_of_value(best[2], quantity.value)
             row["_period_from_header"] = row["period"] is not None
     return row

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from clap.errors import UserError
+from clap.io import loads_strict
 
 TABLE_FORMATS = (".csv", ".xlsx", ".parquet", ".jsonl")
 
@@ -112,8 +113,6 @@ def _parquet(path: Path, sheet) -> Iterator[tuple[int, dict]]:
 
 
 def _jsonl(path: Path, sheet) -> Iterator[tuple[int, dict]]:
-    from clap.io import loads_strict
-
     with path.open(encoding="utf-8") as fh:
         for i, line in enumerate(fh, start=1):
             if not line.strip():
