@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from clap import paths
+from clap import paths, vcs
 from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
 from clap.io import git_show, read_json, sha256_file
@@ -117,18 +117,12 @@ def _from_dvc_lock(root: Path, adapter_dir: Path) -> dict:
     return read_json(manifest)
 
 
-def lock_outs(lock_text: str) -> list[dict]:
-    """Every stage output ({path, md5, …}) recorded in the text of a dvc.lock."""
-    stages = (yaml.safe_load(lock_text) or {}).get("stages") or {}
-    return [o for st in stages.values() for o in st.get("outs", [])]
-
-
 def _dvc_outs(root: Path, rel: Path) -> list[dict]:
     """DVC outputs that could hold `rel`: dvc.lock's stage outputs and `<folder>.dvc` files of its parents."""
     outs = []
-    lock = root / "dvc.lock"
+    lock = root / vcs.LOCK
     if lock.exists():
-        outs += [o | {"pinned_by": "dvc.lock"} for o in lock_outs(lock.read_text(encoding="utf-8"))]
+        outs += [o | {"pinned_by": "dvc.lock"} for o in vcs.lock_outs(lock.read_text(encoding="utf-8"))]
     for folder in (rel, *rel.parents):
         dvc_file = root / f"{folder}.dvc"
         if folder != Path(".") and dvc_file.is_file():

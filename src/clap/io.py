@@ -15,13 +15,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 
+from clap import vcs
 from clap.errors import UserError
 
 SUFFIXES = (".jsonl", ".csv", ".parquet")
@@ -34,7 +34,7 @@ class InputFileError(UserError, RuntimeError):
 def git_show(root: Path, rev: str, path: Path | str) -> tuple[str | None, str]:
     """(`path`'s text as committed at `rev`, read from git's object store and not the working tree, or None;
     git's complaint when there is none)."""
-    r = subprocess.run(["git", "show", f"{rev}:{Path(path).as_posix()}"], cwd=root, capture_output=True, text=True)
+    r = vcs.git(root, "show", f"{rev}:{Path(path).as_posix()}")
     return (r.stdout, "") if r.returncode == 0 else (None, r.stderr.strip()[:160])
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import yaml
 
-from clap import paths
+from clap import paths, vcs
 from clap.codedeps import PINS, command_words, pin
 from clap.config import check, compose, dump
 from clap.errors import UserError
@@ -232,7 +231,7 @@ def _vcs(target: Path, written: list[Path]) -> None:
     """git and DVC for the project; the first commit holds the files clap init wrote and nothing else (not the
     user's edited, staged or untracked files of an existing repository)."""
     def run(*cmd: str) -> str:
-        r = subprocess.run(cmd, cwd=target, capture_output=True, text=True)
+        r = vcs.run(cmd[0], target, *cmd[1:])
         if r.returncode != 0:
             raise InitError(f"{target}: `{' '.join(cmd)}` failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
         return r.stdout
@@ -249,7 +248,7 @@ def _vcs(target: Path, written: list[Path]) -> None:
     own = [p for p in own if (target / p).exists()]
     run("git", "add", "--", *own)
     # the first commit: every bundle names the commit its evidence was made at, so the project starts with one
-    identity = subprocess.run(["git", "config", "user.email"], cwd=target, capture_output=True, text=True).stdout.strip()
+    identity = vcs.git(target, "config", "user.email").stdout.strip()
     run("git", *([] if identity else ["-c", "user.name=clap init", "-c", "user.email=clap@localhost"]),
         "commit", "-q", "-m", "clap init: a new CLAP project", "--only", "--", *own)
 

@@ -21,6 +21,7 @@ from rich.markup import escape  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
 import clap
+from clap import vcs
 from clap.codedeps import check_pinned
 from clap.config import Params, load
 from clap.errors import UserError  # noqa: E402
@@ -95,14 +96,12 @@ def version_text() -> str:
     """`clap --version`: the installed version, and the commit it was built from — the checkout CLAP runs from
     (an editable install), or the commit pip recorded when it installed from git (PEP 610's direct_url.json)."""
     import json
-    import subprocess
     from importlib import metadata
 
     here = Path(clap.__file__).resolve().parents[2]
     commit = ""
     if (here / ".git").exists():
-        r = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True,
-                           text=True)
+        r = vcs.git(here, "describe", "--always", "--dirty", "--abbrev=12")
         commit = r.stdout.strip() if r.returncode == 0 else ""
     else:
         try:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from clap import vcs
 from clap.cli.common import _fail, app, console
 from clap.codedeps import derived_deps, differences, import_graph, listed_deps, rewrite
 from clap.config import check as check_params
@@ -101,11 +102,8 @@ def exp(ctx: typer.Context,
 
         clap exp run --queue -S train.sft.learning_rate=1e-4
     """
-    import subprocess
-
     args = list(ctx.args)
     if not args or args[0] != "run":
         _fail(ValueError("usage: clap exp run [dvc exp run options] -S key=value ..."))
     check_params(compose(override or []), f"overrides {' '.join(override or [])}")
-    cmd = ["dvc", "exp", *args] + [a for o in override or [] for a in ("-S", o)]
-    raise typer.Exit(subprocess.run(cmd).returncode)
+    raise typer.Exit(vcs.dvc(None, "exp", *args, *(a for o in override or [] for a in ("-S", o)), capture=False).returncode)

@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from clap import paths
+from clap import paths, vcs
 from clap.config import check, compose, dump
 from clap.demo import annotator, corpus
 from clap.errors import UserError
@@ -36,7 +36,7 @@ from clap.release import registry as release
 from clap.release.bundle import BUNDLE_PATH
 
 CONF = Path("conf/config.yaml")
-EVIDENCE = [str(p) for p in (CONF.parent, Path("params.yaml"), Path("dvc.lock"), paths.METRICS, paths.BUNDLE.parent,
+EVIDENCE = [str(p) for p in (CONF.parent, Path("params.yaml"), vcs.LOCK, paths.METRICS, paths.BUNDLE.parent,
                               paths.REPAIR_QUEUE.parent, paths.ADMISSION)]
 
 _BATCHES = re.compile(r"^(data:\n(?:[ \t]*#.*\n)*  batches:) *\[[^\]\n]*\]", re.M)
@@ -99,7 +99,7 @@ def repair_effect(fixed: list[dict], report: dict, materialized: dict[str, dict[
 
 
 def _git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run(["git", *args], capture_output=True, text=True)
+    r = vcs.git(None, *args)
     if check and r.returncode != 0:
         raise RoundError(f"git {' '.join(args)}: {(r.stderr or r.stdout).strip()[-300:]}")
     return r
@@ -129,18 +129,18 @@ def reachable_remote(root: Path) -> str | None:
     already, is a URL (s3://…), or there is none. After the demo, `dvc push --all-tags` fills it, and a `git clone`
     of the project can `dvc pull` any release."""
     root = Path(root).resolve()
-    got = subprocess.run(["dvc", "config", "core.remote"], cwd=root, capture_output=True, text=True)
+    got = vcs.dvc(root, "config", "core.remote")
     name = got.stdout.strip()
     if got.returncode != 0 or not name:
         return None
-    url = subprocess.run(["dvc", "config", f"remote.{name}.url"], cwd=root, capture_output=True, text=True).stdout.strip()
+    url = vcs.dvc(root, "config", f"remote.{name}.url").stdout.strip()
     if not url or "://" in url:
         return None
     folder = Path(url).resolve()  # `dvc config` resolves a relative url from .dvc/
     if not folder.is_relative_to(root):
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["dvc", "remote", "modify", name, "url", str(folder)], cwd=root, capture_output=True).returncode:
+    if vcs.dvc(root, "remote", "modify", name, "url", str(folder)).returncode:
         raise RoundError(f"dvc remote modify {name} url {folder} failed")
     if _git("diff", "--quiet", "--", ".dvc/config", check=False).returncode == 0:
         return None  # already the absolute path
@@ -190,7 +190,7 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
             write_jsonl(paths.SIMULATED_FIXES, fixed)
             say(f"round {k}: SIMULATED annotator (demo ground truth) corrected {len(fixed)} fact rows of the "
                 f"repair queue → {paths.SIMULATED_FIXES}")
-        if subprocess.run(["dvc", "repro"]).returncode != 0:
+        if vcs.dvc(None, "repro", capture=False).returncode != 0:
             raise RoundError(f"round {k}: dvc repro failed (see the stage output above)")
         effect = None
         if share > 0:

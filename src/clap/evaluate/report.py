@@ -14,10 +14,9 @@ import base64
 import csv
 import html
 import io
-import subprocess
 from pathlib import Path
 
-from clap import paths
+from clap import paths, vcs
 from clap.domain.names import ARM_LABELS
 from clap.evaluate.intervals import ci_bounds, ci_text
 from clap.evaluate.summary import DECISION_COLS, REPLAY_COLS, contrast_lines
@@ -26,8 +25,7 @@ from clap.io import read_json_if_exists as _load
 
 
 def metrics_diff(root: Path, base: str | None) -> str:
-    cmd = ["dvc", "metrics", "diff", "--md"] + ([base] if base else [])
-    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    r = vcs.dvc(root, "metrics", "diff", "--md", *([base] if base else []))
     if r.returncode != 0:
         return f"_`dvc metrics diff` unavailable: {r.stderr.strip()[:300]}_"
     return r.stdout.strip() or "_no metric changed_"

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clap import paths
+from clap import paths, vcs
 from clap.config import Params
 from clap.data.repair import replace_in_inbox
 from clap.domain.names import AGENT_CHAIN
@@ -135,12 +135,9 @@ def stale_sources(root: Path, batches: list[str]) -> list[str]:
     they did not run on the adapter its training stage last wrote (models/sft, whose manifest the key
     names; models/agent_sft). Outside a DVC project nothing records which adapter answered, and nothing
     is called stale."""
-    import yaml
-
-    lock = Path(root) / "dvc.lock"
-    if not lock.exists():
+    stages = vcs.stages(vcs.read_lock(Path(root)))
+    if not stages:
         return []
-    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
 
     def md5(stage: str, key: str, path: str) -> str | None:
         return next((o.get("md5") for o in (stages.get(stage) or {}).get(key, []) if o["path"] == path), None)

@@ -24,13 +24,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path, PurePosixPath
 
-from clap import model, paths
+from clap import model, paths, vcs
 from clap.config import Model
 from clap.domain.contracts import BundleFile, EvidenceBundle
-from clap.integrity import BundleMismatch, adapter_expectation, lock_outs
+from clap.integrity import BundleMismatch, adapter_expectation
 from clap.io import OUTPUT_MARKER, atomic_dir, git_show, read_json, sha256_file, write_json
 
 BUNDLE_PATH = str(paths.BUNDLE)
@@ -74,18 +73,18 @@ ROLES = [  # (glob under the repository, role): what a release pins, from the pa
 
 def git_commit(root: Path) -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (subprocess.CalledProcessError, FileNotFoundError):
+        out = vcs.git(root, "rev-parse", "HEAD")
+    except FileNotFoundError:  # no git installed
         return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
 def _dvc_dir_hashes(root: Path) -> dict[str, str]:
 
-    lock = root / "dvc.lock"
+    lock = root / vcs.LOCK
     if not lock.exists():
         return {}
-    return {o["path"]: o["md5"] for o in lock_outs(lock.read_text(encoding="utf-8")) if "md5" in o}
+    return {o["path"]: o["md5"] for o in vcs.lock_outs(lock.read_text(encoding="utf-8")) if "md5" in o}
 
 
 def build(root: Path, params: dict, candidate: str = "sft", hashes: dict[str, str] | None = None,
@@ -350,12 +349,11 @@ def _check_config(b: EvidenceBundle, root: Path, where: str) -> None:
     (it declares all of params.yaml), or params.yaml where the bundle was not built by the pipeline."""
     if _config_sha256(b.config) != b.config_sha256:
         raise BundleMismatch(f"{where}: config does not match config_sha256")
-    lock = _yaml12(root / "dvc.lock") if (root / "dvc.lock").exists() else {}
-    recorded = ((lock.get("stages") or {}).get("bundle") or {}).get("params", {}).get("params.yaml")
+    recorded = (vcs.stages(vcs.read_lock(root)).get("bundle") or {}).get("params", {}).get("params.yaml")
     if recorded:
         pinned, source = recorded, "dvc.lock (stage bundle)"
     elif (root / "params.yaml").exists():
-        pinned, source = _yaml12(root / "params.yaml"), "params.yaml"
+        pinned, source = vcs.read_yaml12(root / "params.yaml"), "params.yaml"
     else:
         raise BundleMismatch(f"{where}: config cannot be checked (no dvc.lock or params.yaml in {root})")
     for key, value in pinned.items():
@@ -366,19 +364,12 @@ def _check_config(b: EvidenceBundle, root: Path, where: str) -> None:
             raise BundleMismatch(f"{where}: config key {key} differs from {source}")
 
 
-def _yaml12(path: Path) -> dict:
-    """YAML 1.2, as DVC writes dvc.lock (`5e-05` is a float there, a string to PyYAML)."""
-    from ruamel.yaml import YAML
-
-    return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
-
-
 _MISSING = object()
 
 
 def _check_code_commit(b: EvidenceBundle, root: Path, where: str) -> None:
     def git(*args: str) -> int:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True).returncode
+        return vcs.git(root, *args).returncode
 
     if not re.fullmatch(r"[0-9a-f]{40}", b.code_commit) or git("cat-file", "-e", f"{b.code_commit}^{{commit}}"):
         raise BundleMismatch(f"{where}: code_commit {b.code_commit[:12]!r} is not a commit of this repository")

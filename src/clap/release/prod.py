@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
 
-from clap import paths
+from clap import paths, vcs
 from clap.domain.contracts import EvidenceBundle
 from clap.errors import UserError
-from clap.integrity import dvc_cache_path, dvc_dir_listing, lock_outs, pinned_expectation
+from clap.integrity import dvc_cache_path, dvc_dir_listing, pinned_expectation
 from clap.io import atomic_dir, git_text, read_json_if_exists, sha256_file, write_json
 from clap.release.bundle import adapter_expectation, agent_source
 from clap.release.registry import current
@@ -102,7 +101,7 @@ def _restore_adapter(root: Path, ptr: dict, bundle: EvidenceBundle, dest: Path, 
     folder = Path(weights).parent.parent.as_posix()  # models/<trainer>: the DVC output holding adapter/
     out = _pinned_out(root, ptr["version_tag"], folder)
     if not dvc_cache_path(root, out["md5"]).exists():
-        subprocess.run(["dvc", "fetch", "--all-tags", "-q"], cwd=root, capture_output=True)
+        vcs.dvc(root, "fetch", "--all-tags", "-q")
     entries = [e for e in dvc_dir_listing(root, out["md5"]) if e["relpath"].startswith("adapter/")]
     dest.mkdir(parents=True)
     for e in entries:
@@ -123,7 +122,7 @@ def _pinned_out(root: Path, tag: str, folder: str) -> dict:
     """The DVC output record ({path, md5}) that pins `folder` at `tag`: its dvc.lock's stage output, else the
     `<folder>.dvc` file committed there (an output tracked with `dvc add`)."""
     try:
-        lock = lock_outs(git_text(root, tag, "dvc.lock", ProdUnavailable))
+        lock = vcs.lock_outs(git_text(root, tag, vcs.LOCK, ProdUnavailable))
     except ProdUnavailable:
         lock = []
     out = next((o for o in lock if o["path"] == folder), None)

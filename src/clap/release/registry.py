@@ -22,13 +22,10 @@ import contextlib
 import os
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
-from clap import paths
+from clap import paths, vcs
 from clap.errors import UserError
 from clap.io import write_json
 from clap.release.bundle import BUNDLE_PATH, BundleMismatch, shipped_candidate, verify
@@ -43,7 +40,7 @@ class ReleaseRefused(UserError, RuntimeError):
 
 
 def _git(root: Path, *args: str, check: bool = True) -> str:
-    r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    r = vcs.git(root, *args)
     if check and r.returncode != 0:
         raise ReleaseRefused(f"git {' '.join(args)}: {r.stderr.strip() or r.stdout.strip()}")
     return r.stdout.strip()
@@ -322,27 +319,27 @@ def restore_version(root: Path, commit: str) -> None:
     outputs that round never produced. Outputs git keeps (`cache: false`, e.g. the repair queue) come back from git,
     the others from the DVC cache; a later round's outputs the version's pipeline does not define are set aside
     (`stray_outputs`), so `dvc status` afterwards shows only what depends on the prod it now points at."""
-    in_git = tuple(f"{o}/" for o in stage_outputs(_git(root, "show", f"{commit}:dvc.lock", check=False)))
+    in_git = tuple(f"{o}/" for o in vcs.out_hashes(_git(root, "show", f"{commit}:{vcs.LOCK}", check=False)))
 
     def wanted(p: str) -> bool:
-        return p != str(paths.PROD_POINTER) and (p in ("dvc.lock", "params.yaml") or p.endswith(".dvc") or p.startswith(
+        return p != str(paths.PROD_POINTER) and (p in (str(vcs.LOCK), "params.yaml") or p.endswith(".dvc") or p.startswith(
             ("release/", "metrics/", "conf/", f"{paths.ADMISSION}/", f"{paths.REPAIR_FIXED}/", f"{paths.AGENT_CORRECTIONS}/",
              str(paths.AGENT_HUMAN_LABELS))) or f"{p}/".startswith(in_git))
 
     restored = [p for p in _git(root, "ls-tree", "-r", "--name-only", commit).splitlines() if wanted(p)]
     if str(BUNDLE) not in restored:
         raise ReleaseRefused(f"{commit[:10]} has no {BUNDLE}: not a CLAP release commit")
-    lock = root / "dvc.lock"
+    lock = root / vcs.LOCK
     running = set(pipeline_outputs(root))  # what the workspace's rounds produced: the lock's other entries are stale
-    before = {p: md5 for p, md5 in stage_outputs(lock.read_text(encoding="utf-8") if lock.exists() else "").items()
+    before = {p: md5 for p, md5 in vcs.out_hashes(lock.read_text(encoding="utf-8") if lock.exists() else "").items()
               if p in running}
     later = sorted({p for p in _git(root, "ls-files").splitlines() if wanted(p)} - set(restored))
     if later:  # evidence the version did not have (a later batch's admission, a later repair file) goes too
         _git(root, "rm", "-q", "--", *later)
     _git(root, "checkout", commit, "--", *restored)
-    r = subprocess.run(["dvc", "checkout", "--force"], cwd=root, capture_output=True, text=True)
+    r = vcs.dvc(root, "checkout", "--force")
     if r.returncode != 0:
-        r = subprocess.run(["dvc", "pull", "--force"], cwd=root, capture_output=True, text=True)
+        r = vcs.dvc(root, "pull", "--force")
         if r.returncode != 0:
             raise ReleaseRefused(f"dvc checkout/pull failed: {r.stderr.strip()[-400:]}")
     _set_aside_later_outputs(root, before, pipeline_outputs(root) + restored)  # what git restored stays
@@ -350,12 +347,6 @@ def restore_version(root: Path, commit: str) -> None:
         verify(root / BUNDLE, root)
     except BundleMismatch as exc:
         raise ReleaseRefused(f"restored artifacts do not verify: {exc}") from exc
-
-
-def stage_outputs(lock_text: str) -> dict[str, str]:
-    """path → md5 of every stage output a dvc.lock pins ("" for one it pins no hash for)."""
-    stages = (yaml.safe_load(lock_text) or {}).get("stages") or {}
-    return {o["path"]: o.get("md5", "") for stage in stages.values() for o in stage.get("outs", [])}
 
 
 def pipeline_outputs(root: Path) -> list[str]:
@@ -380,7 +371,7 @@ def stray_outputs(pinned: dict[str, str], defined: list[str]) -> list[str]:
 def _set_aside_later_outputs(root: Path, before: dict[str, str], defined: list[str]) -> None:
     """Delete `stray_outputs` whose content the DVC cache holds (the later round's commit restores them with
     `dvc checkout`); one the cache does not hold is left alone, never lost."""
-    cache = subprocess.run(["dvc", "cache", "dir"], cwd=root, capture_output=True, text=True).stdout.strip()
+    cache = vcs.dvc(root, "cache", "dir").stdout.strip()
     for path in stray_outputs(before, defined):
         md5, target = before[path], root / path
         cached = md5 and cache and (Path(cache) / "files" / "md5" / md5[:2] / md5[2:]).exists()

@@ -20,12 +20,11 @@ tag message carries.
 from __future__ import annotations
 
 import statistics
-import subprocess
 from pathlib import Path
 
 import yaml
 
-from clap import paths
+from clap import paths, vcs
 from clap.evaluate.intervals import ci_text
 from clap.io import git_show, loads_strict
 from clap.release import registry as release
@@ -45,14 +44,12 @@ def rounds(root: Path, since: str | None = None) -> list[dict]:
     those committed after that revision (`clap demo` shows its own rounds, not the history it started from)."""
     root = Path(root)
     span = [f"{since}..HEAD"] if since else []
-    log = subprocess.run(["git", "log", "--reverse", "--format=%H %ct", *span, "--", paths.GATE.as_posix()], cwd=root,
-                         capture_output=True, text=True)
+    log = vcs.git(root, "log", "--reverse", "--format=%H %ct", *span, "--", paths.GATE.as_posix())
     commits = [line.split() for line in log.stdout.splitlines()] if log.returncode == 0 else []
     events = release.assignments(root)  # one `git rev-list` per tag: read once, shared with `stage_events`
     undone = stage_events(root, events)
     if since:
-        inside = {c[:10] for c in subprocess.run(["git", "rev-list", *span], cwd=root, capture_output=True,
-                                                  text=True).stdout.split()}
+        inside = {c[:10] for c in vcs.git(root, "rev-list", *span).stdout.split()}
         undone = [r for r in undone if r["commit"] in inside]  # rows carry 10-character commits
     event_tags = {t for r in undone for t in r["tags"]}
     tags: dict[str, list[str]] = {}
@@ -121,9 +118,8 @@ def stage_events(root: Path, events: list[dict] | None = None) -> list[dict]:
     prod assignment `clap rollback` made, and each canary `clap canary conclude` ended (promoted to prod
     or rolled back). `events`: `release.assignments(root)` when the caller has it already."""
     events = release.assignments(root) if events is None else events
-    listing = subprocess.run(["git", "for-each-ref", "refs/tags",
-                              "--format=%(refname:short)%00%(creatordate:unix)%00%(contents)%01"],
-                             cwd=root, capture_output=True, text=True).stdout
+    listing = vcs.git(root, "for-each-ref", "refs/tags",
+                      "--format=%(refname:short)%00%(creatordate:unix)%00%(contents)%01").stdout
     messages = {tag.strip(): (int(stamp), message) for tag, stamp, message in
                 (entry.split("\0") for entry in listing.split("\1") if entry.strip())}
     row = {"batches": [], "refused": {}, "delta": None, "ci_low_min": None, "ci_high_max": None, "chain": {},
