@@ -17,5 +17,5 @@ LAYERS = (
     ("serve",),  # clap serve and the canary's server
     ("demo",),  # the demo's corpus, simulated people and rounds
     ("stages",),  # one file per DVC stage
-    ("cli", "project", "reference", "codedeps"),  # the commands, and what reads the code itself
+    ("cli", "project", "reference", "codedeps", "dag"),  # the commands, and what reads the code itself
 )

@@ -1,4 +1,4 @@
-"""Project commands: `clap init`, `clap params`, `clap exp`, `clap reference`."""
+"""Project commands: `clap init`, `clap params`, `clap exp`, `clap reference`, `clap dvc-deps`, `clap dag`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from clap.cli.common import _fail, app, console
 from clap.codedeps import derived_deps, differences, import_graph, listed_deps, rewrite
 from clap.config import check as check_params
 from clap.config import compose, dump, load
+from clap.dag import TRACKS, layout, mermaid, pipeline_edges, text
 from clap.errors import UserError
 from clap.io import atomic_write_text
 from clap.project import DOCS
@@ -27,6 +28,17 @@ def upgrade() -> None:
         console.print(f"{stage}: {old} → {new}")
     console.print(f"clap-code.json: {len(changed)} stage(s) re-pinned" + ("; `dvc status` names what reruns" if changed
                                                                           else " (the installed code is the pinned one)"))
+
+
+@app.command()
+def dag(track: str = typer.Option("extraction", help=" | ".join(TRACKS)),
+        md: bool = typer.Option(False, "--md", help="a Mermaid flowchart instead of one line a stage")) -> None:
+    """The pipeline one track at a time: each stage after the stages it reads from, a batch's copies as one
+    (`materialize@*`). `dvc dag` draws every stage side by side; this is the view a terminal can hold."""
+    if track not in TRACKS:
+        _fail(ValueError(f"--track {track!r}: use {', '.join(TRACKS)}"))
+    rows = layout(pipeline_edges(Path(".")), track)
+    console.print(mermaid(rows) if md else text(rows), soft_wrap=True, markup=False, highlight=False)
 
 
 @app.command("dvc-deps")
