@@ -26,6 +26,23 @@ def test_the_distribution_name_is_clap_loop_everywhere_an_install_is_written():
     assert written == []
 
 
+def test_every_extra_is_bounded_and_the_gpu_extra_starts_where_transformers_loads_4bit():
+    """An unbounded extra installs whatever is newest on the day; the gpu extra's floor is the bitsandbytes the
+    locked transformers needs for 4-bit loading, so a transformers upgrade that raises it fails here."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from transformers.utils.import_utils import BITSANDBYTES_MIN_VERSION
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    unbounded = [f"{name}: {spec}" for name, specs in extras.items() for spec in specs
+                 if not Requirement(spec).specifier]
+    assert unbounded == []
+    (gpu,) = [Requirement(spec) for spec in extras["gpu"]]
+    assert gpu.name == "bitsandbytes" and f">={BITSANDBYTES_MIN_VERSION}" in str(gpu.specifier)
+    assert not gpu.specifier.contains("0.46.0") and gpu.specifier.contains(BITSANDBYTES_MIN_VERSION)
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_with_an_extra_in_a_clean_venv(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",

