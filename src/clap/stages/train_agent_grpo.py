@@ -40,12 +40,10 @@ from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
 from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
-from clap.domain.names import REWARD_MODEL
 from clap.evaluate.decoding import GrammarCache
-from clap.integrity import pinned_expectation
 from clap.train import guards
 from clap.train.common import finish, resume_point, run_training, start_from
-from clap.train.spec import AGENT, Call, Need, TrainerSpec
+from clap.train.spec import AGENT, AGENT_RL_INPUTS, AGENT_RL_OPTIONAL, Call, TrainerSpec, agent_rl_arguments
 
 REWARD_PARTS = ("outcome", "format", "process", "efficiency")
 
@@ -219,18 +217,12 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
 def main(call: Call) -> dict:
     """`clap train agent-grpo`: `agent` (its `grpo` dose), `generate.constrained`, `train`'s seed and guards, `data.batches`, the
     tasks and the assets, the agent SFT adapter (--start) and the reward model, each checked against its pins."""
-    p, start, (rm_dir, rm_check) = call.params, SPEC.start_adapter(call.start), SPEC.optional
-    rm = paths.adapter(REWARD_MODEL)
-    return run(p.agent, paths.AGENT_TASKS, paths.ASSETS, call.base, call.out, call.checkpoints, start,
-               pinned_expectation(Path("."), start), rm_dir=rm_dir,
-               rm_expected=pinned_expectation(Path("."), rm) if rm.exists() else None, rm_check=rm_check,
-               callbacks=call.callbacks, train=p.train, batches=p.data.batches,
-               constrained=p.generate.constrained)
+    args, kwargs = agent_rl_arguments(SPEC, call)
+    return run(*args, **kwargs, constrained=call.params.generate.constrained)
 
 
 SPEC = TrainerSpec(name="agent_grpo", chain=AGENT, section="agent.grpo", signals=guards.POLICY_GRADIENT, main=main,
                    switches=("agent.enabled", "agent.grpo.enabled"),
-                   inputs=(Need(paths.AGENT_TASKS, "dvc repro agent_tasks"), Need(paths.ASSETS, "dvc repro assetize")),
-                   continues="agent_sft", optional=(paths.adapter(REWARD_MODEL).parent, paths.AGENT_RM_CHECK),
+                   inputs=AGENT_RL_INPUTS, continues="agent_sft", optional=AGENT_RL_OPTIONAL,
                    curves=("kl", "reward", "reward_std", "completions/clipped_ratio"),
                    task_tag="tool-calling-agent")

@@ -18,6 +18,8 @@ from pydantic import BaseModel
 
 from clap import paths
 from clap.config import Params
+from clap.domain.names import REWARD_MODEL
+from clap.integrity import pinned_expectation
 
 # The chains a trainer can belong to (`TrainerSpec.chain`): the extraction/decision chain the gate judges on the
 # holdout and replay, the tool-calling agent's chain it judges on held-out tasks, or neither (the reward model).
@@ -108,3 +110,22 @@ its verdict), never required. `signals`: its guard signals (`clap.train.guards`)
         if self.continues:
             needs.append(Need(self.start_adapter(start), f"dvc repro train_{self.continues}"))
         return needs
+
+
+# What both of the agent's RL steps (GRPO on episodes, RLOO per turn) read: the tasks and the assets their tools
+# answer from, then, when present, the reward model and its verdict.
+AGENT_RL_INPUTS = (Need(paths.AGENT_TASKS, "dvc repro agent_tasks"), Need(paths.ASSETS, "dvc repro assetize"))
+AGENT_RL_OPTIONAL = (paths.adapter(REWARD_MODEL).parent, paths.AGENT_RM_CHECK)
+
+
+def agent_rl_arguments(spec: TrainerSpec, call: Call) -> tuple[tuple, dict]:
+    """The arguments both agent RL steps' `run` take from a call: the tasks, assets, base, out and checkpoints, the
+    agent SFT adapter with the manifest git pins for it, and the reward model's folder, pins (when it was trained)
+    and verdict; with `call.params`' agent, train and data sections."""
+    p, start = call.params, spec.start_adapter(call.start)
+    rm_dir, rm_check = AGENT_RL_OPTIONAL
+    rm = paths.adapter(REWARD_MODEL)
+    args = (p.agent, paths.AGENT_TASKS, paths.ASSETS, call.base, call.out, call.checkpoints, start,
+            pinned_expectation(Path("."), start))
+    return args, {"rm_dir": rm_dir, "rm_expected": pinned_expectation(Path("."), rm) if rm.exists() else None,
+                  "rm_check": rm_check, "callbacks": call.callbacks, "train": p.train, "batches": p.data.batches}
