@@ -12,6 +12,7 @@ extraction track; a stage of the other track that one reads from is named as its
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 TRACKS = ("extraction", "agent", "all")
@@ -58,8 +59,6 @@ def layout(edges: dict[str, set[str]], track: str) -> list[tuple[str, list[str]]
 
 def text(rows: list[tuple[str, list[str]]], columns: int = 100) -> str:
     """One entry a stage: `stage  ← what it reads from`, a long list wrapped under itself within `columns`."""
-    import textwrap
-
     width = max((len(n) for n, _ in rows), default=0)
     indent = " " * (width + 4)
     lines = []

@@ -80,20 +80,11 @@ its verdict), never required. `signals`: its guard signals (`clap.train.guards`)
 
     def settings(self, params: Params) -> BaseModel:
         """Its typed config section."""
-        section = params
-        for key in self.section.split("."):
-            section = getattr(section, key)
-        return section
+        return _at(params, self.section)
 
     def switched_off(self, params: Params) -> str | None:
         """The first of its `enabled` switches that is false (the key, as `clap params` names it), or None."""
-        for key in self.switches:
-            value = params
-            for part in key.split("."):
-                value = getattr(value, part)
-            if not value:
-                return key
-        return None
+        return next((key for key in self.switches if not _at(params, key)), None)
 
     def start_adapter(self, start: Path | None = None) -> Path | None:
         """The adapter it continues: `--start`, else the adapter of the trainer it continues."""
@@ -110,6 +101,13 @@ its verdict), never required. `signals`: its guard signals (`clap.train.guards`)
         if self.continues:
             needs.append(Need(self.start_adapter(start), f"dvc repro train_{self.continues}"))
         return needs
+
+
+def _at(params: Params, key: str):
+    """The value at a dotted key of the typed params (`train.dpo.enabled`)."""
+    for part in key.split("."):
+        params = getattr(params, part)
+    return params
 
 
 # What both of the agent's RL steps (GRPO on episodes, RLOO per turn) read: the tasks and the assets their tools
