@@ -205,6 +205,114 @@ def test_the_cli_imports_no_heavyweight():
     assert done.stdout.strip() == "[]"
 
 
+
+def rebound_imports(source: str, module: str = "m") -> list[str]:
+    """Each function that binds a name its module imports at the top (a parameter, an assignment, a loop variable,
+    an import of its own): inside that function the name is the local, and a nested function that meant the module
+    meets "cannot access free variable" only when it runs — the demo's canary did, after imports moved to the top."""
+    tree = ast.parse(source)
+    imported = {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    found = []
+    for f in ast.walk(tree):
+        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = f.args
+        bound = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, [a.vararg, a.kwarg])]}
+        todo = list(f.body)
+        while todo:
+            n = todo.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(n.name)
+                continue
+            if isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                continue  # their own scopes
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                bound.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                bound |= {(x.asname or x.name).split(".")[0] for x in n.names}
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                bound.add(n.name)
+            todo.extend(ast.iter_child_nodes(n))
+        found += [f"{module}:{f.lineno} {f.name} rebinds {name}, which the module imports" for name in sorted(bound & imported)]
+    return found
+
+
+def test_no_function_rebinds_a_name_its_module_imports():
+    found = [line for path in sorted(SRC.rglob("*.py"))
+             for line in rebound_imports(path.read_text(encoding="utf-8"), str(path.relative_to(SRC)))]
+    assert not found, "\n".join(found)
+
+
+def test_the_rebinding_check_can_fail():
+    source = ("from clap.release import registry as rel\nimport os\n\n"
+              "def demo(result):\n    def canary():\n        return rel.current()\n"
+              "    for rel in result:\n        print(rel)\n\n"
+              "def ok(path):\n    return os.path.join(path)\n\n"
+              "def param(os):\n    return [rel for rel in os]\n")
+    assert rebound_imports(source) == ["m:4 demo rebinds rel, which the module imports",
+                                       "m:13 param rebinds os, which the module imports"]
+
+
+
+def _first_bindings(scope) -> dict[str, int]:
+    """name → the first line a function (or lambda) binds it in its own scope."""
+    a = scope.args
+    first = {x.arg: scope.lineno for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, [a.vararg, a.kwarg])]}
+    todo = [scope.body] if isinstance(scope, ast.Lambda) else list(scope.body)
+    while todo:
+        n = todo.pop()
+        names = []
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [n.name]
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names = [n.id]
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names = [n.name]
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names = [(x.asname or x.name).split(".")[0] for x in n.names]
+        for name in names:
+            first[name] = min(first.get(name, n.lineno), n.lineno)
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
+                              ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            todo.extend(ast.iter_child_nodes(n))
+    return first
+
+
+def late_bound_free_names(source: str, module: str = "m") -> list[str]:
+    """Each nested function (or lambda) reading a name its enclosing function binds only below it: where the name
+    was meant to be a module (an import that moved), the nested function fails with "cannot access free variable"
+    when it runs, and only then — `clap demo`'s canary callback read `rel`, bound by a loop further down."""
+    found = []
+    for f in ast.walk(ast.parse(source)):
+        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        outer, todo = _first_bindings(f), list(f.body)
+        while todo:
+            g = todo.pop()
+            if not isinstance(g, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                todo.extend(ast.iter_child_nodes(g))
+                continue
+            reads = {n.id for n in ast.walk(g) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            found += [f"{module}:{g.lineno} {f.name} → {getattr(g, 'name', 'lambda')} reads {name}, bound only at "
+                      f"line {outer[name]}" for name in sorted(reads - set(_first_bindings(g)))
+                      if outer.get(name, 0) > g.lineno]
+    return found
+
+
+def test_no_nested_function_reads_a_name_bound_only_below_it():
+    found = [line for path in sorted(SRC.rglob("*.py"))
+             for line in late_bound_free_names(path.read_text(encoding="utf-8"), str(path.relative_to(SRC)))]
+    assert not found, "\n".join(found)
+
+
+def test_the_late_binding_check_can_fail():
+    source = ("def demo(result):\n    def canary():\n        return rel.current()\n"
+              "    for rel in result:\n        print(rel)\n\n"
+              "def ok(items):\n    total = 0\n    def add(x):\n        return x + total\n    return [add(i) for i in items]\n")
+    assert late_bound_free_names(source) == ["m:2 demo → canary reads rel, bound only at line 4"]
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--sites":
         print(json.dumps(import_sites(Path(sys.argv[2]))))

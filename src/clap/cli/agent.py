@@ -10,13 +10,14 @@ from clap import model, paths
 from clap.agent.engine import agent_engine
 from clap.agent.tools import ReportTools
 from clap.cli.common import _fail, _need, _params, _prod, _say_reused, app, console
+from clap.evaluate.intervals import ci_text
 from clap.evaluate.summary import agent_table
 from clap.integrity import pinned_expectation
 from clap.io import read_json, write_json, write_switched_off
-from clap.release import prod
 from clap.release.bundle import SHIPPABLE
+from clap.release.prod import restore_version_adapter
 from clap.release.registry import current
-from clap.stages import agent_rm_check as stage
+from clap.stages import agent_rm_check as agent_rm_check_stage
 from clap.stages import agent_tasks as agent_tasks_stage
 from clap.stages import evaluate_agent as evaluate_agent_stage
 from clap.stages import trainers
@@ -31,13 +32,13 @@ def agent_pairs(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = ty
     cfg = _params()
     if not cfg.agent.enabled:
         return _agent_off("agent-pairs", out, ("pairs.jsonl",))
-    from clap.stages import agent_pairs as stage
+    from clap.stages import agent_pairs as agent_pairs_stage
 
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
           (paths.adapter("agent_sft"), "dvc repro train_agent_sft"))
     tools = ReportTools.over_batches(assets, cfg.data.batches)
     engine = agent_engine(cfg.generate, cfg.model, ["agent_sft"])
-    report = stage.run(cfg.agent, tasks, engine, tools, out, constrained=cfg.generate.constrained)
+    report = agent_pairs_stage.run(cfg.agent, tasks, engine, tools, out, constrained=cfg.generate.constrained)
     _say_reused(engine)
     console.print(f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
                   f"by reason {report['by_reason']}")
@@ -64,7 +65,7 @@ def agent_rm_check(out: Path = typer.Option(paths.AGENT_RM_CHECK), metrics: Path
 
     rm = paths.adapter("agent_rm")
     _need((rm.parent / paths.TRAIN_METRICS_FILE, "dvc repro train_agent_rm"))
-    m = stage.run(cfg.agent.rm.human, rm.parent, model.resolve(cfg.model), labels, out, metrics,
+    m = agent_rm_check_stage.run(cfg.agent.rm.human, rm.parent, model.resolve(cfg.model), labels, out, metrics,
                   pinned_expectation(Path("."), rm) if rm.exists() else None)
     people = m["against_people"] or {}
     console.print(f"agent reward model: {'usable' if m['usable_as_reward'] else 'not usable'} as a reward"
@@ -128,7 +129,7 @@ def agent_pass_k(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = t
     cfg = _params()
     if not cfg.agent.enabled:
         return _agent_off("agent-pass-k", out, ("episodes.jsonl",), metrics)
-    from clap.stages import agent_pass_k as stage
+    from clap.stages import agent_pass_k as agent_pass_k_stage
 
     _need((tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"), (gate, "dvc repro gate"))
     shipped = read_json(gate)
@@ -139,13 +140,13 @@ def agent_pass_k(tasks: Path = typer.Option(paths.AGENT_TASKS), assets: Path = t
     in_prod = [("prod", prod_dir, prod_expected)] if prod_dir else []
     models = [*([(ships, ships)] if ships else []), *([("prod", "prod")] if in_prod else [])]
     engine = agent_engine(cfg.generate, cfg.model, [ships] if ships else [], in_prod)
-    result = stage.run(cfg.agent, tasks, assets, engine, models, out, metrics, shipped, evaluate=cfg.evaluate,
+    result = agent_pass_k_stage.run(cfg.agent, tasks, assets, engine, models, out, metrics, shipped, evaluate=cfg.evaluate,
                        batches=cfg.data.batches, constrained=cfg.generate.constrained)
     _say_reused(engine)
     for name, m in result["models"].items():
         console.print(f"{name}: " + "  ".join(f"pass^{k} {v:.3f}" for k, v in m["pass_hat_k"].items() if v is not None))
     for k, d in (result.get("delta_vs_prod") or {}).items():
-        console.print(f"{ships} − prod {k}: {d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+        console.print(f"{ships} − prod {k}: {ci_text(d)}")
     if result.get("note"):
         console.print(result["note"])
 
@@ -158,6 +159,6 @@ def agent_adapter(version: str = typer.Argument(None, help="a registered version
     version = version or (current(Path("."), "prod") or {}).get("version")
     if not version:
         _fail(ValueError("nothing is in prod: name a registered version (`clap registry` lists them)"))
-    folder, expected = prod.restore_version_adapter(Path("."), version, out / version / "adapter", role="agent_adapter")
+    folder, expected = restore_version_adapter(Path("."), version, out / version / "adapter", role="agent_adapter")
     console.print(f"agent adapter of {version} → {folder} (sha256 {expected['files']['adapter_model.safetensors'][:12]}, "
                   "verified against its release bundle)")

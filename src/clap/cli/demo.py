@@ -18,6 +18,7 @@ from clap.demo.rounds import demo_overrides
 from clap.evaluate import summary
 from clap.feedback.canary_analysis import joint
 from clap.io import read_json, read_jsonl, write_jsonl
+from clap.release import registry
 from clap.release import timeline as tl
 from clap.release.bundle import agent_source
 from clap.stages import demo_data as stage
@@ -84,7 +85,7 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
         canary when the version ships an agent adapter of its own (its gate passed the agent); either failing,
         or running out of traffic undecided, rolls the version back (`canary_analysis.joint`)."""
         cfg = _params()
-        version = rel.current(Path("."), "canary")["version"]
+        version = registry.current(Path("."), "canary")["version"]
         console.rule(f"round {k}: canary {version} on SIMULATED traffic (held-out replay questions, paired)")
         counts, analysis = simulated_canary(Path("."), cfg, paths.CANARY_LOGS / version, 100,
                                             fail_when_exhausted=True)
@@ -100,13 +101,13 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
             _print_traffic(cfg, counts, "task success")
             _print_analysis(agent_analysis, paths.CANARY_AGENT_METRICS)
             others.append(agent_analysis)
-        return rel.conclude_canary(Path("."), joint(analysis, others))
+        return registry.conclude_canary(Path("."), joint(analysis, others))
 
     result = rounds.run(schedule, overrides, lambda line: console.rule(escape(line)), after_round, run_canary)
     for r in result["rounds"]:
-        rel = r.get("release")
+        released = r.get("release")
         console.print(f"round {r['round']} ({r['commit']}): gate [bold]{r['decision']}[/]"
-                      + (f" → released {rel['version']} to {rel['stage']} ({rel['tag']})" if rel else "")
+                      + (f" → released {released['version']} to {released['stage']} ({released['tag']})" if released else "")
                       + (f" — release refused: {escape(r['release_refused'])}" if "release_refused" in r else "")
                       + (f"; canary {r['canary']['verdict']} → {r['canary']['action']} ({', '.join(r['canary']['tags'])})"
                          if "canary" in r else ""), soft_wrap=True)

@@ -12,7 +12,7 @@ from clap.evaluate.engines import chain_engine
 from clap.evaluate.intervals import ci_bounds
 from clap.evaluate.report import write_reports
 from clap.evaluate.summary import abcd_table, contrast_lines, decision_table
-from clap.stages import evaluate_decisions as stage
+from clap.stages import evaluate_decisions as evaluate_decisions_stage
 from clap.stages import trainers
 from clap.train.spec import EXTRACTION
 
@@ -23,12 +23,12 @@ def evaluate(batch: str, adapter: Path = typer.Option(paths.adapter("sft")),
              materialized: Path = typer.Option(paths.MATERIALIZED),
              out: Path = typer.Option(None), metrics: Path = typer.Option(paths.EVAL_METRICS)) -> None:
     """Candidate vs prod and vs base on one batch's holdout: records, metrics, deltas with CIs, regressions."""
-    from clap.stages import evaluate as stage
+    from clap.stages import evaluate as evaluate_stage
 
     cfg = _params()
     _need((materialized / batch / "sft_eval.jsonl", f"dvc repro materialize@{batch}"), (adapter, "dvc repro train_sft"))
     engine = _engine(cfg, adapter, prod)
-    r = stage.run(cfg.evaluate, materialized / batch / "sft_eval.jsonl", engine, out or paths.EVAL / batch, batch,
+    r = evaluate_stage.run(cfg.evaluate, materialized / batch / "sft_eval.jsonl", engine, out or paths.EVAL / batch, batch,
                   metrics / f"{batch}.json", constrained=cfg.generate.constrained)
     _say_reused(engine)
     d = r["deltas"]["overall_score"]
@@ -56,7 +56,7 @@ def evaluate_decisions(prod: Path = typer.Option(None, help="restored prod adapt
     prod_dir, prod_expected = _prod(prod)
     engine = chain_engine(cfg.generate, cfg.model, steps, prod_dir, prod_expected)
     models = ["base"] + (["prod"] if prod_dir else []) + steps
-    result = stage.run(cfg.evaluate_decisions, {b: materialized / b / "decision_eval.jsonl" for b in cfg.data.batches},
+    result = evaluate_decisions_stage.run(cfg.evaluate_decisions, {b: materialized / b / "decision_eval.jsonl" for b in cfg.data.batches},
                        engine, models, out, metrics,
                        {b: (materialized / b / "sft_eval.jsonl", paths.EVAL / b / "records.jsonl")
                         for b in cfg.data.batches},
@@ -73,13 +73,13 @@ def replay(adapter: Path = typer.Option(paths.adapter("sft")),
            index_dir: Path = typer.Option(paths.INDEX), out: Path = typer.Option(paths.REPLAY),
            metrics: Path = typer.Option(paths.REPLAY_METRICS)) -> None:
     """The ABCD application-chain replay: base/adapter × with/without retrieval (and prod + RAG when in prod)."""
-    from clap.stages import replay as stage
+    from clap.stages import replay as replay_stage
 
     cfg = _params()
     _need((assets, "dvc repro assetize"), (index_dir, "dvc repro index"), (adapter, "dvc repro train_sft"),
           *[(materialized / b, f"dvc repro materialize@{b}") for b in cfg.data.batches])
     engine = _engine(cfg, adapter, prod)
-    result = stage.run(cfg.replay, assets, materialized, index_dir, engine, out, metrics, retrieval=cfg.retrieval,
+    result = replay_stage.run(cfg.replay, assets, materialized, index_dir, engine, out, metrics, retrieval=cfg.retrieval,
                        evaluate=cfg.evaluate, batches=cfg.data.batches, constrained=cfg.generate.constrained)
     _say_reused(engine)
     console.print(abcd_table(result["arms"]))

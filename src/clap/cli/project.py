@@ -11,7 +11,8 @@ from clap.cli.common import _fail, app, console
 from clap.codedeps import derived_deps, differences, import_graph, listed_deps, rewrite
 from clap.config import check as check_params
 from clap.config import compose, dump, load
-from clap.dag import TRACKS, layout, mermaid, pipeline_edges, text
+from clap.dag import TRACKS, layout, mermaid, pipeline_edges
+from clap.dag import text as dag_text
 from clap.errors import UserError
 from clap.io import atomic_write_text
 from clap.project import DOCS
@@ -38,7 +39,7 @@ def dag(track: str = typer.Option("extraction", help=" | ".join(TRACKS)),
     if track not in TRACKS:
         _fail(ValueError(f"--track {track!r}: use {', '.join(TRACKS)}"))
     rows = layout(pipeline_edges(Path(".")), track)
-    console.print(mermaid(rows) if md else text(rows), soft_wrap=True, markup=False, highlight=False)
+    console.print(mermaid(rows) if md else dag_text(rows), soft_wrap=True, markup=False, highlight=False)
 
 
 @app.command("dvc-deps")

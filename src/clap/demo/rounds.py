@@ -28,7 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clap import paths, vcs
-from clap.config import check, compose, dump
+from clap.config import check as check_config
+from clap.config import compose, dump
 from clap.demo import annotator, corpus
 from clap.errors import UserError
 from clap.io import atomic_write_text, loads_strict, read_json, read_jsonl, sha256_file, write_json, write_jsonl
@@ -176,7 +177,7 @@ def run(rounds: list[dict], overrides: list[str], say: Callable[[str], None],
     for k, rnd in enumerate(rounds, start=1):
         poisoned = rnd.get("poisoned_batch", "none")
         atomic_write_text(CONF, set_round(CONF.read_text(encoding="utf-8"), rnd["batches"], poisoned))
-        params = check(compose(overrides), f"round {k}: conf/ with overrides {' '.join(overrides) or '(none)'}")
+        params = check_config(compose(overrides), f"round {k}: conf/ with overrides {' '.join(overrides) or '(none)'}")
         atomic_write_text(Path("params.yaml"), dump(params))
         say(f"round {k}: batches {', '.join(rnd['batches'])}" + (f"; {poisoned} arrives poisoned" if poisoned != "none"
                                                                  else ""))

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from clap import paths
 from clap.domain.names import ARM_LABELS, REPLAY_ANSWER_METRICS
-from clap.evaluate.intervals import ci_text
+from clap.evaluate.intervals import ci_bounds, ci_text
 from clap.io import read_json_if_exists as _load
 
 
@@ -103,7 +103,7 @@ def agent_table(result: dict) -> Table:
     for name, m in result["models"].items():
         deltas = [result[f"deltas_vs_{ref}"].get(name, {}).get("success") for ref in refs]
         success = (m.get("with_ci") or {}).get("metrics", {}).get("success") or {}
-        cells = [f"{m[c]:.2f}" + (f" [{success['ci_low']:.2f}, {success['ci_high']:.2f}]"
+        cells = [f"{m[c]:.2f}" + (f" {ci_bounds(success, digits=2, signed=False)}"
                                   if c == "success" and success.get("n") else "") for c in AGENT_COLS]
         t.add_row(name, *cells, *[f"{ci_text(d, digits=2)}" if d else "" for d in deltas])
     return t

@@ -356,7 +356,7 @@ def _write_table_rows(spilled: dict, kept: dict, aliases: dict, writers: _Writer
                     located["no_such_document"] += 1
                     continue
                 if kind == "facts":
-                    row = _locate(row, kept, aliases, parse_quantity, value_in_text, terms_in_text)
+                    row = _locate(row, kept, aliases)
                     located["facts"] += 1
                     located["found"] += row["chunk_id"] is not None
                     located["period_from_header"] += row.pop("_period_from_header", False)
@@ -378,7 +378,7 @@ def _quarantine_fact(writers: _Writers, source: str, rule: str, field: str, row:
                                                   row | {"why": why}))
 
 
-def _locate(row: dict, kept: dict, aliases: dict, parse_quantity, value_in_text, terms_in_text) -> dict:
+def _locate(row: dict, kept: dict, aliases: dict) -> dict:
     """A table fact's evidence: the first line of its cited document (on its page, when mapped) that writes the value
     — preferring a line that also names the metric. Not found: the fact goes on without evidence and assetize
     marks it unverifiable (to the repair queue), never guessed."""
