@@ -6,7 +6,6 @@ import pytest
 
 from clap.agent import chat
 from clap.agent.tools import ReportTools
-from clap.stages.train_agent_sft import tokenize
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def test_loss_mask_covers_the_agents_turns_and_their_end_token_only(tok):
     a1 = chat.Action("Find.", "search_reports", {"query": "Apex 2022"})
     a2 = chat.Action("Answer.", "finish", {"answer": "1234.5 万元"})
     messages = chat.start("Q?") + [a1.message(), chat.tool_message("search_reports", "OBSERVED"), a2.message()]
-    row = tokenize(tok, messages, ReportTools.tool_schemas())
+    row = chat.trajectory_labels(tok, messages, ReportTools.tool_schemas())
     trained = tok.decode([t for t in row["labels"] if t != -100])
     assert trained == a1.text() + "<|im_end|>" + a2.text() + "<|im_end|>"
     assert "OBSERVED" not in trained and "Q?" not in trained
@@ -61,7 +60,7 @@ def test_a_base_without_a_template_ends_each_action_with_the_token_generation_st
     a1 = chat.Action("Find.", "search_reports", {"query": "Apex 2022"})
     a2 = chat.Action("Answer.", "finish", {"answer": "1234.5 万元"})
     messages = chat.start("Q?") + [a1.message(), chat.tool_message("search_reports", "OBSERVED"), a2.message()]
-    row = tokenize(other, messages, ReportTools.tool_schemas())
+    row = chat.trajectory_labels(other, messages, ReportTools.tool_schemas())
     trained = [t for t in row["labels"] if t != -100]
     assert other.decode(trained) == a1.text() + "<|endoftext|>" + a2.text() + "<|endoftext|>"
     assert trained[-1] == other.eos_token_id and trained.count(other.eos_token_id) == 2

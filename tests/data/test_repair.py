@@ -4,6 +4,7 @@ import json
 
 from clap.data import repair
 from clap.demo import corpus as demo_data
+from clap.domain.quantities import numbers_in
 from clap.stages import assetize
 
 
@@ -27,7 +28,7 @@ def test_repaired_rows_reenter_assetize(params, tmp_path):
     assert all(q["reason"] for q in queue)
     # a person fixes the mistyped value: the right one is in the quoted sentence on the page
     raw_row = raw_rows[bad["record_id"]]
-    value = assetize.nz.numbers_in(raw_row["evidence"])[-1]
+    value = numbers_in(raw_row["evidence"])[-1]
     fixed = tmp_path / "repair/fixed"
     fixed.mkdir(parents=True)
     (fixed / "batch.jsonl").write_text(json.dumps(raw_row | {"value": str(value), "unit": raw_row["unit"]},

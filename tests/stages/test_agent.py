@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 from tests.stages.test_train import AtStart, _peft_key, assert_lora_trained, base_weights
 
-from clap.agent import report, reward_model, rewards
+from clap.agent import chat, report, reward_model, rewards, trl_rollout
 from clap.agent.chat import CHAT_TEMPLATE
 from clap.agent.tools import ReportTools
 from clap.config import AgentRmHuman
@@ -296,13 +296,13 @@ def test_an_episodes_completion_masks_the_tool_returns(tiny_dir):
     done = chat.Action("Found it.", "finish", {"answer": "12.5 USD million"})
     messages = [*prompt, search.message(), chat.tool_message("search_reports", "[c1] Acme annual report 2022"),
                 done.message()]
-    head = train_agent_grpo.render(tok, prompt, generation_prompt=True)["input_ids"]
-    ids, mask = train_agent_grpo.completion_of(tok, head, messages, last_turn_clipped=False)
+    head = trl_rollout.render(tok, prompt, generation_prompt=True)["input_ids"]
+    ids, mask = trl_rollout.completion_of(tok, head, messages, last_turn_clipped=False)
     assert len(ids) == len(mask) and ids[-1] == tok.eos_token_id and mask[-1] == 1
     agent_text = tok.decode([t for t, m in zip(ids, mask) if m])
     assert search.text() in agent_text and done.text() in agent_text and "Acme annual report" not in agent_text
     assert "Acme annual report" in tok.decode([t for t, m in zip(ids, mask) if not m])
-    clipped, _ = train_agent_grpo.completion_of(tok, head, messages, last_turn_clipped=True)
+    clipped, _ = trl_rollout.completion_of(tok, head, messages, last_turn_clipped=True)
     assert clipped == ids[:-1]  # a turn cut at the cap has no end-of-turn token: TRL counts it clipped
 
 
@@ -527,7 +527,7 @@ def test_the_plan_is_the_thought_and_tool_and_the_call_its_arguments(tasks_dir, 
 
     tok = base_model.load_tokenizer(tiny_dir)
     task = read_jsonl(tasks_dir / "tasks.jsonl")[0]
-    row = train_agent_sft.tokenize(tok, task["messages"], ReportTools.tool_schemas())
+    row = chat.trajectory_labels(tok, task["messages"], ReportTools.tool_schemas())
     agent = [t != -100 for t in row["labels"]]
     plan, call = ([t != -100 for t in row[k]] for k in ("plan_labels", "call_labels"))
     assert all(a == (p or c) and not (p and c) for a, p, c in zip(agent, plan, call))  # a partition of the agent's turns

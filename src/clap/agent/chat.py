@@ -265,3 +265,15 @@ def end_of_turn(tok) -> str:
 
 def end_of_turn_ids(tok) -> list[int]:
     return tok(end_of_turn(tok), add_special_tokens=False)["input_ids"]
+
+
+def trajectory_labels(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
+    """input_ids and labels (-100 outside the agent's turns) of one trajectory, what `clap train agent-sft` trains
+    on; `plan_labels` and `call_labels` keep only each turn's plan (thought, tool) or its call (arguments, end of
+    turn)."""
+    enc = render(tok, messages, tool_schemas, assistant_mask=True)
+    ids = list(enc["input_ids"])
+    plan, call = plan_and_call_masks(tok, ids, enc["assistant_masks"])
+    return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, enc["assistant_masks"])],
+            "plan_labels": [t if m else -100 for t, m in zip(ids, plan)],
+            "call_labels": [t if m else -100 for t, m in zip(ids, call)]}

@@ -98,3 +98,15 @@ def next_calls(policy, tools: ReportTools, tasks: list[dict]) -> list[dict]:
         out.append({"task_id": task["task_id"], "batch": task["batch"], "turn": turn, "gold_tool": gold.tool,
                     "gold_text": gold.text(), "pred_tool": pred.tool if pred else None, "text": gen.text, **checked})
     return out
+
+
+def run_action(tools: ReportTools, text: str) -> dict:
+    """The step an action's text makes in the environment, alone (no episode to append to): parsed, its arguments
+    checked, its tool run — `finish` included, as a call. `clap train agent-rloo` scores each sampled action so."""
+    action = chat.parse_action(text)
+    if action is None:
+        return {"text": text, "valid": False, "tool": None, "arguments": None, "observation": "", "ok": False}
+    valid = tools.argument_problem(action.tool, action.arguments) is None
+    returned, ok = tools.call(action.tool, action.arguments) if valid else ("", False)
+    return {"text": text, "valid": valid, "tool": action.tool, "arguments": action.arguments,
+            "observation": returned, "ok": ok}

@@ -413,3 +413,17 @@ def by_kind_round_robin(tasks: list[dict], limit: int | None) -> list[dict]:
             if queues[kind] and len(out) < limit:
                 out.append(queues[kind].pop(0))
     return out
+
+
+def gold_states(tools: ReportTools, tasks: list[dict]) -> list[dict]:
+    """One row per agent turn of every task's gold trajectory: the conversation before it (`prefix`), the steps
+    the gold trajectory ran before it (`prefix_steps`, executed in `tools`) and the task — the states `clap train agent-rloo` samples actions in."""
+    out = []
+    for task in tasks:
+        gold = [(m["content"], m["tool_calls"][0]["function"]["name"], m["tool_calls"][0]["function"]["arguments"])
+                for m in task["messages"] if m["role"] == "assistant"]
+        _, record = execute(tools, task["question"], gold)
+        turns = [i for i, m in enumerate(task["messages"]) if m["role"] == "assistant"]
+        for j, i in enumerate(turns):
+            out.append({"task": task, "turn": j, "prefix": task["messages"][:i], "prefix_steps": record["steps"][:j]})
+    return out

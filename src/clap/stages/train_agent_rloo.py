@@ -38,7 +38,8 @@ from pathlib import Path
 from clap import model as base_model
 from clap import paths
 from clap.agent import chat, reward_model, rewards
-from clap.agent.tasks import execute, load
+from clap.agent.episode import run_action
+from clap.agent.tasks import gold_states, load
 from clap.agent.tools import ReportTools
 from clap.config import Agent, Train
 from clap.data.admission import NotAdmitted
@@ -47,37 +48,12 @@ from clap.train.common import finish, resume_point, run_training, start_from
 from clap.train.spec import AGENT, AGENT_RL_INPUTS, AGENT_RL_OPTIONAL, Call, TrainerSpec, agent_rl_arguments
 
 
-def states(tools: ReportTools, tasks: list[dict]) -> list[dict]:
-    """One row per agent turn of every task's gold trajectory: the conversation before it (`prefix`), the steps
-    the gold trajectory ran before it (`prefix_steps`, executed in `tools`) and the task."""
-    out = []
-    for task in tasks:
-        gold = [(m["content"], m["tool_calls"][0]["function"]["name"], m["tool_calls"][0]["function"]["arguments"])
-                for m in task["messages"] if m["role"] == "assistant"]
-        _, record = execute(tools, task["question"], gold)
-        turns = [i for i, m in enumerate(task["messages"]) if m["role"] == "assistant"]
-        for j, i in enumerate(turns):
-            out.append({"task": task, "turn": j, "prefix": task["messages"][:i], "prefix_steps": record["steps"][:j]})
-    return out
-
-
 def build_dataset(tok, rows: list[dict]):
     from datasets import Dataset
 
     return Dataset.from_list([{"prompt": reward_model.state_text(tok, r["prefix"]),
                                "state_json": json.dumps({"task": r["task"], "prefix_steps": r["prefix_steps"]},
                                                         ensure_ascii=False)} for r in rows])
-
-
-def run_action(tools: ReportTools, text: str) -> dict:
-    """The step an action's text makes in the environment: parsed, its arguments checked, its tool run."""
-    action = chat.parse_action(text)
-    if action is None:
-        return {"text": text, "valid": False, "tool": None, "arguments": None, "observation": "", "ok": False}
-    valid = tools.argument_problem(action.tool, action.arguments) is None
-    observation, ok = tools.call(action.tool, action.arguments) if valid else ("", False)
-    return {"text": text, "valid": valid, "tool": action.tool, "arguments": action.arguments,
-            "observation": observation, "ok": ok}
 
 
 def rule_rewards(tools: ReportTools):
@@ -128,7 +104,7 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
     if not tasks:
         raise NotAdmitted(f"agent-rloo: no train task in {tasks_dir}")
     tools = ReportTools.over_batches(assets, batches)
-    rows = states(tools, tasks)
+    rows = gold_states(tools, tasks)
     tok = base_model.load_tokenizer(base_dir)
     tok.padding_side = "left"
     base_identity = base_model.identity(base_dir)

@@ -32,17 +32,6 @@ from clap.train.common import finish, lora_config, memory_plan, resume_point, ru
 from clap.train.spec import AGENT, Call, Need, TrainerSpec
 
 
-def tokenize(tok, messages: list[dict], tool_schemas: list[dict]) -> dict:
-    """input_ids and labels (-100 outside the agent's turns) of one trajectory; `plan_labels` and `call_labels`
-    keep only each turn's plan (thought, tool) or its call (arguments, end of turn)."""
-    enc = chat.render(tok, messages, tool_schemas, assistant_mask=True)
-    ids = list(enc["input_ids"])
-    plan, call = chat.plan_and_call_masks(tok, ids, enc["assistant_masks"])
-    return {"input_ids": ids, "labels": [t if m else -100 for t, m in zip(ids, enc["assistant_masks"])],
-            "plan_labels": [t if m else -100 for t, m in zip(ids, plan)],
-            "call_labels": [t if m else -100 for t, m in zip(ids, call)]}
-
-
 def phases(s: AgentSft) -> list[tuple[str, str, int, int]]:
     """(phase, labels, epochs, max_steps) of each training phase: the whole action (`joint`), or the plan for
     the first half of the dose and then the call for the rest (`two_stage`), each at least one epoch or step."""
@@ -72,7 +61,7 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
     schemas = ReportTools.tool_schemas()
     rows, too_long = [], []
     for task in tasks:
-        row = tokenize(tok, task["messages"], schemas)
+        row = chat.trajectory_labels(tok, task["messages"], schemas)
         (rows if len(row["input_ids"]) <= s.max_length else too_long).append(row | {"task_id": task["task_id"]})
     for r in too_long:
         print(f"clap: agent-sft sets aside {r['task_id']}: {len(r['input_ids'])} tokens > agent.sft.max_length "
