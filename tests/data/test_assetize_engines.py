@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from tests.conftest import ROOT
 
-from clap.data import near_dup
+from clap.data import assets, near_dup
 from clap.data.near_dup import near_duplicates
 from clap.data.spill import unit_of
 from clap.demo import corpus as demo_data
@@ -64,7 +64,7 @@ def _report(out: Path) -> dict:
 def test_units_and_blocks_change_no_byte_of_the_output(params, corpus, tmp_path, monkeypatch):
     raw, fixed = corpus
     one = assetize.run(params.assetize, raw, tmp_path / "one", fixed)
-    monkeypatch.setattr(assetize, "MEMORY_PER_RAW_BYTE", 5e4)  # a budget far below the input: many units
+    monkeypatch.setattr(assets, "MEMORY_PER_RAW_BYTE", 5e4)  # a budget far below the input: many units
     many = assetize.run(_settings(params, read_rows=37), raw, tmp_path / "many", fixed)
     assert one["units"] == 1 and many["units"] >= 4
     assert _files(tmp_path / "one") == _files(tmp_path / "many")
@@ -119,7 +119,7 @@ def test_a_two_worker_ray_cluster_gives_the_local_outputs(params, corpus, tiny_d
 
     raw, fixed = corpus
     ray.init(address=ray_cluster)
-    monkeypatch.setattr(assetize, "MEMORY_PER_RAW_BYTE", 5e4)
+    monkeypatch.setattr(assets, "MEMORY_PER_RAW_BYTE", 5e4)
     local = assetize.run(_settings(params, read_rows=50), raw, tmp_path / "local", fixed)
     on_ray = assetize.run(_settings(params, read_rows=50), raw, tmp_path / "ray", fixed, engine="ray")
     assert local["units"] == on_ray["units"] >= 4
