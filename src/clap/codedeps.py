@@ -10,8 +10,9 @@ plus the packages' `__init__` modules Python runs on the way, without other stag
 groups (a command group imports every stage it can run; a stage runs only its own). The registry of trainers
 (`clap.stages.trainers`) is in the closure of every stage whose command reads it; a trainer the registry collects
 runs through it and `clap train` (`clap.cli.train`), and the other trainers' modules the registry imports are left
-out as other stages are (a change to one reruns that trainer, and its outputs rerun the stages that judge it). A change to any file of the
-closure reruns the stage; a change elsewhere does not. `tests/test_codedeps.py` fails, naming the stage and the
+out as other stages are (a change to one reruns that trainer, and its outputs rerun the stages that judge it). A stage
+the registry of stages (`clap.stages.registry`) collects runs through it and the command group its spec names
+(`group="data"`: `clap.cli.data`). A change to any file of the closure reruns the stage; a change elsewhere does not. `tests/test_codedeps.py` fails, naming the stage and the
 module, when dvc.yaml and the imports disagree.
 """
 
@@ -30,6 +31,8 @@ SRC = Path(clap.__file__).parent
 COMMON = "clap.cli.common"
 REGISTRY = "clap.stages.trainers"  # the trainers' specs: read by the commands that run or judge a trainer
 TRAIN_COMMAND = "clap.cli.train"  # `clap train <trainer>`: runs each trainer the registry collects
+STAGES = "clap.stages.registry"  # the other stages' specs: each command group registers its own from it
+NOT_STAGES = {REGISTRY, STAGES, "clap.stages.spec"}  # modules of clap/stages/ that are no stage of their own
 
 
 def module_of(path: Path, src: Path = SRC) -> str:
@@ -75,13 +78,27 @@ def _packages(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def stage_closure(stage: str, graph: dict[str, set[str]]) -> set[str]:
+def spec_group(stage: str, src: Path = SRC) -> str:
+    """The command group `STAGE = StageSpec(..., group=...)` in `clap/stages/<stage>.py` names (read, not imported)."""
+    tree = ast.parse((src / "stages" / f"{stage}.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "StageSpec":
+            for kw in node.keywords:
+                if kw.arg == "group" and isinstance(kw.value, ast.Constant):
+                    return kw.value.value
+    raise KeyError(f"{stage}: clap.stages.registry collects it, but src/clap/stages/{stage}.py has no "
+                   "StageSpec(..., group=...)")
+
+
+def stage_closure(stage: str, graph: dict[str, set[str]], src: Path = SRC) -> set[str]:
     """The clap modules stage `stage` runs (pure, over `graph`)."""
     own = f"clap.stages.{stage}"
     if own not in graph:
         raise KeyError(f"{stage}: no module {own} (src/clap/stages/{stage}.py)")
     if own in graph.get(REGISTRY, ()):
         commands = [REGISTRY, TRAIN_COMMAND]
+    elif own in graph.get(STAGES, ()):
+        commands = [STAGES, f"clap.cli.{spec_group(stage, src)}"]
     else:
         commands = sorted(m for m, ts in graph.items() if m.startswith("clap.cli.") and own in ts)
     start = {own, COMMON, *commands}
@@ -92,7 +109,8 @@ def stage_closure(stage: str, graph: dict[str, set[str]]) -> set[str]:
             continue
         seen.add(m)
         for t in graph.get(m, ()):
-            if t.startswith("clap.stages.") and t not in (own, REGISTRY) or t.startswith("clap.cli.") and t not in start:
+            if t.startswith("clap.stages.") and t != own and t not in NOT_STAGES or \
+                    t.startswith("clap.cli.") and t not in start:
                 continue
             todo.append(t)
     return seen | {p for m in seen for p in _packages(m) if p in graph}  # a namespace package has no file
@@ -106,7 +124,7 @@ def module_file(module: str, src: Path = SRC) -> str:
 
 
 def derived_deps(stage: str, graph: dict[str, set[str]], src: Path = SRC) -> list[str]:
-    return sorted(module_file(m, src) for m in stage_closure(stage, graph))
+    return sorted(module_file(m, src) for m in stage_closure(stage, graph, src))
 
 
 def _stage_blocks(text: str) -> list[tuple[str, int, int]]:

@@ -3,6 +3,7 @@ one-line errors, the parameters, the engines with prod as baseline."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from clap.config import Params, load
 from clap.errors import UserError  # noqa: E402
 from clap.evaluate.engines import extraction_engine, prod_baseline
 from clap.io import require_inputs
+from clap.stages.spec import REQUIRED, StageSpec
 
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
 
@@ -51,6 +53,32 @@ class _UserErrorsInOneLine(TyperGroup):
             return super().invoke(ctx)
         except UserError as exc:
             _fail(exc)
+
+
+def register(spec: StageSpec, group: typer.Typer | None = None) -> None:
+    """`spec`'s command on `group` (the `clap` app): its arguments parsed as the spec declares them, then
+    `params.yaml` loaded, the stage's `main` called and its lines printed — all a stage's command does."""
+    def command(**arguments) -> None:
+        for line in spec.main(_params(), **arguments):
+            _say(line)
+
+    def parameter(a) -> inspect.Parameter:
+        default = typer.Argument(REQUIRED if a.default is REQUIRED else a.default, help=a.help) if a.positional \
+            else typer.Option(a.default, a.flag, help=a.help)
+        return inspect.Parameter(a.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=a.kind)
+
+    command.__signature__ = inspect.Signature([parameter(a) for a in spec.args])
+    command.__doc__ = spec.help
+    command.__name__ = spec.name
+    (group or app).command(spec.command)(command)
+
+
+def _say(line: str) -> None:
+    """One line of a stage's output; `warning: …` marked as a warning. What a line quotes (a file name, a cell) is
+    printed as written, never read as markup."""
+    if line.startswith("warning: "):
+        return console.print("[bold yellow]warning:[/] " + escape(line.removeprefix("warning: ")))
+    console.print(escape(line))
 
 
 def _params() -> Params:

@@ -1,5 +1,5 @@
-"""`clap base-model` and `clap train <trainer>`: the registry's trainer called with its inputs checked, the tracking
-run, the trained record."""
+"""`clap train <trainer>`: the registry's trainer called with its inputs checked, the tracking run, the trained
+record."""
 
 from __future__ import annotations
 
@@ -12,19 +12,10 @@ from clap import model, paths
 from clap.cli.common import _fail, _need, _params, app, console
 from clap.config import Params
 from clap.io import check_output_dir, read_json_if_exists, write_json
-from clap.stages import base_model as stage
 from clap.stages import trainers
 from clap.train.common import write_disabled
 from clap.train.spec import Call, TrainerSpec
 from clap.train.tracking import Tracking
-
-
-@app.command("base-model")
-def base_model_cmd() -> None:
-    """Resolve and pin the base model `model.base` names: a packaged or file GGUF dequantised once into
-    `model.cache_dir`; a local folder or Hub snapshot used in place, its files' hashes pinned there."""
-    path, ident = stage.run(_params().model)
-    console.print(f"base model ready: {ident['hub_id']} at {path} {ident['weights_sha256']}")
 
 
 @app.command()

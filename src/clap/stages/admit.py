@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clap.config import Admit
+from clap import paths
+from clap.config import Admit, Params
 from clap.data.admission import decide
 from clap.domain.contracts import AdmissionRecord
 from clap.domain.prompts import SYSTEM_DECIDE
 from clap.io import read_json, read_jsonl, require_inputs, write_json
+from clap.stages.spec import REQUIRED, Arg, StageSpec
 
 
 def run(section: Admit, batch_dir: Path, out: Path) -> AdmissionRecord:
@@ -33,3 +35,14 @@ def run(section: Admit, batch_dir: Path, out: Path) -> AdmissionRecord:
                     read_jsonl(batch_dir / "grpo_groups.jsonl"), section, targets)
     write_json(out, record.model_dump())
     return record
+
+
+def main(params: Params, batch: str, materialized: Path = paths.MATERIALIZED, out: Path | None = None) -> list[str]:
+    """Admission gate for one batch: admit / sft_only / repair / block, with every check."""
+    rec = run(params.admit, materialized / batch, out or paths.admission(batch))
+    return [f"{batch}: {rec.decision}" + (f" ({'; '.join(rec.reasons)})" if rec.reasons else "")]
+
+
+STAGE = StageSpec(name="admit", group="data", main=main, args=(
+    Arg("batch", str, REQUIRED, positional=True), Arg("materialized", Path, paths.MATERIALIZED),
+    Arg("out", Path, None)))

@@ -28,11 +28,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from clap.config import Assetize
+from clap import paths
+from clap.config import Assetize, ConfigError, Params
 from clap.data import duck, spill
 from clap.data.assets import TABLES, assetize_unit, finish, gc_paused, read_tables, timed, unit_count
-from clap.data.engine import map_units
+from clap.data.engine import ENGINES, map_units
 from clap.io import InputFileError, atomic_dir, find_input, write_json
+from clap.stages.spec import Arg, StageSpec
 
 
 def run(section: Assetize, raw: Path, out: Path, repaired: Path | None = None, engine: str | None = None) -> dict:
@@ -78,3 +80,27 @@ def _run(settings: Assetize, raw: Path, out: Path, repaired: Path | None) -> dic
         shutil.rmtree(work)
         write_json(tmp / "report.json", report)
     return report
+
+
+def main(params: Params, raw: Path = paths.RAW, out: Path = paths.ASSETS, repaired: Path | None = None,
+         engine: str | None = None) -> list[str]:
+    """Validate and normalise raw inputs into assets, streaming; quarantine what cannot be used."""
+    if engine is not None and engine not in ENGINES:
+        raise ConfigError(f"--engine {engine!r}: choose from {', '.join(ENGINES)}")
+    report = run(params.assetize, raw, out, repaired, engine)
+    lines = [f"{name:10s} rows in {e['rows_in']:6d}  kept {e['kept']:6d}  quarantined {e['quarantined']:5d}"
+             for name, e in report["inputs"].items()]
+    lines.append(f"facts verifiable {report['verifiable_facts']}, unverifiable {report['unverifiable_facts']}; "
+                 f"{report['units']} unit(s) of work")
+    if "repaired_rows_in" in report:
+        lines.append(f"repaired rows in {report['repaired_rows_in']}, now verifiable "
+                     f"{report['repaired_rows_verifiable']}")
+    lines.append("noise found/fixed: " + ", ".join(f"{k}={v}" for k, v in report["noise"].items() if v))
+    lines.append("rows per batch: " + ", ".join(f"{k!r}={v}" for k, v in report["batches"]["rows"].items()))
+    return lines + [f"warning: {w}" for w in report["batches"]["warnings"]]
+
+
+STAGE = StageSpec(name="assetize", group="data", main=main, args=(
+    Arg("raw", Path, paths.RAW), Arg("out", Path, paths.ASSETS),
+    Arg("repaired", Path, None, "folder (or file) of repaired fact rows from the repair queue"),
+    Arg("engine", str, None, "local | ray (default: assetize.engine in params.yaml)")))

@@ -11,10 +11,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import model
-from clap.config import Model
+from clap.config import Model, Params
+from clap.stages.spec import StageSpec
 
 
 def run(section: Model) -> tuple[Path, dict]:
     """The base model's folder and its identity (name, hub id, weights sha256) after pinning it again."""
     path = model.resolve(section, repin=True)
     return path, model.identity(path)
+
+
+def main(params: Params) -> list[str]:
+    """Resolve and pin the base model `model.base` names: a packaged or file GGUF dequantised once into
+    `model.cache_dir`; a local folder or Hub snapshot used in place, its files' hashes pinned there."""
+    path, ident = run(params.model)
+    return [f"base model ready: {ident['hub_id']} at {path} {ident['weights_sha256']}"]
+
+
+STAGE = StageSpec(name="base_model", group="data", main=main)

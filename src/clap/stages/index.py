@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from clap.config import Retrieval
-from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json
+from clap import paths
+from clap.config import Params, Retrieval
+from clap.io import atomic_dir, check_output_dir, read_jsonl, require_inputs, write_json
 from clap.retrieval import BM25Index, retrieve
+from clap.stages.spec import Arg, StageSpec
 
 
 def run(r: Retrieval, assets: Path, materialized: Path, out: Path, batches: list[str]) -> dict:
@@ -39,3 +41,16 @@ def run(r: Retrieval, assets: Path, materialized: Path, out: Path, batches: list
         write_json(tmp / "retrieval_metrics.json", {"mode": r.mode, "k": r.k,
                                                     "per_batch": recall})
     return recall
+
+
+def main(params: Params, assets: Path = paths.ASSETS, materialized: Path = paths.MATERIALIZED,
+         out: Path = paths.INDEX) -> list[str]:
+    """Build the retrieval index over all chunks; report recall@k of the gold chunk per batch."""
+    batches = params.data.batches
+    require_inputs([(assets, "dvc repro assetize"), *[(materialized / b, f"dvc repro materialize@{b}") for b in batches]])
+    return [f"{b}: " + ", ".join(f"{k}={v}" for k, v in r.items())
+            for b, r in run(params.retrieval, assets, materialized, out, batches).items()]
+
+
+STAGE = StageSpec(name="index", group="data", main=main, args=(
+    Arg("assets", Path, paths.ASSETS), Arg("materialized", Path, paths.MATERIALIZED), Arg("out", Path, paths.INDEX)))

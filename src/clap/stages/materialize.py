@@ -25,13 +25,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from clap.config import Materialize, Rewards
+from clap import paths
+from clap.config import Materialize, Params, Rewards
 from clap.data.near_dup import near_duplicates
 from clap.domain import prompts
 from clap.domain import quantities as nz
 from clap.domain.contracts import DecisionCase, GrpoGroup, PreferencePair, ReplayCase, SftSample
 from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.retrieval import BM25Index
+from clap.stages.spec import REQUIRED, Arg, StageSpec
 from clap.train.rewards import decision_reward
 
 
@@ -256,3 +258,17 @@ def _preferences(batch_dec: pd.DataFrame, all_dec: pd.DataFrame, rcfg: Rewards) 
                                                       {"role": "near_miss", "text": near, "reward": r_n},
                                                       {"role": "rejected", "text": rejected, "reward": r_r}])})
     return pairs, groups
+
+
+def main(params: Params, batch: str, assets: Path = paths.ASSETS, out: Path | None = None) -> list[str]:
+    """Build one batch's SFT/holdout/DPO/GRPO/replay sets and its data-quality report."""
+    q = run(params.materialize, assets, batch, out or paths.MATERIALIZED / batch, rewards=params.rewards,
+            retrieval_k=params.retrieval.k)
+    return [f"{batch}: train {q['train_size']}, holdout {q['holdout_size']}, replay {q['replay_cases']}, "
+            f"dpo {q['dpo_pairs']}, grpo {q['grpo_groups']}, repair {q['repair_queue']}; overlap before "
+            f"{q['before']['exact_input_overlap']}/{q['before']['near_duplicate_overlap']} after "
+            f"{q['after']['exact_input_overlap']}/{q['after']['near_duplicate_overlap']} (exact/near)"]
+
+
+STAGE = StageSpec(name="materialize", group="data", main=main, args=(
+    Arg("batch", str, REQUIRED, positional=True), Arg("assets", Path, paths.ASSETS), Arg("out", Path, None)))

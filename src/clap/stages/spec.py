@@ -1,0 +1,55 @@
+"""What a stage that is not a trainer is, declared once: the spec its stage module exports as `STAGE`, which
+`clap.stages.registry` collects and the CLI registers generically (`clap.cli.common.register`).
+
+    clap ingest --help     (the command, its arguments and its help come from `clap.stages.ingest.STAGE`)
+
+A stage module keeps two functions: `run(section, inputs)`, the stage's work on its typed config section, and `main`,
+what the command does with `params.yaml` and the command line — picks the section, checks the inputs (one line
+naming a missing one and the command that makes it), calls `run` and returns the lines the command prints. The CLI
+only parses the arguments the spec declares, loads `params.yaml`, calls `main` and prints. Trainers have their own
+spec (`clap.train.spec`); adding a stage: docs/how-to/extend.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+REQUIRED = ...  # an argument's default when the user must give it
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a stage's command: `--name` (dashes for underscores), or positional; `kind` is its type
+    (`str`, `Path`), `default` its value when absent (`REQUIRED`: it must be given)."""
+    name: str
+    kind: type
+    default: Any = None
+    help: str = ""
+    positional: bool = False
+
+    @property
+    def flag(self) -> str:
+        return self.name if self.positional else "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage. `name`: its module `clap.stages.<name>` and its DVC stage (`<name>` or `<name>@<item>`);
+    `command`: what `clap` calls it; `group`: the CLI module that lists it (`clap.cli.<group>`); `main(params,
+    **arguments)`: the command's work, returning the lines it prints (a line that begins `warning: ` is printed as a
+    warning); its docstring is the command's help."""
+    name: str
+    group: str
+    main: Callable[..., list[str]]
+    args: tuple[Arg, ...] = ()
+
+    @property
+    def command(self) -> str:
+        return self.name.replace("_", "-")
+
+    @property
+    def help(self) -> str:
+        return inspect.cleandoc(self.main.__doc__ or "")
