@@ -8,54 +8,17 @@ import typer
 from rich.markup import escape
 
 from clap import paths
-from clap.cli.common import _fail, _params, app, console
-from clap.config import read
+from clap.cli.common import _fail, _params, app, console, register
 from clap.release import export as ex
 from clap.release import registry as rel
 from clap.release import timeline as tl
 from clap.release.bundle import BundleMismatch
 from clap.release.bundle import verify as do_verify
 from clap.serve import engine as served
-from clap.stages import bundle as bundle_stage
-from clap.stages import gate as gate_stage
-from clap.stages import prod_adapter as stage
-from clap.stages import trainers
-from clap.train.spec import AGENT, EXTRACTION
+from clap.stages import registry as stages
 
-
-@app.command("prod-adapter")
-def prod_adapter(out: Path = typer.Option(paths.PROD_ADAPTER)) -> None:
-    """Restore the adapter the registry's prod stage points at (the baseline of evaluate and the gate)."""
-    ptr = stage.run(Path("."), out)
-    console.print(f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}")
-
-
-@app.command()
-def gate(out: Path = typer.Option(paths.GATE)) -> None:
-    """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
-    cfg = _params()
-    d = gate_stage.run(cfg.gate, Path("."), out, batches=cfg.data.batches,
-                  chain=trainers.switched_on(EXTRACTION, cfg), agent_chain=trainers.switched_on(AGENT, cfg))
-    console.print(f"gate decision: [bold]{d.decision}[/]")
-    for r in d.reasons:
-        console.print(escape(f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else "")))
-
-
-@app.command()
-def bundle(out: Path = typer.Option(paths.BUNDLE, help="the bundle of the candidate the gate ships"),
-           each: Path = typer.Option(paths.BUNDLES, help="one bundle per candidate the gate judged: <candidate>.json")
-           ) -> None:
-    """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
-    result = bundle_stage.run(Path("."), read(Path("params.yaml")), out, each)  # the bundle pins the file as written
-    for c, res in result["written"].items():
-        console.print(f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
-                      f"verdict {result['verdicts'].get(c, res.decision['decision'])}")
-    for c in result["missing"]:
-        console.print(f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter")
-    console.print(f"bundle → {out}: the shipped candidate {result['shipped']}, decision "
-                  f"{result['decision']['decision']}; its adapter → {paths.SHIPPED}/adapter (the `clap-adapter` artifact)")
-    for c, run_id in result["mlflow_runs"].items():
-        console.print(f"mlflow run {run_id} ({c}): tagged with its verdict and the bundle's sha256")
+for spec in stages.group("release"):  # prod-adapter, gate, bundle
+    register(spec)
 
 
 @app.command()

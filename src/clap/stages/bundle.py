@@ -12,8 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
+from clap.config import Params, read
 from clap.io import require_inputs, sha256_file
 from clap.release import bundle
+from clap.stages.spec import Arg, StageSpec
 from clap.train.tracking import log_release
 
 
@@ -36,3 +38,20 @@ def run(root: Path, params: dict, out: Path, each: Path) -> dict:
             runs[c] = run_id
     return {"written": written, "missing": missing, "verdicts": verdicts, "shipped": shipped, "decision": decision,
             "mlflow_runs": runs}
+
+
+def main(params: Params, out: Path = paths.BUNDLE, each: Path = paths.BUNDLES) -> list[str]:
+    """Write an evidence bundle per candidate (hashes of everything its verdict rests on); `out` = the shipped one's."""
+    result = run(Path("."), read(Path("params.yaml")), out, each)  # the bundle pins the file as written
+    lines = [f"bundle {c} → {each / (c + '.json')}: {len(res.files)} files pinned, "
+             f"verdict {result['verdicts'].get(c, res.decision['decision'])}" for c, res in result["written"].items()]
+    lines += [f"bundle {c}: none — the gate judged it but models/{c}/adapter holds no adapter" for c in result["missing"]]
+    lines.append(f"bundle → {out}: the shipped candidate {result['shipped']}, decision "
+                 f"{result['decision']['decision']}; its adapter → {paths.SHIPPED}/adapter (the `clap-adapter` artifact)")
+    return lines + [f"mlflow run {run_id} ({c}): tagged with its verdict and the bundle's sha256"
+                    for c, run_id in result["mlflow_runs"].items()]
+
+
+STAGE = StageSpec(name="bundle", group="release", main=main, args=(
+    Arg("out", Path, paths.BUNDLE, "the bundle of the candidate the gate ships"),
+    Arg("each", Path, paths.BUNDLES, "one bundle per candidate the gate judged: <candidate>.json")))

@@ -22,11 +22,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from clap import paths
-from clap.config import Gate
+from clap.config import Gate, Params
 from clap.domain.contracts import GateDecision
 from clap.evaluate import headline
 from clap.io import InputFileError, read_json, read_json_if_exists, sha256_file, write_json
 from clap.release.gate import choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
+from clap.stages import trainers as trainer_registry
+from clap.stages.spec import Arg, StageSpec
+from clap.train.spec import AGENT, EXTRACTION
 
 
 def run(policy: Gate, root: Path, out: Path, *, batches: list[str], chain: list[str], agent_chain: list[str]
@@ -77,3 +80,16 @@ def _evidence(path: Path, maker: str, optional: bool = False):
         return read_json(path)
     except InputFileError as exc:
         return str(exc).removeprefix(f"{path}: ")
+
+
+def main(params: Params, out: Path = paths.GATE) -> list[str]:
+    """Release gate: promote / canary / hold / reject / rollback with machine-readable reasons."""
+    d = run(params.gate, Path("."), out, batches=params.data.batches,
+            chain=trainer_registry.switched_on(EXTRACTION, params),
+            agent_chain=trainer_registry.switched_on(AGENT, params))
+    return [f"gate decision: {d.decision}"] + [
+        f"  - {r.rule}: {r.observed} vs {r.threshold} → {r.outcome}" + (f" [{r.batch}]" if r.batch else "")
+        for r in d.reasons]
+
+
+STAGE = StageSpec(name="gate", group="release", main=main, args=(Arg("out", Path, paths.GATE),))

@@ -11,9 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clap import paths
+from clap.config import Params
 from clap.release import prod
+from clap.stages.spec import Arg, StageSpec
 
 
 def run(root: Path, out: Path) -> dict:
     """The prod pointer restored into `out` (`version` is None when nothing is in prod)."""
     return prod.restore(Path(root), out)
+
+
+def main(params: Params, out: Path = paths.PROD_ADAPTER) -> list[str]:
+    """Restore the adapter the registry's prod stage points at (the baseline of evaluate and the gate)."""
+    ptr = run(Path("."), out)
+    return [f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}"]
+
+
+STAGE = StageSpec(name="prod_adapter", group="release", main=main, args=(Arg("out", Path, paths.PROD_ADAPTER),))
