@@ -184,6 +184,7 @@ class Sft(Lora):
     gradient_accumulation: PosInt
     max_length: Annotated[StrictInt, Field(ge=16)]
     group_by_length: StrictBool
+    pad_to_multiple_of: Annotated[StrictInt, Field(ge=1, le=4096)] | None  # a batch's width rounded up to this
     padding_free: Switch
     qlora: Switch
     bf16: Switch

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from clap.config import Lora
-from clap.train.labelled_head import LabelledHeadSFTTrainer, labelled_loss, next_token_targets
+from clap.train.labelled_head import LabelledHeadSFTTrainer, labelled_loss, next_token_targets, row_slice
 
 
 def test_next_token_targets_are_the_labels_one_position_on():
@@ -162,5 +162,63 @@ def test_training_under_a_budget_follows_the_same_trajectory(tiny_dir, tmp_path)
     assert len(losses[0]) == 2 and losses[1] == pytest.approx(losses[0], rel=1e-5)
     assert finals[0].keys() == finals[1].keys()
     assert any(not torch.equal(w, torch.zeros_like(w)) for n, w in finals[0].items() if "lora_B" in n)  # LoRA moved
+    for name, w in finals[0].items():
+        assert torch.allclose(finals[1][name], w, atol=1e-6, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("multiple, width", [(None, 5), (1, 5), (4, 8), (5, 5), (8, 8), (16, 10)])
+def test_a_micro_batch_keeps_the_batchs_multiple_of_columns(multiple, width):
+    """Cut after the longest attended column, rounded up to `pad_to_multiple_of`, never past the batch's width."""
+    inputs = {"input_ids": torch.arange(30).view(3, 10), "attention_mask": torch.tensor([[1] * 5 + [0] * 5,
+                                                                                         [1] * 10, [1] * 3 + [0] * 7]),
+              "labels": torch.arange(30).view(3, 10)}
+    out = row_slice(inputs, [2, 0], multiple)
+    assert out["input_ids"].shape == (2, width) and out["labels"].shape == (2, width)
+    assert out["input_ids"][:, 0].tolist() == [20, 0]  # the rows asked for, in that order
+
+
+def test_padding_to_a_multiple_changes_the_shapes_not_the_trajectory(tiny_dir, tmp_path):
+    """`train.sft.pad_to_multiple_of`: two optimizer steps with batches padded to a multiple of 8 columns (and in
+    micro-batches that keep it) log the losses and reach the LoRA weights of the unpadded run (fp32, plain SGD, as
+    above); the padded run's batches are all 8 or 16 wide."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from clap.model import load_model, load_tokenizer
+    from clap.train.common import lora_config
+    from clap.train.memory import MicroBatchPlan
+
+    rows = Dataset.from_list([{"input_ids": list(range(3, 3 + n)), "labels": [-100] * (n - 2) + [n, n + 1]}
+                              for n in (4, 9, 6, 12, 5, 7, 10, 8)])
+    finals, losses, widths = [], [], []
+    original = LabelledHeadSFTTrainer.compute_loss
+
+    def spy(self, model, inputs, **kw):
+        widths.append(inputs["input_ids"].shape[1])
+        return original(self, model, inputs, **kw)
+
+    for multiple in (None, 8):
+        torch.manual_seed(0)
+        args = SFTConfig(output_dir=str(tmp_path / str(multiple)), use_cpu=True, report_to=[], max_steps=2,
+                         per_device_train_batch_size=4, gradient_accumulation_steps=1, learning_rate=1e-2,
+                         save_strategy="no", seed=0, logging_steps=1, optim="sgd", bf16=False,
+                         pad_to_multiple_of=multiple)
+        model = load_model(tiny_dir)
+        lora = lora_config(Lora(lora_r=4, lora_alpha=8, lora_dropout=0.0, target_modules="auto"), model)
+        trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=rows,
+                                         processing_class=load_tokenizer(tiny_dir), peft_config=lora)
+        trainer.memory_budget = MicroBatchPlan(budget_mb=1024, available=13.0, per_token=1.0, per_labelled=0.0,
+                                               checkpointing=False)
+        widths.clear()
+        LabelledHeadSFTTrainer.compute_loss = spy
+        try:
+            trainer.train()
+        finally:
+            LabelledHeadSFTTrainer.compute_loss = original
+        finals.append({n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n})
+        losses.append([h["loss"] for h in trainer.state.log_history if "loss" in h])
+    assert set(widths) <= {8, 16} and len(widths) > 2  # the padded run, in several micro-batches
+    assert len(losses[0]) == 2 and losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert any(not torch.equal(w, torch.zeros_like(w)) for n, w in finals[0].items() if "lora_B" in n)
     for name, w in finals[0].items():
         assert torch.allclose(finals[1][name], w, atol=1e-6, rtol=1e-4), name

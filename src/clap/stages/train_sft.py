@@ -119,7 +119,7 @@ def sft_config(s: Sft, seed: int, checkpoints: Path, padding_free: bool, bf16: b
         gradient_accumulation_steps=s.gradient_accumulation, logging_steps=s.logging_steps,
         save_steps=s.save_steps, save_total_limit=2,
         max_length=None if padding_free else s.max_length,  # padding-free: TRL cannot truncate; demo rows are short
-        padding_free=padding_free, completion_only_loss=True,
+        padding_free=padding_free, completion_only_loss=True, pad_to_multiple_of=s.pad_to_multiple_of,
         train_sampling_strategy="group_by_length" if s.group_by_length else "random", report_to=[], seed=seed,
         bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
         lr_scheduler_type="linear", warmup_steps=0, save_only_model=False, include_num_input_tokens_seen="all",

@@ -50,9 +50,11 @@ def labelled_loss(logits, targets, num_items_in_batch=None):
     return loss, entropy, is_top1
 
 
-def row_slice(inputs: dict, rows: list[int]) -> dict:
-    """The tensors of `inputs` for `rows` (in that order), cut after the last column any of them attends to:
-    right padding beyond a micro-batch's longest row is dropped, positions before it are untouched."""
+def row_slice(inputs: dict, rows: list[int], multiple: int | None = None) -> dict:
+    """The tensors of `inputs` for `rows` (in that order), cut after the last column any of them attends to,
+    rounded up to a `multiple` of columns (the batch's `pad_to_multiple_of`, so micro-batches keep the few widths
+    the batches have): right padding beyond a micro-batch's longest row is dropped, positions before it are
+    untouched."""
     import torch
 
     index = torch.as_tensor(rows)
@@ -63,6 +65,8 @@ def row_slice(inputs: dict, rows: list[int]) -> dict:
     if mask is None or mask.dim() != 2:
         return picked
     width = int(mask.any(0).nonzero().max()) + 1 if mask.any() else mask.shape[1]
+    if multiple:
+        width = min(mask.shape[1], -(-width // multiple) * multiple)
     return {k: (v[:, :width] if torch.is_tensor(v) and v.dim() == 2 and v.shape[1] == mask.shape[1] else v)
             for k, v in picked.items()}
 
@@ -89,7 +93,7 @@ class LabelledHeadSFTTrainer(SFTTrainer):
                 if self._decoder_layers is None:  # found once: the model's modules do not change while it trains
                     self._decoder_layers = _decoder_layers(model)
                 _recompute_layers(self._decoder_layers, recompute(rows, lengths, labelled, plan))
-            part = inputs if len(rows) == len(lengths) else row_slice(inputs, rows)
+            part = inputs if len(rows) == len(lengths) else row_slice(inputs, rows, self.args.pad_to_multiple_of)
             loss = super().training_step(model, part, num_items_in_batch)
             total = loss if total is None else total + loss
         return total
