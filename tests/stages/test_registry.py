@@ -15,7 +15,7 @@ from clap.cli import app
 from clap.cli.common import register
 from clap.config import ConfigError
 from clap.stages import registry
-from clap.stages.spec import REQUIRED, Arg, StageSpec
+from clap.stages.spec import REQUIRED, StageSpec
 
 
 def _command(name: str):
@@ -47,9 +47,7 @@ def test_the_groups_register_their_stages_from_the_registry_and_no_stage_by_hand
 
 def _toy_app(main) -> typer.Typer:
     toy = typer.Typer(add_completion=False)
-    register(StageSpec(name="toy_stage", group="data", main=main, args=(
-        Arg("batch", str, REQUIRED, positional=True), Arg("out_dir", Path, Path("data/x"), "where it writes"),
-        Arg("engine", str, None))), toy)
+    register(StageSpec(name="toy_stage", group="data", main=main, helps={"out_dir": "where it writes"}), toy)
     toy.command("other")(lambda: None)  # two commands: typer then keeps each command's own name
     return toy
 
@@ -57,7 +55,7 @@ def _toy_app(main) -> typer.Typer:
 def test_a_registered_stage_parses_its_arguments_calls_main_with_params_and_prints_its_lines(tmp_path, monkeypatch):
     seen = {}
 
-    def main(params, batch, out_dir, engine):
+    def main(params, batch: str, out_dir: Path = Path("data/x"), engine: str | None = None):
         """Toy stage: says what it got."""
         seen.update(params=params, batch=batch, out_dir=out_dir, engine=engine)
         return [f"{batch} → {out_dir}", "warning: [red]a cell[/] as written", "done [b]"]

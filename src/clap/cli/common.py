@@ -28,7 +28,7 @@ from clap.config import Params, load
 from clap.errors import UserError  # noqa: E402
 from clap.evaluate.engines import extraction_engine, prod_baseline
 from clap.io import require_inputs
-from clap.stages.spec import REQUIRED, StageSpec
+from clap.stages.spec import StageSpec
 
 console = Console(width=max(140, Console().width))  # tables stay readable in logs and CI
 
@@ -63,8 +63,7 @@ def register(spec: StageSpec, group: typer.Typer | None = None) -> None:
             _say(line)
 
     def parameter(a) -> inspect.Parameter:
-        default = typer.Argument(REQUIRED if a.default is REQUIRED else a.default, help=a.help) if a.positional \
-            else typer.Option(a.default, a.flag, help=a.help)
+        default = typer.Argument(a.default, help=a.help) if a.positional else typer.Option(a.default, a.flag, help=a.help)
         return inspect.Parameter(a.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=a.kind)
 
     command.__signature__ = inspect.Signature([parameter(a) for a in spec.args])

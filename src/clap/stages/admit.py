@@ -20,7 +20,7 @@ from clap.data.admission import decide
 from clap.domain.contracts import AdmissionRecord
 from clap.domain.prompts import SYSTEM_DECIDE
 from clap.io import read_json, read_jsonl, require_inputs, write_json
-from clap.stages.spec import REQUIRED, Arg, StageSpec
+from clap.stages.spec import StageSpec
 
 
 def run(section: Admit, batch_dir: Path, out: Path) -> AdmissionRecord:
@@ -43,6 +43,4 @@ def main(params: Params, batch: str, materialized: Path = paths.MATERIALIZED, ou
     return [f"{batch}: {rec.decision}" + (f" ({'; '.join(rec.reasons)})" if rec.reasons else "")]
 
 
-STAGE = StageSpec(name="admit", group="data", main=main, args=(
-    Arg("batch", str, REQUIRED, positional=True), Arg("materialized", Path, paths.MATERIALIZED),
-    Arg("out", Path, None)))
+STAGE = StageSpec(name="admit", group="data", main=main)

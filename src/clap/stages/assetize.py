@@ -34,7 +34,7 @@ from clap.data import duck, spill
 from clap.data.assets import TABLES, assetize_unit, finish, gc_paused, read_tables, timed, unit_count
 from clap.data.engine import ENGINES, map_units
 from clap.io import InputFileError, atomic_dir, find_input, write_json
-from clap.stages.spec import Arg, StageSpec
+from clap.stages.spec import StageSpec
 
 
 def run(section: Assetize, raw: Path, out: Path, repaired: Path | None = None, engine: str | None = None) -> dict:
@@ -100,7 +100,6 @@ def main(params: Params, raw: Path = paths.RAW, out: Path = paths.ASSETS, repair
     return lines + [f"warning: {w}" for w in report["batches"]["warnings"]]
 
 
-STAGE = StageSpec(name="assetize", group="data", main=main, args=(
-    Arg("raw", Path, paths.RAW), Arg("out", Path, paths.ASSETS),
-    Arg("repaired", Path, None, "folder (or file) of repaired fact rows from the repair queue"),
-    Arg("engine", str, None, "local | ray (default: assetize.engine in params.yaml)")))
+STAGE = StageSpec(name="assetize", group="data", main=main, helps={
+    "repaired": "folder (or file) of repaired fact rows from the repair queue",
+    "engine": "local | ray (default: assetize.engine in params.yaml)"})

@@ -15,7 +15,7 @@ from clap import paths
 from clap.config import Params, read
 from clap.io import require_inputs, sha256_file
 from clap.release import bundle
-from clap.stages.spec import Arg, StageSpec
+from clap.stages.spec import StageSpec
 from clap.train.tracking import log_release
 
 
@@ -52,6 +52,6 @@ def main(params: Params, out: Path = paths.BUNDLE, each: Path = paths.BUNDLES) -
                     for c, run_id in result["mlflow_runs"].items()]
 
 
-STAGE = StageSpec(name="bundle", group="release", main=main, args=(
-    Arg("out", Path, paths.BUNDLE, "the bundle of the candidate the gate ships"),
-    Arg("each", Path, paths.BUNDLES, "one bundle per candidate the gate judged: <candidate>.json")))
+STAGE = StageSpec(name="bundle", group="release", main=main, helps={
+    "out": "the bundle of the candidate the gate ships",
+    "each": "one bundle per candidate the gate judged: <candidate>.json"})

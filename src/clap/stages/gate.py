@@ -28,7 +28,7 @@ from clap.evaluate import headline
 from clap.io import InputFileError, read_json, read_json_if_exists, sha256_file, write_json
 from clap.release.gate import choose, choose_agent, decide, decide_agent, decide_chain_step, via_canary
 from clap.stages import trainers as trainer_registry
-from clap.stages.spec import Arg, StageSpec
+from clap.stages.spec import StageSpec
 from clap.train.spec import AGENT, EXTRACTION
 
 
@@ -92,4 +92,4 @@ def main(params: Params, out: Path = paths.GATE) -> list[str]:
         for r in d.reasons]
 
 
-STAGE = StageSpec(name="gate", group="release", main=main, args=(Arg("out", Path, paths.GATE),))
+STAGE = StageSpec(name="gate", group="release", main=main)

@@ -16,7 +16,7 @@ from clap import paths
 from clap.config import Params, Retrieval
 from clap.io import atomic_dir, check_output_dir, read_jsonl, require_inputs, write_json
 from clap.retrieval import BM25Index, retrieve
-from clap.stages.spec import Arg, StageSpec
+from clap.stages.spec import StageSpec
 
 
 def run(r: Retrieval, assets: Path, materialized: Path, out: Path, batches: list[str]) -> dict:
@@ -52,5 +52,4 @@ def main(params: Params, assets: Path = paths.ASSETS, materialized: Path = paths
             for b, r in run(params.retrieval, assets, materialized, out, batches).items()]
 
 
-STAGE = StageSpec(name="index", group="data", main=main, args=(
-    Arg("assets", Path, paths.ASSETS), Arg("materialized", Path, paths.MATERIALIZED), Arg("out", Path, paths.INDEX)))
+STAGE = StageSpec(name="index", group="data", main=main)

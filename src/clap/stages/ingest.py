@@ -15,7 +15,7 @@ from pathlib import Path
 from clap import paths
 from clap.config import ConfigError, Ingest, Params
 from clap.data.ingest.pipeline import ingest
-from clap.stages.spec import Arg, StageSpec
+from clap.stages.spec import StageSpec
 
 
 def run(section: Ingest, docs: Path, out: Path, batches: list[str]) -> dict:
@@ -50,6 +50,4 @@ def said(report: dict, out: Path) -> list[str]:
     return lines
 
 
-STAGE = StageSpec(name="ingest", group="data", main=main, args=(
-    Arg("docs", Path, None, "folder of documents (default: ingest.docs in params.yaml)"),
-    Arg("out", Path, paths.RAW)))
+STAGE = StageSpec(name="ingest", group="data", main=main, helps={"docs": "folder of documents (default: ingest.docs in params.yaml)"})

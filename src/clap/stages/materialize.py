@@ -33,7 +33,7 @@ from clap.domain import quantities as nz
 from clap.domain.contracts import DecisionCase, GrpoGroup, PreferencePair, ReplayCase, SftSample
 from clap.io import InputFileError, atomic_dir, check_output_dir, content_hash, write_json, write_jsonl
 from clap.retrieval import BM25Index
-from clap.stages.spec import REQUIRED, Arg, StageSpec
+from clap.stages.spec import StageSpec
 from clap.train.rewards import decision_reward
 
 
@@ -270,5 +270,4 @@ def main(params: Params, batch: str, assets: Path = paths.ASSETS, out: Path | No
             f"{q['after']['exact_input_overlap']}/{q['after']['near_duplicate_overlap']} (exact/near)"]
 
 
-STAGE = StageSpec(name="materialize", group="data", main=main, args=(
-    Arg("batch", str, REQUIRED, positional=True), Arg("assets", Path, paths.ASSETS), Arg("out", Path, None)))
+STAGE = StageSpec(name="materialize", group="data", main=main)

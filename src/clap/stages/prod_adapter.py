@@ -14,7 +14,7 @@ from pathlib import Path
 from clap import paths
 from clap.config import Params
 from clap.release import prod
-from clap.stages.spec import Arg, StageSpec
+from clap.stages.spec import StageSpec
 
 
 def run(root: Path, out: Path) -> dict:
@@ -28,4 +28,4 @@ def main(params: Params, out: Path = paths.PROD_ADAPTER) -> list[str]:
     return [f"prod: {ptr.get('version') or 'none (baseline = base model)'} → {out}"]
 
 
-STAGE = StageSpec(name="prod_adapter", group="release", main=main, args=(Arg("out", Path, paths.PROD_ADAPTER),))
+STAGE = StageSpec(name="prod_adapter", group="release", main=main)

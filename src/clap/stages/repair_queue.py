@@ -13,7 +13,7 @@ from pathlib import Path
 from clap import paths
 from clap.config import Params
 from clap.data import repair
-from clap.stages.spec import Arg, StageSpec
+from clap.stages.spec import StageSpec
 
 
 def run(root: Path, out: Path) -> dict[str, int]:
@@ -29,4 +29,4 @@ def main(params: Params, out: Path = paths.REPAIR_QUEUE) -> list[str]:
             f"from production (human-flagged answers, failed canary requests): {from_production}"]
 
 
-STAGE = StageSpec(name="repair_queue", group="data", main=main, args=(Arg("out", Path, paths.REPAIR_QUEUE),))
+STAGE = StageSpec(name="repair_queue", group="data", main=main)

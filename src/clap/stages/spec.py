@@ -13,8 +13,9 @@ spec (`clap.train.spec`); adding a stage: docs/how-to/extend.md.
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 REQUIRED = ...  # an argument's default when the user must give it
@@ -40,11 +41,20 @@ class StageSpec:
     """One stage. `name`: its module `clap.stages.<name>` and its DVC stage (`<name>` or `<name>@<item>`);
     `command`: what `clap` calls it; `group`: the CLI module that lists it (`clap.cli.<group>`); `main(params,
     **arguments)`: the command's work, returning the lines it prints (a line that begins `warning: ` is printed as a
-    warning); its docstring is the command's help."""
+    warning); its docstring is the command's help, and its parameters after `params` are the command's arguments
+    (`args`); `helps`: an argument's help text, by name."""
     name: str
     group: str
     main: Callable[..., list[str]]
-    args: tuple[Arg, ...] = ()
+    helps: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def args(self) -> tuple[Arg, ...]:
+        """`main`'s parameters after `params`, as the command's arguments: its name, type (`X | None` → `X`) and
+        default; one without a default is required and positional."""
+        parameters = list(inspect.signature(self.main, eval_str=True).parameters.values())[1:]
+        return tuple(Arg(p.name, _kind(p.annotation), REQUIRED if p.default is p.empty else p.default,
+                         self.helps.get(p.name, ""), positional=p.default is p.empty) for p in parameters)
 
     @property
     def command(self) -> str:
@@ -53,3 +63,9 @@ class StageSpec:
     @property
     def help(self) -> str:
         return inspect.cleandoc(self.main.__doc__ or "")
+
+
+def _kind(annotation) -> type:
+    """`Path | None` → `Path`: the type a command line's text is parsed into."""
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return kinds[0] if kinds else annotation
