@@ -106,3 +106,40 @@ def test_unit_agrees(value, unit, text, agrees):
 def test_written_quantities(text, expected):
     got = [(n, None if q is None else (q.unit, q.value)) for n, q in nz.written_quantities(text)]
     assert got == expected
+
+
+@pytest.mark.parametrize("header, period", [
+    ("2019", "2019"), ("FY19**", "2019"), ("2019 (1)", "2019"), ("2019 Men", "2019"),
+    ("Three Months Ended April 26, 2019", "2019"), ("Q1 2019", "2019Q1"), ("Net additions (losses) August 31, 2019", "2019"),
+    ("% Change", None), ("Total", None), ("", None),     # no year: no period, not the folded text
+])
+def test_a_column_header_names_a_period_or_none(header, period):
+    assert nz.header_period(header) == period
+
+
+@pytest.mark.parametrize("text, signed", [
+    ("Total sales | 2019: $1,496.5", {1496.5: "USD"}),
+    ("Fixed Price | 2019: $ 1,452.4", {1452.4: "USD"}),                 # a space after the sign
+    ("Net loss | 2019: $ (1,234)", {1234.0: "USD"}),                    # a negative in brackets: sign aside
+    ("€12.3 and £4 and US$ 5 and HK$7", {12.3: "EUR", 4.0: "GBP", 5.0: "USD", 7.0: "HKD"}),  # longer signs first
+    ("Other | 2019: 44.1", {}),                                         # no sign: nothing said of the currency
+    ("costs 3$ each", {}),                                              # a sign after the number is not before it
+])
+def test_a_currency_sign_before_a_number_names_its_currency(text, signed):
+    assert nz.signed_currencies(text) == signed
+
+
+def test_an_amount_in_a_currency_has_that_currency_at_every_scale_and_per_share():
+    assert nz.currency_units("USD") == ["USD", "USD/shares", "thousand USD", "million USD", "billion USD"]
+    assert nz.currency_units("XYZ") == []
+
+
+@pytest.mark.parametrize("text, stated", [
+    ("CO2 equivalent", []), ("Series2000 revenue", []), ("% of penetration(2)(3)", []),   # names and footnote markers
+    ("COVID-19 hit 12% of sales", [12.0]), ("FY19 was 45.1 days", [45.1]), ("Q3 2019", [2019.0]),
+    ("2019: (1.6)", [2019.0, -1.6]), ("$(9,982)", [-9982.0]), ("毛利率为42.7%。", [42.7]),   # a CJK word is no name
+    ("332,291.58 RMB 10k", [332291.58, 10.0]),
+])
+def test_a_text_states_the_numbers_not_glued_to_a_name(text, stated):
+    assert [n for n, _ in nz.stated_quantities(text)] == stated
+    assert len(nz.stated_quantities(text)) <= len(nz.written_quantities(text))

@@ -157,3 +157,38 @@ def test_a_qualified_table_line_states_only_the_numbers_after_its_headers(senten
     from clap.evaluate.decoding import valued_part
 
     assert valued_part(sentence) == values
+
+
+
+TABLE = {"text": "Years Ended September 30,\nTotal sales | 2019: $1,496.5\nOther | 2019: 44.1\n"
+                 "Total sales | % Change: 24.4%\nReported as CO2 equivalent\nNet additions | % of penetration(2)(3)\n"
+                 "Series2000 revenue was 12 days late"}
+
+
+@pytest.mark.parametrize("evidence, values, units", [
+    ("Total sales | 2019: $1,496.5", [1496.5], nz.currency_units("USD")),   # `$`: dollars at any scale, never euros
+    ("Other | 2019: 44.1", [44.1], sorted(nz.UNITS)),                       # no sign: the caption may say the unit
+    ("Total sales | % Change: 24.4%", [24.4], ["%"]),
+    ("Series2000 revenue was 12 days late", [12], ["天"]),                   # the model's name is no value
+    ("Reported as CO2 equivalent", None, None),                            # a name's digit: nothing to state
+    ("Net additions | % of penetration(2)(3)", None, None),                # footnote markers: nothing to state
+])
+def test_a_quote_offers_the_numbers_it_states_with_the_units_its_signs_allow(evidence, values, units):
+    alts = [a["properties"] for a in answer_schema([TABLE], with_location=False)["anyOf"]
+            if a["properties"]["evidence"]["const"] == evidence]
+    assert [(a["value"]["enum"], a["unit"]["enum"]) for a in alts] == ([(values, units)] if values else [])
+
+
+@pytest.mark.parametrize("evidence, value, unit, admitted", [
+    ("Total sales | 2019: $1,496.5", 1496.5, "million USD", True),
+    ("Total sales | 2019: $1,496.5", 1496.5, "million EUR", False),       # `$` is not euros
+    ("Total sales | 2019: $1,496.5", 1496.5, "", False),                  # nor a count
+    ("Other | 2019: 44.1", 44.1, "million USD", True),
+    ("Other | 2019: 44.1", 44.1, "", True),
+    ("Reported as CO2 equivalent", 2, "", False),                         # CO2's 2
+    ("Net additions | % of penetration(2)(3)", -3, "million USD", False),  # a footnote's (3)
+])
+def test_an_answer_states_a_number_its_quote_states(evidence, value, unit, admitted):
+    answer = {"entity": "A", "metric": "m", "period": "2019", "evidence": evidence, "value": value, "unit": unit}
+    errors = list(jsonschema.Draft202012Validator(answer_schema([TABLE], with_location=False)).iter_errors(answer))
+    assert (not errors) is admitted

@@ -31,7 +31,7 @@ def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(smal
         units = project_units(small_loop / "assets")
         assert units and set(units) <= set(UNITS) and list(units) == [u for u in UNITS if u in units]
         dims = {UNITS[u][0] for u in units}
-        assert units == [u for u, (d, _) in UNITS.items() if u and d in dims]
+        assert units == [u for u, (d, _) in UNITS.items() if d in dims] and "" not in units  # every fact has a unit
         assert all(r["system"] == prompts.system_extract(units) for r in holdout)
         assert all(f"unit is one of {' '.join(units)}." in r["system"] for r in holdout)
 

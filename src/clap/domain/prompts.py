@@ -14,10 +14,14 @@ _EXTRACT = ("Extract the asked fact from the source. Reply with one JSON object 
 
 def system_extract(units: list[str]) -> str:
     """The offline extraction task's system prompt, naming the units this project's facts use (canonical spellings,
-    registry order: `clap.domain.quantities.UNITS`); with none, the unit is the one written beside the number (the
-    decoding grammar constrains it either way)."""
+    registry order: `clap.domain.quantities.UNITS`), and `""` when some of its facts have none (a count: the model
+    must be told that a number may have no unit, or it gives every number a currency); with none named, the unit is
+    the one written beside the number (the decoding grammar constrains it either way)."""
     named = [u for u in units if u]
-    return _EXTRACT + (f"unit is one of {' '.join(named)}." if named else "unit is the one written beside it.")
+    unitless = ', or "" for a number without one' if "" in units else ""
+    if named:
+        return _EXTRACT + f"unit is one of {' '.join(named)}{unitless}."
+    return _EXTRACT + ('unit is "": these facts have none.' if unitless else "unit is the one written beside it.")
 SYSTEM_APP = ("Answer from the retrieved sources. Reply with one JSON object with keys entity, metric, period, "
               "evidence, value, unit, chunk_id, doc_id, page. evidence quotes the source sentence verbatim; value "
               "is its number as written.")

@@ -332,6 +332,17 @@ def _written_cached(text: str) -> tuple[tuple[float, Quantity | None], ...]:
     return tuple(out)
 
 
+def stated_quantities(text: object) -> list[tuple[float, Quantity | None]]:
+    """`written_quantities` less the numbers that are part of a name or a footnote marker: glued to a letter or a
+    closing bracket before them (`CO2e`, `Series2000`, `FY19`, `COVID-19`, `penetration(2)(3)`). What a text states
+    as quantities: the answer grammar offers only these as values. Pure."""
+    folded = text if isinstance(text, str) else fold(text)
+    refolded = fold(folded)  # what `written_quantities` reads: the same matches, in the same order
+    return [q for m, q in zip(_NUM_PARTS.finditer(refolded), _written_cached(folded), strict=True)
+            if m.start() == 0 or not (refolded[m.start() - 1].isascii() and (refolded[m.start() - 1].isalpha()
+                                                                            or refolded[m.start() - 1] in ")]"))]
+
+
 def unit_agrees(value: float, unit: str, text: object) -> bool | None:
     """Does `text` write `value` with `unit` (equal in base units)? None when the value is written
     without a readable unit beside it (nothing to disagree with).
@@ -407,3 +418,39 @@ def normalize_period(period_raw: object) -> str:
         return y
     n = q.group(1) or q.group(2)
     return f"{y}Q{n if n.isdigit() else '一二三四'.index(n) + 1}"
+
+
+_PERIOD = re.compile(r"(19|20)\d{2}(Q[1-4])?")
+
+
+def header_period(header: object) -> str | None:
+    """The period a table's column header names, normalised like a fact's period (`2019`, `FY19`, `2019 (1)`,
+    `Three Months Ended April 26, 2019` → `2019`; `Q1 2019` → `2019Q1`); None when it names no year (`% Change`,
+    `Total`). Ingest reads a fact's period from its cell's header with it, and the answer grammar ties a quoted cell
+    to it, so both read a header the same way."""
+    period = normalize_period(header)
+    return period if _PERIOD.fullmatch(period) else None
+
+
+# A currency sign written before a number: `$1,496.5`, `$ (1,234)`, `US$ 5`, `€12.3`; the longer signs first.
+_SIGNS = sorted((s for symbols in CURRENCIES.values() for s in symbols if not s.replace(".", "").isalpha()),
+                key=len, reverse=True)
+_SIGN_CODE = {s: code for code, symbols in CURRENCIES.items() for s in symbols if s in _SIGNS}
+_SIGNED_NUMBER = re.compile(r"(?<![a-z])(" + "|".join(re.escape(s) for s in _SIGNS)
+                            + r")\s*\(?\s*[-−]?(\d+(?:,\d{3})*(?:\.\d+)?)", re.I)
+
+
+def signed_currencies(text: object) -> dict[float, str]:
+    """Each number written right after a currency sign, with the sign's ISO code (`Total | 2019: $1,496.5` →
+    {1496.5: 'USD'}; sign aside, as `value_among` compares). The sign says the currency, not the scale: a table in
+    millions writes `$1,496.5` for 1,496.5 million USD. Pure."""
+    out: dict[float, str] = {}
+    for m in _SIGNED_NUMBER.finditer(fold(text).lower()):
+        out.setdefault(float(m.group(2).replace(",", "")), _SIGN_CODE[m.group(1)])
+    return out
+
+
+def currency_units(code: str) -> list[str]:
+    """The units an amount in currency `code` can have, in registry order: the code at every scale and per share."""
+    dims = (code.lower(), f"{code.lower()}_per_share")
+    return [u for u, (dim, _) in UNITS.items() if dim in dims]

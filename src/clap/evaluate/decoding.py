@@ -5,11 +5,12 @@ xgrammar, and `Engine.generate(..., schemas=...)` applies the same grammars thro
 Hugging Face logits processor. The schema comes from the contract (`prompts.ANSWER_KEYS`, the
 canonical units) and, because the task is extractive, from what the model was shown: the evidence is
 one sentence of the given sources, the value a number written in *that* sentence, the unit the one
-written beside it, and `chunk_id` / `doc_id` / `page` those of the chunk the sentence comes from. A
-constrained model can still pick the wrong sentence (a comparative year, another metric, another
-company's chunk); it can no longer invent a quote, quote one sentence and take another's number, give
-a number another unit than its source writes, repeat a key or write `c08-annual-2022-p2 doc_id=… page=2`
-as a chunk id.
+written beside it (a currency sign before it fixes the currency, not the scale), and `chunk_id` / `doc_id` /
+`page` those of the chunk the sentence comes from. A number glued to a word or a bracket (`CO2e`, `Series2000`,
+a footnote's `(2)`) is part of a name, never a value. A constrained model can still pick the wrong sentence (a
+comparative year, another metric, another company's chunk) or the wrong scale; it can no longer invent a quote,
+quote one sentence and take another's number, give a number another unit than its source writes, repeat a key
+or write `c08-annual-2022-p2 doc_id=… page=2` as a chunk id.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 import re
 
 from clap.domain.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
-from clap.domain.quantities import UNITS, written_quantities
+from clap.domain.quantities import UNITS, currency_units, signed_currencies, stated_quantities
 
 # A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
 # company name stay whole). A sentence of a source is what an evidence quote may be.
@@ -53,13 +54,19 @@ def valued_part(sentence: str) -> str:
 
 
 def _readings(sentence: str) -> list[tuple[list, list[str]]]:
-    """The (values, units) a quote of `sentence` may carry: each number it writes with the unit written beside
-    it (`16.5 days` → 16.5 with 天), numbers without a readable unit (a year, a page) with any unit; numbers
-    that share their units in one group. A sentence without a number cannot be the evidence of a value."""
+    """The (values, units) a quote of `sentence` may carry: each number it states (not one glued to a word or a
+    bracket, `CO2e`, `Series2000`, `penetration(2)`: `stated_quantities`) with the unit written beside it (`16.5 days`
+    → 16.5 with 天), a number after a currency sign with that currency at any scale (`$1,496.5` in a table in millions
+    is 1,496.5 million USD), other numbers (a year, a page, a cell of a table whose unit is in its caption) with any
+    unit; numbers that share their units in one group. A sentence without such a number cannot be the evidence of a
+    value."""
+    part = valued_part(sentence)
+    signed = signed_currencies(part)
     groups: dict[tuple[str, ...], set] = {}
-    for number, reading in written_quantities(valued_part(sentence)):
+    for number, reading in stated_quantities(part):
         exact = reading is not None and math.isclose(reading.value, abs(number), rel_tol=1e-9)
-        units = (reading.unit,) if exact else tuple(sorted(UNITS))
+        code = signed.get(abs(number))
+        units = (reading.unit,) if exact else tuple(currency_units(code)) if code else tuple(sorted(UNITS))
         groups.setdefault(units, set()).add(json_number(number))
     return [(sorted(values), list(units)) for units, values in groups.items()]
 

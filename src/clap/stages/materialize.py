@@ -105,10 +105,11 @@ def _load(assets: Path, batch: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
 def project_units(assets: Path) -> list[str]:
     """The units the extraction prompt names: every unit of the registry (`clap.domain.quantities.UNITS`, in its
     order) in a dimension the project's facts use, over every batch — so a batch's prompt depends neither on which
-    batch it is nor on one batch writing `元` where the others write `万元` (a shifted export)."""
+    batch it is nor on one batch writing `元` where the others write `万元` (a shifted export); `""` among them when
+    a fact has no unit (a count of rights, tonnes written in a header)."""
     used = {nz.canonical_unit(u) for u in pd.read_parquet(assets / "facts.parquet", columns=["unit"])["unit"].dropna()}
-    dims = {nz.UNITS[u][0] for u in used if u}
-    return [u for u, (dim, _) in nz.UNITS.items() if u and dim in dims]
+    dims = {nz.UNITS[u][0] for u in used if u is not None}
+    return [u for u, (dim, _) in nz.UNITS.items() if dim in dims]
 
 
 def _split(facts: pd.DataFrame, m: Materialize, work: Path) -> dict:

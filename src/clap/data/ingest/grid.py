@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from clap.domain.quantities import normalize_period, value_in_text
+from clap.domain.quantities import header_period, value_in_text
 
 _AMOUNT = re.compile(r"[(\-−–]?\s*[$€£¥]?\s*\(?\d[\d,.\u00a0' ]*\)?\s*%?\)?\s*[*†‡]?\d?$")
 # a header cell that is a period, not an amount: 2019, FY19, FY 2019, Q3 2019, 2019/20, a date
@@ -150,6 +150,5 @@ def period_of_value(line: str, value: float) -> str | None:
     for cell in line.split(" | ")[1:]:
         head, sep, written = cell.rpartition(": ")
         if sep and value_in_text(value, written):
-            period = normalize_period(head)
-            return period if re.fullmatch(r"(19|20)\d{2}(Q[1-4])?", period) else None
+            return header_period(head)
     return None

@@ -1,0 +1,55 @@
+"""The same trained adapter, answered again under another checkout's decoding: what a decoding change alone does on
+the real pages (no retraining, so no seed in the difference).
+
+    python benchmarks/runs/2026-12-07-tatqa-answers/redecode.py <project after bench_tatqa.py> <copy> --clap-src <src>
+
+Copies the project, re-pins it to `--clap-src`'s CLAP (`clap upgrade`), re-runs only the held-out evaluation, the
+replay and the gate (`dvc repro -s`: the adapter, the data and the index stay those of the first run) and prints
+the table `bench_tatqa.py` prints, from the copy's metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench_tatqa import figures, table  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("project", type=Path)
+    ap.add_argument("copy", type=Path)
+    ap.add_argument("--clap-src", type=Path, required=True)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    if a.copy.exists():
+        shutil.rmtree(a.copy)
+    shutil.copytree(a.project, a.copy, symlinks=True)
+    env = dict(os.environ, PYTHONPATH=str(a.clap_src.resolve()),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    started = time.time()
+    for cmd in (["clap", "upgrade"], ["dvc", "repro", "-s", "evaluate@b1", "replay", "gate"]):
+        r = subprocess.run(cmd, cwd=a.copy, env=env, text=True, capture_output=True)
+        (a.copy / "redecode.log").open("a").write(r.stdout + r.stderr)
+        if r.returncode:
+            sys.exit(f"{' '.join(cmd)} failed ({r.returncode}): {(r.stdout + r.stderr)[-1500:]}")
+    result = {"model": "smollm2-135m", "code": str(a.clap_src), "adapter_of": str(a.project),
+              "conversion": json.loads((a.project / "conversion.json").read_text()) if (a.project / "conversion.json").exists()
+              else {"facts": "?", "pages_with_facts": "?", "pages": "?"},
+              "repro_s": round(time.time() - started, 1), "figures": figures(a.copy)}
+    print(table(result))
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
