@@ -139,6 +139,7 @@ def test_an_amount_in_a_currency_has_that_currency_at_every_scale_and_per_share(
     ("COVID-19 hit 12% of sales", [12.0]), ("FY19 was 45.1 days", [45.1]), ("Q3 2019", [2019.0]),
     ("2019: (1.6)", [2019.0, -1.6]), ("$(9,982)", [-9982.0]), ("毛利率为42.7%。", [42.7]),   # a CJK word is no name
     ("332,291.58 RMB 10k", [332291.58, 10.0]),
+    ("x " + "9" * 400 + " and 5", [5.0]),                  # a number past float's range is no quantity, and no crash
 ])
 def test_a_text_states_the_numbers_not_glued_to_a_name(text, stated):
     assert [n for n, _ in nz.stated_quantities(text)] == stated

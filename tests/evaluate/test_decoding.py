@@ -192,3 +192,8 @@ def test_an_answer_states_a_number_its_quote_states(evidence, value, unit, admit
     answer = {"entity": "A", "metric": "m", "period": "2019", "evidence": evidence, "value": value, "unit": unit}
     errors = list(jsonschema.Draft202012Validator(answer_schema([TABLE], with_location=False)).iter_errors(answer))
     assert (not errors) is admitted
+
+
+def test_a_number_past_float_s_range_is_no_value_and_no_crash():
+    props = answer_schema([{"text": "Revenue was $" + "9" * 400 + " and 5 days."}], with_location=False)["properties"]
+    assert props["value"] == {"enum": [5]} and props["unit"] == {"enum": ["天"]}

@@ -338,9 +338,10 @@ def stated_quantities(text: object) -> list[tuple[float, Quantity | None]]:
     as quantities: the answer grammar offers only these as values. Pure."""
     folded = text if isinstance(text, str) else fold(text)
     refolded = fold(folded)  # what `written_quantities` reads: the same matches, in the same order
-    return [q for m, q in zip(_NUM_PARTS.finditer(refolded), _written_cached(folded), strict=True)
-            if m.start() == 0 or not (refolded[m.start() - 1].isascii() and (refolded[m.start() - 1].isalpha()
-                                                                            or refolded[m.start() - 1] in ")]"))]
+    starts = [m.start() for m in _NUM_PARTS.finditer(refolded) if math.isfinite(float(m.group(3).replace(",", "")))]
+    return [q for start, q in zip(starts, _written_cached(folded), strict=True)
+            if start == 0 or not (refolded[start - 1].isascii() and (refolded[start - 1].isalpha()
+                                                                    or refolded[start - 1] in ")]"))]
 
 
 def unit_agrees(value: float, unit: str, text: object) -> bool | None:
