@@ -306,13 +306,21 @@ def written_quantities(text: object) -> list[tuple[float, Quantity | None]]:
     readable unit follows (a year, a page number, a unit written in a header). The reading stops at the
     clause's end. Pure; what admission's unit check and the per-quote answer grammar read units from.
     Cached: the grammar reads the same retrieved sentences for every arm and round."""
-    return list(_written_cached(text if isinstance(text, str) else fold(text)))
+    return [(number, reading) for number, reading, _ in _written_cached(text if isinstance(text, str) else fold(text))]
+
+
+def _glued(folded: str, start: int) -> bool:
+    """Is the number that starts at `start` glued to a letter or a closing bracket before it (part of a name)?"""
+    before = folded[start - 1] if start else " "
+    return before.isascii() and (before.isalpha() or before in ")]")
 
 
 @lru_cache(maxsize=1 << 16)
-def _written_cached(text: str) -> tuple[tuple[float, Quantity | None], ...]:
+def _written_cached(text: str) -> tuple[tuple[float, Quantity | None, bool], ...]:
+    """(number, reading, glued to a name) for every number of a text: what `written_quantities` and
+    `stated_quantities` both read, scanned once."""
     folded = fold(text)
-    out: list[tuple[float, Quantity | None]] = []
+    out: list[tuple[float, Quantity | None, bool]] = []
     for m in _NUM_PARTS.finditer(folded):
         opening, minus, digits, closing = m.groups()
         number = float(digits.replace(",", ""))
@@ -328,7 +336,7 @@ def _written_cached(text: str) -> tuple[tuple[float, Quantity | None], ...]:
             if q is not None and q.unit != "":
                 reading = q
                 break
-        out.append((-number if minus or (opening and closing) else number, reading))
+        out.append((-number if minus or (opening and closing) else number, reading, _glued(folded, m.start())))
     return tuple(out)
 
 
@@ -336,12 +344,8 @@ def stated_quantities(text: object) -> list[tuple[float, Quantity | None]]:
     """`written_quantities` less the numbers that are part of a name or a footnote marker: glued to a letter or a
     closing bracket before them (`CO2e`, `Series2000`, `FY19`, `COVID-19`, `penetration(2)(3)`). What a text states
     as quantities: the answer grammar offers only these as values. Pure."""
-    folded = text if isinstance(text, str) else fold(text)
-    refolded = fold(folded)  # what `written_quantities` reads: the same matches, in the same order
-    starts = [m.start() for m in _NUM_PARTS.finditer(refolded) if math.isfinite(float(m.group(3).replace(",", "")))]
-    return [q for start, q in zip(starts, _written_cached(folded), strict=True)
-            if start == 0 or not (refolded[start - 1].isascii() and (refolded[start - 1].isalpha()
-                                                                    or refolded[start - 1] in ")]"))]
+    return [(number, reading) for number, reading, glued in _written_cached(text if isinstance(text, str) else fold(text))
+            if not glued]
 
 
 def unit_agrees(value: float, unit: str, text: object) -> bool | None:
@@ -427,17 +431,14 @@ _PERIOD = re.compile(r"(19|20)\d{2}(Q[1-4])?")
 def header_period(header: object) -> str | None:
     """The period a table's column header names, normalised like a fact's period (`2019`, `FY19`, `2019 (1)`,
     `Three Months Ended April 26, 2019` → `2019`; `Q1 2019` → `2019Q1`); None when it names no year (`% Change`,
-    `Total`). Ingest reads a fact's period from its cell's header with it, and the answer grammar ties a quoted cell
-    to it, so both read a header the same way."""
+    `Total`). What ingest's `period_of_value` reads a fact's period with."""
     period = normalize_period(header)
     return period if _PERIOD.fullmatch(period) else None
 
 
 # A currency sign written before a number: `$1,496.5`, `$ (1,234)`, `US$ 5`, `€12.3`; the longer signs first.
-_SIGNS = sorted((s for symbols in CURRENCIES.values() for s in symbols if not s.replace(".", "").isalpha()),
-                key=len, reverse=True)
-_SIGN_CODE = {s: code for code, symbols in CURRENCIES.items() for s in symbols if s in _SIGNS}
-_SIGNED_NUMBER = re.compile(r"(?<![a-z])(" + "|".join(re.escape(s) for s in _SIGNS)
+_SIGN_CODE = {s: code for code, symbols in CURRENCIES.items() for s in symbols if not s.replace(".", "").isalpha()}
+_SIGNED_NUMBER = re.compile(r"(?<![a-z])(" + "|".join(re.escape(s) for s in sorted(_SIGN_CODE, key=len, reverse=True))
                             + r")\s*\(?\s*[-−]?(\d+(?:,\d{3})*(?:\.\d+)?)", re.I)
 
 

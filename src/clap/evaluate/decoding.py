@@ -27,6 +27,7 @@ from clap.domain.quantities import UNITS, currency_units, signed_currencies, sta
 _ABBREVIATIONS = ("Co", "Corp", "Inc", "Ltd", "No", "Nos", "vs", "approx")
 _SENTENCE_END = re.compile(r"\s*\n\s*|(?<=[。！？；])|(?<=[.!?;])" + "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS)
                            + r"\s+")  # a line break ends a sentence too: an ingested chunk's table rows are lines
+_ANY_UNIT = tuple(sorted(UNITS))  # a number with no readable unit or sign: the registry's units, in a stable order
 MAX_LABEL_CHARS = 40  # entity and metric are short labels; bounds a runaway string (CJK tokenises long)
 MAX_PERIOD_CHARS = 16
 MAX_FREE_QUOTE_CHARS = 120  # a quote with no source to pick from (the no-RAG arms); bounds its length
@@ -66,7 +67,12 @@ def _readings(sentence: str) -> list[tuple[list, list[str]]]:
     for number, reading in stated_quantities(part):
         exact = reading is not None and math.isclose(reading.value, abs(number), rel_tol=1e-9)
         code = signed.get(abs(number))
-        units = (reading.unit,) if exact else tuple(currency_units(code)) if code else tuple(sorted(UNITS))
+        if exact:
+            units = (reading.unit,)
+        elif code:
+            units = tuple(currency_units(code))
+        else:
+            units = _ANY_UNIT
         groups.setdefault(units, set()).add(json_number(number))
     return [(sorted(values), list(units)) for units, values in groups.items()]
 
