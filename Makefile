@@ -9,7 +9,6 @@ TORCH_SPEC ?= torch==2.13.0
 
 # Label Studio (Apache-2.0) in its own environment: the human-evaluation round-trip test starts it on 127.0.0.1.
 LS_VENV ?= .venv-label-studio
-LS_SPEC ?= label-studio==1.23.2
 
 .PHONY: setup demo test test-slow test-all docs screenshots lock lint bench clean label-studio gemma mlflow-env mlflow-ui
 
@@ -26,23 +25,23 @@ $(VENV)/.installed: pyproject.toml requirements.lock Makefile
 
 setup: $(VENV)/.installed
 
-
 label-studio: $(LS_VENV)/.installed
 
 # MLflow's web UI (Apache-2.0) in its own environment: the full `mlflow` package (mlflow-skinny, which the `mlflow`
-# extra installs for logging, has no UI), at the version of the lock's mlflow-skinny so both read the same store
-# schema (tests/test_install.py checks), with its own pyarrow (the full package caps it below the one that writes
-# CLAP's Parquet). `make mlflow-ui` serves the project's sqlite:///mlflow.db on 127.0.0.1:$(MLFLOW_PORT).
+# extra installs for logging, has no UI) at the version of the lock's mlflow-skinny, with its own pyarrow (the full
+# package caps it below the one that writes CLAP's Parquet). `make mlflow-ui` serves sqlite:///mlflow.db.
 MLFLOW_VENV ?= .venv-mlflow
-MLFLOW_SPEC ?= mlflow==3.17.2
 MLFLOW_PORT ?= 5000
-# A tool in an environment of its own (Label Studio, MLflow's UI): its folder and its one pip spec.
-$(LS_VENV)/.installed: SPEC = $(LS_SPEC)
-$(MLFLOW_VENV)/.installed: SPEC = $(MLFLOW_SPEC)
+# A tool in an environment of its own installs exactly tools/<tool>.lock, which `make lock` compiles from
+# tools/<tool>.in: a dependency's new release (not the tool's) cannot change what the tests start.
+$(LS_VENV)/.installed: LOCK = tools/label-studio.lock
+$(MLFLOW_VENV)/.installed: LOCK = tools/mlflow-ui.lock
+$(LS_VENV)/.installed: tools/label-studio.lock
+$(MLFLOW_VENV)/.installed: tools/mlflow-ui.lock
 $(LS_VENV)/.installed $(MLFLOW_VENV)/.installed: %/.installed: Makefile
 	python3 -m venv $*
 	$*/bin/python -m pip install -q --upgrade pip
-	$*/bin/python -m pip install -q "$(SPEC)"
+	$*/bin/python -m pip install -q -r $(LOCK)
 	touch $@
 
 mlflow-env: $(MLFLOW_VENV)/.installed
@@ -96,11 +95,14 @@ screenshots: docs
 		--user-data-dir=$$(mktemp -d) --window-size=1100,900 --screenshot=docs/images/report.png \
 		file://$(CURDIR)/site/report/report.html
 
-# requirements.lock from pyproject.toml's ranges (torch stays with TORCH_SPEC).
+# requirements.lock from pyproject.toml's ranges (torch stays with TORCH_SPEC); each tool's lock from its tools/*.in.
 lock: setup
 	$(PIP) install -q pip-tools
 	$(VENV)/bin/pip-compile -q --no-emit-index-url --no-emit-find-links --strip-extras --extra dev --extra ray --extra s3 --extra docs --extra mlflow --unsafe-package torch \
 		--unsafe-package pip --unsafe-package setuptools -o requirements.lock pyproject.toml
+	for tool in label-studio mlflow-ui; do \
+		(cd tools && ../$(VENV)/bin/pip-compile -q --no-emit-index-url --no-emit-find-links --strip-extras \
+			--unsafe-package pip --unsafe-package setuptools -o $$tool.lock $$tool.in) || exit 1; done
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -43,6 +43,29 @@ def test_every_extra_is_bounded_and_the_gpu_extra_starts_where_transformers_load
     assert not gpu.specifier.contains("0.46.0") and gpu.specifier.contains(BITSANDBYTES_MIN_VERSION)
 
 
+@pytest.mark.parametrize("tool", ["label-studio", "mlflow-ui"])
+def test_a_tool_environment_installs_exactly_its_lock(tool):
+    """`make label-studio` / `make mlflow-env` install `pip install -r tools/<tool>.lock`: every package there is
+    pinned with `==` (a dependency's new release, such as sentry-sdk 3 for Label Studio 1.23.2, cannot change what
+    the slow tests start), and the lock satisfies every requirement its `tools/<tool>.in` states."""
+    import re
+
+    from packaging.requirements import Requirement
+
+    pinned = {}
+    for line in (ROOT / "tools" / f"{tool}.lock").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            requirement = Requirement(line)
+            assert re.fullmatch(r"==[^,*]+", str(requirement.specifier)), line
+            pinned[requirement.name.lower().replace("_", "-")] = str(requirement.specifier)[2:]
+    wanted = [Requirement(line) for line in (ROOT / "tools" / f"{tool}.in").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    unmet = [str(r) for r in wanted if not r.specifier.contains(pinned.get(r.name.lower(), "absent"))]
+    assert wanted and unmet == []
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"LOCK = tools/{tool}.lock" in makefile and "pip install -q -r $(LOCK)" in makefile
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_with_an_extra_in_a_clean_venv(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",

@@ -118,9 +118,10 @@ def test_the_mlflow_ui_environment_reads_the_store_the_mlflow_extra_writes():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    spec = re.search(r"^MLFLOW_SPEC \?= mlflow==(\S+)$", (root / "Makefile").read_text(), re.M)
+    spec = re.search(r"^mlflow==(\S+)$", (root / "tools" / "mlflow-ui.in").read_text(), re.M)
+    ui = re.search(r"^mlflow-skinny==(\S+)$", (root / "tools" / "mlflow-ui.lock").read_text(), re.M)
     pinned = re.search(r"^mlflow-skinny==(\S+)$", (root / "requirements.lock").read_text(), re.M)
-    assert spec and pinned and spec.group(1) == pinned.group(1), (spec, pinned)
+    assert spec and ui and pinned and spec.group(1) == ui.group(1) == pinned.group(1), (spec, ui, pinned)
 
 
 @pytest.mark.slow
