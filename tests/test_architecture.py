@@ -81,14 +81,16 @@ def test_no_circle():
 def may_import_stage(importer: str, stage: str) -> bool:
     """A stage module is imported by the CLI alone, but for the registries: the registry of trainers
     (`clap.stages.trainers`), which collects the trainer stages' specs and is read by the CLI and `clap init`
-    (clap.project) and the gate (its chains), and the registry of the other stages (`clap.stages.registry`), which collects theirs. What a
+    (clap.project) and the stages that answer with or judge a chain's trainers (the gate, the decision and agent
+    evaluations), and the registry of the other stages (`clap.stages.registry`), which collects theirs. What a
     stage is (`clap.stages.spec`) is read by every stage and the CLI."""
     if importer.split(".")[:2] == ["clap", "cli"]:
         return True
     if stage == "clap.stages.spec":
         return importer.startswith("clap.stages.")
-    if stage == "clap.stages.trainers":  # the gate takes each chain's switched-on trainers from it
-        return importer in ("clap.project", "clap.stages.gate")
+    if stage == "clap.stages.trainers":  # each chain's switched-on trainers: what the gate judges, what is evaluated
+        return importer in ("clap.project", "clap.stages.gate", "clap.stages.evaluate_decisions",
+                            "clap.stages.evaluate_agent")
     if importer == "clap.stages.registry":
         return not stage.startswith("clap.stages.train")
     return importer == "clap.stages.trainers" and stage.startswith("clap.stages.train_")
@@ -111,6 +113,8 @@ def test_a_stage_is_imported_by_the_cli_alone():
     ("clap.stages.registry", "clap.stages.ingest", True),
     ("clap.stages.gate", "clap.stages.trainers", True),
     ("clap.stages.evaluate", "clap.stages.trainers", False),
+    ("clap.stages.evaluate_decisions", "clap.stages.trainers", True),   # the extraction chain's steps it answers
+    ("clap.stages.evaluate_agent", "clap.stages.trainers", True),
     ("clap.stages.registry", "clap.stages.train_sft", False),   # a trainer is in the registry of trainers
     ("clap.stages.ingest", "clap.stages.spec", True),
     ("clap.release.gate", "clap.stages.spec", False),

@@ -227,13 +227,19 @@ def _writer_lock(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def write_switched_off(out: Path, empty_files: tuple[str, ...], report: dict) -> None:
-    """The output folder of a stage whose switch is off (`agent.enabled: false`): its files, empty, beside
-    report.json saying why — the outputs DVC tracks exist, and no reader mistakes an old run's for this one's."""
+def write_switched_off(command: str, switch: str, out: Path, empty_files: tuple[str, ...],
+                       metrics: Path | None = None) -> str:
+    """The outputs of a stage whose switch is off (`agent.enabled: false`): its folder with its files empty beside
+    report.json saying why, and its metrics file (when it has one) saying the same — the outputs DVC tracks exist,
+    the pipeline runs on, and no reader mistakes an old run's for this one's. Returns the line the command prints."""
+    report = {"status": "disabled", "note": f"{switch} is false: {command} did not run"}
     with atomic_dir(out) as tmp:
         for name in empty_files:
             (tmp / name).write_text("")
         write_json(tmp / "report.json", report)
+    if metrics is not None:
+        write_json(metrics, report)
+    return f"{command}: disabled ({switch} is false)"
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import typer
+import yaml
 from tests.conftest import ROOT
 from tests.test_architecture import graph_of
 from typer.testing import CliRunner
@@ -14,7 +15,7 @@ from clap import codedeps
 from clap.cli import app
 from clap.cli.common import register
 from clap.config import ConfigError
-from clap.stages import registry
+from clap.stages import registry, trainers
 from clap.stages.spec import REQUIRED, StageSpec
 
 
@@ -40,6 +41,13 @@ def test_the_groups_register_their_stages_from_the_registry_and_no_stage_by_hand
     assert {s.name for s in registry.group("data")} == {"ingest", "assetize", "materialize", "admit", "index",
                                                        "repair_queue", "base_model"}
     assert {s.name for s in registry.group("release")} == {"prod_adapter", "gate", "bundle"}
+    assert {s.name for s in registry.group("evaluate")} == {"evaluate", "evaluate_decisions", "replay"}
+    assert {s.name for s in registry.group("agent")} == {"agent_tasks", "agent_pairs", "agent_rm_check",
+                                                        "evaluate_agent", "agent_pass_k"}
+    # every DVC stage but the trainers' is a registered stage: no stage's command is written by hand in a group
+    # (`ingest` opens the pipeline of a project `clap init` makes, where this repository's has `demo_data`)
+    stages = set(yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"])
+    assert stages - {f"train_{t}" for t in trainers.REGISTRY} == set(registry.STAGES) - {"ingest"}
     for spec in registry.STAGES.values():  # no group still imports a registered stage's module to call it
         group = (Path(codedeps.SRC) / "cli" / f"{spec.group}.py").read_text(encoding="utf-8")
         assert f"clap.stages.{spec.name} " not in group and f"import {spec.name}\n" not in group, spec.name
@@ -71,6 +79,28 @@ def test_a_registered_stage_parses_its_arguments_calls_main_with_params_and_prin
     assert r.exit_code == 2 and "Missing argument" in r.output
     r = CliRunner().invoke(toy, ["toy-stage", "b1", "--help"])
     assert "Toy stage: says what it got." in r.output and "where it writes" in r.output and "--out-dir" in r.output
+
+
+def test_a_stage_whose_main_yields_prints_each_line_before_its_work_goes_on(monkeypatch):
+    """An evaluation says which prod is the baseline and which backend answers before minutes of decoding: a `main`
+    that yields has each line printed when it is yielded, tables included."""
+    from rich.table import Table
+
+    printed = []
+    monkeypatch.setattr("clap.cli.common._params", lambda: "the params")
+    monkeypatch.setattr("clap.cli.common.console.print", lambda *a, **k: printed.append(a[0]))
+
+    def main(params):
+        """Toy stage that talks while it works."""
+        yield "baseline: prod v1"
+        assert printed == ["baseline: prod v1"]  # printed before the work below
+        table = Table(title="arms")
+        yield table
+        assert printed[-1] is table
+
+    r = CliRunner().invoke(_toy_app(main), ["toy-stage"])
+    assert r.exit_code == 0, r.output
+    assert printed[0] == "baseline: prod v1" and isinstance(printed[1], Table)
 
 
 def test_a_users_mistake_in_a_registered_stage_is_one_line_and_exit_2(monkeypatch):

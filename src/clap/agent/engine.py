@@ -11,7 +11,7 @@ from clap import model
 from clap.agent.chat import SYSTEM, action_schema, engine_rendering
 from clap.agent.tools import ReportTools
 from clap.config import Generate, Model
-from clap.evaluate.engines import answer_store, decoding, pinned_adapters
+from clap.evaluate.engines import answer_store, decoding, pinned_adapters, prod_baseline
 
 
 def agent_engine(generate: Generate, base_section: Model, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):
@@ -24,6 +24,13 @@ def agent_engine(generate: Generate, base_section: Model, adapters: list[str], p
     rendering = engine_rendering(model.load_tokenizer(base), ReportTools.tool_schemas())
     return Engine(base, others=others, answer_store=answer_store(generate), reuse_prefixes=generate.prefix_cache_tokens,
                   **rendering, **decoding(generate))
+
+
+def prod_agent(prod: Path | None) -> tuple[list[tuple[str, Path, dict]], str | None]:
+    """The agent adapter in prod as `agent_engine`'s `prod` ([("prod", folder, pinned manifest)]; [] when nothing is
+    in prod or its release shipped no agent adapter), and the line saying which release it is."""
+    folder, expected, line = prod_baseline(prod, "agent_adapter")
+    return ([("prod", folder, expected)] if folder else []), line
 
 
 @dataclass(frozen=True)

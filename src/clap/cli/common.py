@@ -1,5 +1,5 @@
 """What every `clap` command shares: the environment it runs in, the console, the application and its groups,
-one-line errors, the parameters, the engines with prod as baseline."""
+one-line errors, the parameters, the registration of a stage's command from its spec."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from clap import vcs
 from clap.codedeps import check_pinned
 from clap.config import Params, load
 from clap.errors import UserError  # noqa: E402
-from clap.evaluate.engines import extraction_engine, prod_baseline
 from clap.io import require_inputs
 from clap.stages.spec import StageSpec
 
@@ -72,9 +71,11 @@ def register(spec: StageSpec, group: typer.Typer | None = None) -> None:
     (group or app).command(spec.command)(command)
 
 
-def _say(line: str) -> None:
+def _say(line) -> None:
     """One line of a stage's output; `warning: …` marked as a warning. What a line quotes (a file name, a cell) is
-    printed as written, never read as markup."""
+    printed as written, never read as markup; a rich table is printed as a table."""
+    if not isinstance(line, str):
+        return console.print(line)
     if line.startswith("warning: "):
         return console.print("[bold yellow]warning:[/] " + escape(line.removeprefix("warning: ")))
     console.print(escape(line))
@@ -82,32 +83,6 @@ def _say(line: str) -> None:
 
 def _params() -> Params:
     return load(Path("params.yaml"))
-
-
-def _say_reused(engine) -> None:
-    store = getattr(engine, "store", None)
-    if store is not None and store.hits + store.misses:
-        console.print(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} requests "
-                      "(greedy, or sampled with a seed)")
-    if store is not None and store.scores_reused + store.scores_missed:
-        console.print(f"log-probabilities reused from {store.root}: {store.scores_reused} of "
-                      f"{store.scores_reused + store.scores_missed} scored completions")
-
-
-def _prod(prod: Path | None, role: str = "adapter") -> tuple[Path | None, dict | None]:
-    """The prod baseline (`clap.evaluate.engines.prod_baseline`), said on the console."""
-    folder, expected, line = prod_baseline(prod, role)
-    if line:
-        console.print(line)
-    return folder, expected
-
-
-def _engine(cfg: Params, adapter: Path | None, prod: Path | None = None):
-    """The extraction engine (`clap.evaluate.engines.extraction_engine`) with prod as its baseline."""
-    prod_dir, prod_expected = _prod(prod)
-    engine, backend = extraction_engine(cfg.generate, cfg.model, adapter, prod_dir, prod_expected)
-    console.print(f"generation backend: {backend}")
-    return engine
 
 
 app = typer.Typer(cls=_UserErrorsInOneLine, add_completion=False, no_args_is_help=True,

@@ -1,4 +1,5 @@
-"""The demo's commands: its corpus, the simulated annotator and raters, `clap demo` (rounds and the drill)."""
+"""The demo's commands: its corpus (registered from its stage's spec, `clap.stages.registry`), the simulated annotator
+and raters, `clap demo` (rounds and the drill)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from clap import paths
-from clap.cli.common import _fail, _params, app, console
+from clap.cli.common import _fail, _params, app, console, register
 from clap.cli.feedback import _print_analysis, _print_traffic
 from clap.config import check, compose
 from clap.demo import annotator, corpus, rounds
@@ -21,16 +22,11 @@ from clap.io import read_json, read_jsonl, write_jsonl
 from clap.release import registry
 from clap.release import timeline as tl
 from clap.release.bundle import agent_source
-from clap.stages import demo_data as stage
+from clap.stages import registry as stages
 from clap.stages import trainers
 
-
-@app.command("demo-data")
-def demo_data(out: Path = typer.Option(paths.RAW), seed: int = 7, scale: float = 1.0,
-              poison: str = typer.Option("none", help="batch whose currency units are shifted by 10⁴ (a poisoned export)")) -> None:
-    """Write the deterministic demo corpus (chunks, facts, decisions) to OUT."""
-    counts = stage.run(out, seed, scale, None if poison == "none" else poison)
-    console.print(f"demo corpus → {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+for spec in stages.group("demo"):
+    register(spec)
 
 
 @app.command("demo-annotate")

@@ -2,7 +2,7 @@
 actors), which adapters it holds, each checked against its pin before it loads, and the decoding settings every
 command passes alike.
 
-    clap evaluate b1 / clap replay           → extraction_engine (the candidate, prod, the base)
+    clap evaluate b1 / clap replay           → said_extraction_engine (the candidate, prod, the base)
     clap evaluate-decisions                  → chain_engine (every chain step, prod, the base)
     clap agent-pairs / clap evaluate-agent   → clap.agent.engine.agent_engine (built on these)
 """
@@ -54,6 +54,31 @@ def prod_baseline(prod: Path | None, role: str = "adapter") -> tuple[Path | None
     tag = f"{paths.ARTIFACT}@{version}"
     line = f"baseline: prod {ptr['version']} ({tag}, {role.replace('_', ' ')}) and the base model"
     return folder, pinned_expectation(Path("."), folder, tag, role), line
+
+
+def said_extraction_engine(generate: Generate, base_section: Model, adapter: Path | None, prod: Path | None):
+    """The extraction engine with prod as its baseline, for a stage's `main`: yields the lines that say which prod
+    release is the baseline and which backend answers (printed before the long work), returns the engine —
+    `engine = yield from said_extraction_engine(...)`."""
+    prod_dir, prod_expected, line = prod_baseline(prod)
+    if line:
+        yield line
+    engine, backend = extraction_engine(generate, base_section, adapter, prod_dir, prod_expected)
+    yield f"generation backend: {backend}"
+    return engine
+
+
+def reuse_lines(engine) -> list[str]:
+    """What the answer store spared this command (`generate.reuse_answers`): answers and log-probabilities read
+    back instead of computed, as lines; none when the engine keeps no store or was asked nothing."""
+    store, lines = getattr(engine, "store", None), []
+    if store is not None and store.hits + store.misses:
+        lines.append(f"answers reused from {store.root}: {store.hits} of {store.hits + store.misses} requests "
+                     "(greedy, or sampled with a seed)")
+    if store is not None and store.scores_reused + store.scores_missed:
+        lines.append(f"log-probabilities reused from {store.root}: {store.scores_reused} of "
+                     f"{store.scores_reused + store.scores_missed} scored completions")
+    return lines
 
 
 def extraction_engine(generate: Generate, base_section: Model, adapter: Path | None, prod_dir: Path | None,

@@ -13,20 +13,26 @@ spends its updates where the policy is wrong. Duplicates (same state, same text)
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 
-import torch
-
+from clap import paths
 from clap.agent import chat
+from clap.agent.engine import agent_engine
 from clap.agent.episode import engine_policy, next_calls
 from clap.agent.tasks import load
-from clap.config import Agent
-from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
+from clap.agent.tools import ReportTools
+from clap.config import Agent, Params
+from clap.evaluate.engines import reuse_lines
+from clap.io import atomic_dir, check_output_dir, require_inputs, write_json, write_jsonl, write_switched_off
+from clap.stages.spec import StageSpec
 
 
 def run(a: Agent, tasks_dir: Path, engine, tools, out: Path, *, constrained: bool) -> dict:
     """`a`: the `agent` section (the mining draws, turn size and sampling); `constrained`: actions under the action
     grammar (`generate.constrained`)."""
+    import torch
+
     check_output_dir(out, (Path(tasks_dir),))
     d = a.dpo
     tasks = load(tasks_dir, "train")
@@ -56,3 +62,23 @@ def run(a: Agent, tasks_dir: Path, engine, tools, out: Path, *, constrained: boo
         write_jsonl(tmp / "pairs.jsonl", pairs)
         write_json(tmp / "report.json", report)
     return report
+
+
+def main(params: Params, tasks: Path = paths.AGENT_TASKS, assets: Path = paths.ASSETS,
+         out: Path = paths.AGENT_PAIRS) -> Iterator[str]:
+    """On-policy hard negatives: the agent SFT adapter's own wrong next actions on the train
+    trajectories, each paired with the gold action (the agent DPO step's data)."""
+    if not params.agent.enabled:
+        yield write_switched_off("agent-pairs", "agent.enabled", out, ("pairs.jsonl",))
+        return
+    require_inputs([(tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
+                    (paths.adapter("agent_sft"), "dvc repro train_agent_sft")])
+    tools = ReportTools.over_batches(assets, params.data.batches)
+    engine = agent_engine(params.generate, params.model, ["agent_sft"])
+    report = run(params.agent, tasks, engine, tools, out, constrained=params.generate.constrained)
+    yield from reuse_lines(engine)
+    yield (f"agent pairs → {out}: {report['pairs']} from {report['states']} states × {report['draws']} draws; "
+           f"by reason {report['by_reason']}")
+
+
+STAGE = StageSpec(name="agent_pairs", group="agent", main=main)

@@ -17,16 +17,21 @@ no release shipped one) the stage writes that it sampled nothing, and why.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-import torch
-
+from clap import paths
 from clap.agent import chat, report, scoring
+from clap.agent.engine import agent_engine, prod_agent
 from clap.agent.episode import engine_policy, rollout
 from clap.agent.tasks import by_kind_round_robin, load
 from clap.agent.tools import ReportTools
-from clap.config import Agent, Evaluate
-from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
+from clap.config import Agent, Evaluate, Params
+from clap.evaluate.engines import reuse_lines
+from clap.evaluate.intervals import ci_text
+from clap.io import atomic_dir, check_output_dir, read_json, require_inputs, write_json, write_jsonl, write_switched_off
+from clap.release.bundle import SHIPPABLE
+from clap.stages.spec import StageSpec
 
 
 def run(a: Agent, tasks_dir: Path, assets: Path, engine, models: list[tuple[str, bool | str]], out: Path,
@@ -35,6 +40,8 @@ def run(a: Agent, tasks_dir: Path, assets: Path, engine, models: list[tuple[str,
     (named `prod`) — possibly none; `shipped`: what the gate decided for the agent ({candidate, decision}), recorded
     beside the figures. `a`: the `agent` section; `evaluate`: the intervals; `batches`: the tools' data;
     `constrained`: actions under the action grammar (`generate.constrained`)."""
+    import torch
+
     check_output_dir(out, (Path(tasks_dir),))
     e = a.evaluate
     tasks = by_kind_round_robin(load(tasks_dir, "eval"), e.max_tasks)
@@ -75,3 +82,35 @@ def run(a: Agent, tasks_dir: Path, assets: Path, engine, models: list[tuple[str,
         write_jsonl(tmp / "episodes.jsonl", episodes)
     write_json(metrics_file, result)
     return result
+
+
+def main(params: Params, tasks: Path = paths.AGENT_TASKS, assets: Path = paths.ASSETS, gate: Path = paths.GATE_AGENT,
+         out: Path = paths.AGENT_PASS_K, metrics: Path = paths.AGENT_PASS_K_METRICS,
+         prod: Path = paths.PROD_ADAPTER) -> Iterator[str]:
+    """pass^k (sampled runs on the held-out agent tasks) of the agent adapter the gate ships and of prod's, with
+    CIs and their paired difference."""
+    if not params.agent.enabled:
+        yield write_switched_off("agent-pass-k", "agent.enabled", out, ("episodes.jsonl",), metrics)
+        return
+    require_inputs([(tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"), (gate, "dvc repro gate")])
+    shipped = read_json(gate)
+    ships = shipped.get("candidate") if shipped.get("decision") in SHIPPABLE else None
+    if ships:
+        require_inputs([(paths.adapter(ships), f"dvc repro train_{ships}")])
+    in_prod, line = prod_agent(prod)
+    yield from [line] if line else []
+    models = [*([(ships, ships)] if ships else []), *([("prod", "prod")] if in_prod else [])]
+    engine = agent_engine(params.generate, params.model, [ships] if ships else [], in_prod)
+    result = run(params.agent, tasks, assets, engine, models, out, metrics, shipped, evaluate=params.evaluate,
+                 batches=params.data.batches, constrained=params.generate.constrained)
+    yield from reuse_lines(engine)
+    for name, m in result["models"].items():
+        yield f"{name}: " + "  ".join(f"pass^{k} {v:.3f}" for k, v in m["pass_hat_k"].items() if v is not None)
+    for k, d in (result.get("delta_vs_prod") or {}).items():
+        yield f"{ships} − prod {k}: {ci_text(d)}"
+    if result.get("note"):
+        yield result["note"]
+
+
+STAGE = StageSpec(name="agent_pass_k", group="agent", main=main, helps={
+    "gate": "the gate's agent verdict (which agent adapter ships)", "prod": "restored prod (clap prod-adapter)"})

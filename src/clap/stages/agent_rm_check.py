@@ -24,8 +24,10 @@ from pathlib import Path
 from clap import model as base_model
 from clap import paths
 from clap.agent import reward_model
-from clap.config import AgentRmHuman
-from clap.io import atomic_dir, read_json, read_jsonl, write_json
+from clap.config import AgentRmHuman, Params
+from clap.integrity import pinned_expectation
+from clap.io import atomic_dir, read_json, read_jsonl, require_inputs, write_json, write_switched_off
+from clap.stages.spec import StageSpec
 
 
 def run(human: AgentRmHuman, rm_dir: Path, base_dir: Path, labels: Path, out: Path, metrics_file: Path,
@@ -52,3 +54,23 @@ def run(human: AgentRmHuman, rm_dir: Path, base_dir: Path, labels: Path, out: Pa
         write_json(tmp / "verdict.json", verdict)
     write_json(metrics_file, metrics)
     return metrics
+
+
+def main(params: Params, out: Path = paths.AGENT_RM_CHECK, metrics: Path = paths.AGENT_RM_CHECK_METRICS,
+         labels: Path = paths.AGENT_HUMAN_LABELS) -> list[str]:
+    """The agent reward model against people's labels on agent episodes (Spearman, calibration), and its verdict:
+    may agent GRPO and RLOO use it (both its checks passed)?"""
+    if not params.agent.enabled:
+        return [write_switched_off("agent-rm-check", "agent.enabled", out, ("verdict.json",), metrics)]
+    rm = paths.adapter("agent_rm")
+    require_inputs([(rm.parent / paths.TRAIN_METRICS_FILE, "dvc repro train_agent_rm")])
+    m = run(params.agent.rm.human, rm.parent, base_model.resolve(params.model), labels, out, metrics,
+            pinned_expectation(Path("."), rm) if rm.exists() else None)
+    people = m["against_people"] or {}
+    return [f"agent reward model: {'usable' if m['usable_as_reward'] else 'not usable'} as a reward"
+            + (f" ({m['failed']} check failed)" if m["failed"] else "")
+            + (f"; against {people['n']} labelled episodes Spearman {people['spearman']}, ECE {people['ece']}"
+               if people else "")]
+
+
+STAGE = StageSpec(name="agent_rm_check", group="agent", main=main)

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from clap import paths
 from clap.agent import tasks as agent_tasks
 from clap.agent.tools import ReportTools
-from clap.config import AgentTasks
+from clap.config import AgentTasks, Params
 from clap.domain.contracts import AGENT_LIST_FIELDS, AgentTask
-from clap.io import atomic_dir, write_json, write_jsonl
+from clap.io import atomic_dir, require_inputs, write_json, write_jsonl, write_switched_off
+from clap.stages.spec import StageSpec
 
 
 def as_frame(rows: list[dict]) -> pd.DataFrame:
@@ -82,3 +84,23 @@ def run(section: AgentTasks, assets: Path, batches: list[str], out: Path, correc
         write_jsonl(tmp / "tasks.jsonl", rows)
         write_json(tmp / "report.json", report)
     return report
+
+
+def main(params: Params, assets: Path = paths.ASSETS, out: Path = paths.AGENT_TASKS,
+         corrections: Path = paths.AGENT_CORRECTIONS) -> list[str]:
+    """Agent tasks with gold trajectories from the verified facts, kept only if they pass the format,
+    execution and answer checks, and the corrected trajectories in repair/agent/ that pass them too."""
+    if not params.agent.enabled:
+        return [write_switched_off("agent-tasks", "agent.enabled", out, ("tasks.jsonl",))]
+    require_inputs([(assets, "dvc repro assetize")])
+    report = run(params.agent.tasks, assets, params.data.batches, out, corrections)
+    lines = [f"agent tasks → {out}: {report['tasks']} kept; dropped by check: {report['dropped_by_check']}"]
+    fixes = report["corrections"]
+    if fixes["kept"] or fixes["refused"]:
+        lines.append(f"corrected trajectories: {len(fixes['kept'])} kept for training, {len(fixes['refused'])} refused")
+        lines += [f"  {r['file']}:{r['line']} ({r['correction_id']}): {r['reason']}" for r in fixes["refused"]]
+    return [*lines, ", ".join(f"{k}={v}" for k, v in report["by_split_kind"].items())]
+
+
+STAGE = StageSpec(name="agent_tasks", group="agent", main=main, helps={
+    "corrections": "trajectories people corrected (*.jsonl), for training"})

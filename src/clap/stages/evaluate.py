@@ -19,17 +19,25 @@ per-sample latencies of reused answers were measured at other times and are repo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from clap.config import Evaluate
+from clap import paths
+from clap.config import Evaluate, Params
 from clap.domain import prompts
 from clap.evaluate.decoding import contract_valid
+from clap.evaluate.engines import reuse_lines, said_extraction_engine
 from clap.evaluate.extraction import answer, extraction_schemas
-from clap.evaluate.generate import Engine
+from clap.evaluate.intervals import ci_bounds
 from clap.evaluate.latency import paired_latency
 from clap.evaluate.metrics import HIGHER_IS_BETTER, parse_answer
 from clap.evaluate.stats import p50, p95, paired_bootstrap
-from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
+from clap.io import atomic_dir, check_output_dir, read_jsonl, require_inputs, write_json, write_jsonl
+from clap.stages.spec import StageSpec
+
+if TYPE_CHECKING:  # the engine is built in `main` (torch is imported there, not when `clap --help` lists commands)
+    from clap.evaluate.generate import Engine
 
 METRICS = [k for k in HIGHER_IS_BETTER if k != "p95_latency_ms"]
 
@@ -85,3 +93,27 @@ def _aggregate(rows: list[dict]) -> dict:
     lat = [r["latency_ms"] for r in rows]
     out.update(p50_latency_ms=p50(lat), p95_latency_ms=p95(lat))
     return out
+
+
+def main(params: Params, batch: str, adapter: Path = paths.adapter("sft"), prod: Path | None = None,
+         materialized: Path = paths.MATERIALIZED, out: Path | None = None,
+         metrics: Path = paths.EVAL_METRICS) -> Iterator[str]:
+    """Candidate vs prod and vs base on one batch's holdout: records, metrics, deltas with CIs, regressions."""
+    samples = materialized / batch / "sft_eval.jsonl"
+    require_inputs([(samples, f"dvc repro materialize@{batch}"), (adapter, "dvc repro train_sft")])
+    engine = yield from said_extraction_engine(params.generate, params.model, adapter, prod)
+    r = run(params.evaluate, samples, engine, out or paths.EVAL / batch, batch, metrics / f"{batch}.json",
+            constrained=params.generate.constrained)
+    yield from reuse_lines(engine)
+    d = r["deltas"]["overall_score"]
+    yield (f"{batch}: overall base {r['metrics']['baseline']['overall_score']:.4f} → candidate "
+           f"{r['metrics']['candidate']['overall_score']:.4f} (Δ {d['delta']:+.4f}, "
+           f"CI {ci_bounds(d, digits=4)}), regressed samples {r['regressed']}")
+    if "deltas_vs_prod" in r:
+        p = r["deltas_vs_prod"]["overall_score"]
+        yield (f"{batch}: vs prod {r['metrics']['prod']['overall_score']:.4f}: Δ {p['delta']:+.4f} "
+               f"CI {ci_bounds(p, digits=4)}")
+
+
+STAGE = StageSpec(name="evaluate", group="evaluate", main=main, helps={
+    "prod": "restored prod adapter folder (clap prod-adapter); baseline = base if absent"})

@@ -21,14 +21,22 @@ are the `agent_pass_k` stage's, after the gate, on the adapter it ships and prod
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+from clap import paths
 from clap.agent import chat, report, scoring
+from clap.agent.engine import agent_engine, prod_agent
 from clap.agent.episode import engine_policy, next_calls, rollout
 from clap.agent.tasks import by_kind_round_robin, load
 from clap.agent.tools import ReportTools
-from clap.config import Agent, Evaluate
-from clap.io import atomic_dir, check_output_dir, write_json, write_jsonl
+from clap.config import Agent, Evaluate, Params
+from clap.evaluate.engines import reuse_lines
+from clap.evaluate.summary import agent_table
+from clap.io import atomic_dir, check_output_dir, require_inputs, write_json, write_jsonl, write_switched_off
+from clap.stages import trainers
+from clap.stages.spec import StageSpec
+from clap.train.spec import AGENT
 
 SCORES = ("success", "reward", "outcome", "format", "process", "efficiency", "hallucinated", "n_calls", "n_steps")
 
@@ -127,3 +135,28 @@ def _summary(greedy: list[dict], calls: list[dict], kind: dict[str, str], values
         "by_kind": {k: _means([x for x in greedy if kind[x["task_id"]] == k])["success"]
                     for k in sorted(set(kind.values()))},
         "with_ci": report.model_figures(values, greedy, kind, ev.bootstrap, ev.ci)}
+
+
+def main(params: Params, tasks: Path = paths.AGENT_TASKS, assets: Path = paths.ASSETS, out: Path = paths.AGENT_EVAL,
+         metrics: Path = paths.AGENT_METRICS, prod: Path = paths.PROD_ADAPTER) -> Iterator:
+    """The agent chain (agent SFT, then SFT→DPO and SFT→GRPO when enabled) against the base model and the
+    agent adapter in prod on the held-out agent tasks: task success, tool-call accuracy (when / how), pass^k,
+    hallucination, abstention, with paired-bootstrap CIs."""
+    if not params.agent.enabled:
+        yield write_switched_off("evaluate-agent", "agent.enabled", out,
+                                 ("episodes.jsonl", "next_calls.jsonl", "failed_episodes.jsonl"), metrics)
+        return
+    adapters = trainers.switched_on(AGENT, params)
+    require_inputs([(tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
+                    *[(paths.adapter(a), f"dvc repro train_{a}") for a in adapters]])
+    in_prod, line = prod_agent(prod)
+    yield from [line] if line else []
+    engine = agent_engine(params.generate, params.model, adapters, in_prod)
+    result = run(params.agent, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
+                 prod=bool(in_prod), evaluate=params.evaluate, batches=params.data.batches,
+                 constrained=params.generate.constrained)
+    yield from reuse_lines(engine)
+    yield agent_table(result)
+
+
+STAGE = StageSpec(name="evaluate_agent", group="agent", main=main, helps={"prod": "restored prod (clap prod-adapter)"})

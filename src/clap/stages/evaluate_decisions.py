@@ -26,20 +26,27 @@ gate holds it (`max_chain_extraction_regression`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
-from clap.config import Evaluate, EvaluateDecisions, Rewards
+from clap import paths
+from clap.config import Evaluate, EvaluateDecisions, Params, Rewards
 from clap.data.playbook import playbook
 from clap.domain import prompts
 from clap.domain.names import CHAIN  # the steps, in order; DPO and GRPO both continue SFT
 from clap.errors import UserError
 from clap.evaluate.decoding import decision_schema
+from clap.evaluate.engines import chain_engine, prod_baseline, reuse_lines
 from clap.evaluate.extraction import answer as answer_extraction
 from clap.evaluate.extraction import extraction_schemas
 from clap.evaluate.metrics import parse_answer
 from clap.evaluate.stats import paired_bootstrap
-from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
+from clap.evaluate.summary import decision_table
+from clap.io import atomic_dir, check_output_dir, read_jsonl, require_inputs, write_json, write_jsonl
+from clap.stages import trainers
+from clap.stages.spec import StageSpec
 from clap.train.rewards import decision_hits, decision_parts, decision_reward
+from clap.train.spec import EXTRACTION
 
 METRICS = ("decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
            "format_ok", "rank_accuracy", "margin_chosen_near_miss", "margin_chosen_rejected")
@@ -194,3 +201,26 @@ def _mean(rows: list[dict], metrics) -> dict:
 
 def _aggregate(rows: list[dict]) -> dict:
     return _mean(rows, METRICS)
+
+
+def main(params: Params, prod: Path | None = None, materialized: Path = paths.MATERIALIZED,
+         out: Path = paths.EVAL_DECISIONS, metrics: Path = paths.DECISION_METRICS) -> Iterator:
+    """The decision task on held-out cases: base, prod, SFT, SFT→DPO, SFT→GRPO, with deltas and CIs."""
+    batches, steps = params.data.batches, trainers.switched_on(EXTRACTION, params)
+    require_inputs([*[(materialized / b / f, f"dvc repro materialize@{b}") for b in batches
+                      for f in ("decision_eval.jsonl", "sft_eval.jsonl")],
+                    *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in batches],
+                    *[(paths.adapter(s), f"dvc repro train_{s}") for s in steps]])
+    prod_dir, prod_expected, line = prod_baseline(prod)
+    yield from [line] if line else []
+    engine = chain_engine(params.generate, params.model, steps, prod_dir, prod_expected)
+    result = run(params.evaluate_decisions, {b: materialized / b / "decision_eval.jsonl" for b in batches}, engine,
+                 ["base"] + (["prod"] if prod_dir else []) + steps, out, metrics,
+                 {b: (materialized / b / "sft_eval.jsonl", paths.EVAL / b / "records.jsonl") for b in batches},
+                 evaluate=params.evaluate, rewards=params.rewards, constrained=params.generate.constrained)
+    yield from reuse_lines(engine)
+    yield decision_table(result)
+
+
+STAGE = StageSpec(name="evaluate_decisions", group="evaluate", main=main, helps={
+    "prod": "restored prod adapter folder (clap prod-adapter)"})

@@ -14,20 +14,28 @@ B − A, D − C (and B − P) per answer metric with paired-bootstrap CIs (case
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from clap.config import Evaluate, Replay, Retrieval
+from clap import paths
+from clap.config import Evaluate, Params, Replay, Retrieval
 from clap.domain import prompts
 from clap.domain.names import PROD_ARM, REPLAY_ANSWER_METRICS, REPLAY_ARMS, REPLAY_CONTRASTS, REPLAY_METRICS
 from clap.evaluate.decoding import answer_schema
-from clap.evaluate.generate import Engine
+from clap.evaluate.engines import reuse_lines, said_extraction_engine
 from clap.evaluate.metrics import parse_answer
 from clap.evaluate.replay import score_case
 from clap.evaluate.stats import p95, paired_bootstrap
-from clap.io import atomic_dir, check_output_dir, read_jsonl, write_json, write_jsonl
+from clap.evaluate.summary import abcd_table, contrast_lines
+from clap.io import atomic_dir, check_output_dir, read_jsonl, require_inputs, write_json, write_jsonl
 from clap.retrieval import BM25Index, retrieve
+from clap.stages.spec import StageSpec
+
+if TYPE_CHECKING:  # the engine is built in `main` (torch is imported there, not when `clap --help` lists commands)
+    from clap.evaluate.generate import Engine
 
 
 def requests(cases: list[dict], contexts: list[list[dict]], constrained: bool) -> tuple[list, list | None]:
@@ -78,3 +86,22 @@ def run(r: Replay, assets: Path, materialized: Path, index_dir: Path, engine: En
     write_json(metrics_file, {"n_cases": len(cases), "constrained": constrained, "arms": table,
                               "contrasts": contrasts})
     return {"arms": table, "contrasts": contrasts}
+
+
+def main(params: Params, adapter: Path = paths.adapter("sft"), prod: Path | None = None,
+         assets: Path = paths.ASSETS, materialized: Path = paths.MATERIALIZED, index_dir: Path = paths.INDEX,
+         out: Path = paths.REPLAY, metrics: Path = paths.REPLAY_METRICS) -> Iterator:
+    """The ABCD application-chain replay: base/adapter × with/without retrieval (and prod + RAG when in prod)."""
+    batches = params.data.batches
+    require_inputs([(assets, "dvc repro assetize"), (index_dir, "dvc repro index"), (adapter, "dvc repro train_sft"),
+                    *[(materialized / b, f"dvc repro materialize@{b}") for b in batches]])
+    engine = yield from said_extraction_engine(params.generate, params.model, adapter, prod)
+    result = run(params.replay, assets, materialized, index_dir, engine, out, metrics, retrieval=params.retrieval,
+                 evaluate=params.evaluate, batches=batches, constrained=params.generate.constrained)
+    yield from reuse_lines(engine)
+    yield abcd_table(result["arms"])
+    yield from (f"{name}: {line}" for name, line in contrast_lines(result).items())
+
+
+STAGE = StageSpec(name="replay", group="evaluate", main=main, helps={
+    "prod": "restored prod adapter folder (clap prod-adapter): adds arm P, prod + RAG"})

@@ -5,8 +5,10 @@
 
 A stage module keeps two functions: `run(section, inputs)`, the stage's work on its typed config section, and `main`,
 what the command does with `params.yaml` and the command line — picks the section, checks the inputs (one line
-naming a missing one and the command that makes it), calls `run` and returns the lines the command prints. The CLI
-only parses the arguments the spec declares, loads `params.yaml`, calls `main` and prints. Trainers have their own
+naming a missing one and the command that makes it), calls `run` and returns the lines the command prints. A `main`
+that says something before its long work (which prod is the baseline, which backend answers) is a generator: each
+line it yields is printed when it is yielded. The CLI only parses the arguments the spec declares, loads
+`params.yaml`, calls `main` and prints. Trainers have their own
 spec (`clap.train.spec`); adding a stage: docs/how-to/extend.md.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,12 +42,12 @@ class Arg:
 class StageSpec:
     """One stage. `name`: its module `clap.stages.<name>` and its DVC stage (`<name>` or `<name>@<item>`);
     `command`: what `clap` calls it; `group`: the CLI module that lists it (`clap.cli.<group>`); `main(params,
-    **arguments)`: the command's work, returning the lines it prints (a line that begins `warning: ` is printed as a
-    warning); its docstring is the command's help, and its parameters after `params` are the command's arguments
+    **arguments)`: the command's work, returning or yielding the lines it prints (a line that begins `warning: ` is
+    printed as a warning; a rich table as a table); its docstring is the command's help, and its parameters after `params` are the command's arguments
     (`args`); `helps`: an argument's help text, by name."""
     name: str
     group: str
-    main: Callable[..., list[str]]
+    main: Callable[..., Iterable]
     helps: dict[str, str] = field(default_factory=dict)
 
     @property
