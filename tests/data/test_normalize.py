@@ -134,6 +134,18 @@ def test_an_amount_in_a_currency_has_that_currency_at_every_scale_and_per_share(
     assert nz.currency_units("XYZ") == []
 
 
+@pytest.mark.parametrize("text, named", [
+    ("Total sales | 2019: $1,496.5", True), ("US$’000", True), ("€m", True), ("£'000", True), ("¥120", True),
+    ("单位：万元", True), ("RMB 5", True), ("amounts in USD", True), ("in millions of euros", True),
+    ("U.S. dollars", True), ("in dollars", True), ("HK$1", True),
+    ("NO. OF RIGHTS", False), ("Emissions reported in tonnes CO2e*", False), ("Number of customers", False),
+    ("Europe grew", False), ("eurozone", False), ("(in millions)", False),   # a scale alone names no currency
+    ("", False), (None, False),
+])
+def test_a_text_names_a_currency_by_a_sign_a_code_a_unit_or_a_word(text, named):
+    assert nz.names_a_currency(text) is named
+
+
 @pytest.mark.parametrize("text, stated", [
     ("CO2 equivalent", []), ("Series2000 revenue", []), ("% of penetration(2)(3)", []),   # names and footnote markers
     ("COVID-19 hit 12% of sales", [12.0]), ("FY19 was 45.1 days", [45.1]), ("Q3 2019", [2019.0]),

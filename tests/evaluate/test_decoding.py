@@ -194,6 +194,23 @@ def test_an_answer_states_a_number_its_quote_states(evidence, value, unit, admit
     assert (not errors) is admitted
 
 
+RIGHTS = {"text": "2019 | 2018\nNO. OF RIGHTS\nOutstanding at end of period | 2019: 13,477,758"}
+
+
+@pytest.mark.parametrize("unit, admitted", [
+    ("", True), ("件", True), ("%", True),                 # a count, or a unit the caption may state
+    ("million USD", False), ("USD", False), ("万元", False), ("USD/shares", False),  # no currency on the page
+])
+def test_a_source_that_names_no_currency_gives_its_numbers_no_currency_unit(unit, admitted):
+    answer = {"entity": "A", "metric": "m", "period": "2019", "evidence": "Outstanding at end of period | 2019: 13,477,758",
+              "value": 13477758, "unit": unit}
+    errors = list(jsonschema.Draft202012Validator(answer_schema([RIGHTS], with_location=False)).iter_errors(answer))
+    assert (not errors) is admitted
+    # the same line in a source that writes a currency elsewhere keeps every unit (the caption may say `$'000`)
+    money = {"text": RIGHTS["text"] + "\nTotal | 2019: $5"}
+    assert not list(jsonschema.Draft202012Validator(answer_schema([money], with_location=False)).iter_errors(answer))
+
+
 def test_a_number_past_float_s_range_is_no_value_and_no_crash():
     props = answer_schema([{"text": "Revenue was $" + "9" * 400 + " and 5 days."}], with_location=False)["properties"]
     assert props["value"] == {"enum": [5]} and props["unit"] == {"enum": ["天"]}

@@ -456,3 +456,24 @@ def currency_units(code: str) -> list[str]:
     """The units an amount in currency `code` can have, in registry order: the code at every scale and per share."""
     dims = (code.lower(), f"{code.lower()}_per_share")
     return [u for u, (dim, _) in UNITS.items() if dim in dims]
+
+
+# What writes a currency in a text: a sign or the spelling of a currency unit (`$`, `US$’000`, `€m`, `RMB`, `元`,
+# `万元`, `USD`, `euros`) or the word for one (`dollars`, `yen`); a spelling of letters only counts as a whole word
+# (`eur` in `Europe` does not).
+CURRENCY_DIMENSIONS = frozenset(d for d, _ in UNITS.values()
+                                if d == "cny" or d.removesuffix("_per_share").upper() in CURRENCIES)
+_CURRENCY_SPELLINGS = [a for a, unit in UNIT_ALIASES.items()
+                       if a and "share" not in a and UNITS[unit] in {(d, 1.0) for d in CURRENCY_DIMENSIONS}]
+_CURRENCY_MARKS = {m for a in _CURRENCY_SPELLINGS for m in re.findall(r"[^\w\s.]+|元", a)} | {"¥"}
+_CURRENCY_WORDS = {a for a in _CURRENCY_SPELLINGS if re.fullmatch(r"[a-z][a-z. ]*", a)} | {"dollar", "dollars", "yen"}
+_NAMES_CURRENCY = re.compile("|".join(re.escape(m) for m in sorted(_CURRENCY_MARKS, key=len, reverse=True)) + "|"
+                             + r"(?<![a-z])(?:" + "|".join(re.escape(w) for w in sorted(_CURRENCY_WORDS, key=len, reverse=True))
+                             + r")(?![a-z])")
+
+
+def names_a_currency(text: object) -> bool:
+    """Whether `text` writes a currency anywhere (a sign, a code, a unit such as `US$’000` or `万元`, a word such as
+    `dollars`). A source that writes none (a table of rights, tonnes or customers) states no amount of money, so
+    an unwritten number in it is no currency amount (`clap.evaluate.decoding`). Pure."""
+    return bool(_NAMES_CURRENCY.search(fold(text).lower()))
