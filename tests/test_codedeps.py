@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.test_architecture import graph_of
 
@@ -39,6 +41,16 @@ def test_a_stage_runs_its_own_stage_module_only_and_the_plumbing_its_command_nee
     assert {m for m in sft if m.startswith("clap.stages.")} == {"clap.stages.train_sft", "clap.stages.trainers",
                                                                 "clap.stages.spec"}
     assert "clap.cli.release" not in sft
+
+
+@pytest.mark.parametrize("stage", ["demo_data", "ingest", "assetize", "index", "base_model", "repair_queue",
+                                   "prod_adapter", "gate", "bundle", "train_sft", "train_dpo", "agent_tasks"])
+def test_a_stage_that_answers_with_no_model_does_not_run_the_generation_code(stage):
+    """A change to how models answer (`clap.evaluate.generate`, the engines, serving) reruns the stages that answer
+    with a model, never the data, release or SFT/DPO stages: their commands are registered from modules that build
+    no engine and start no server."""
+    closure = stage_closure(stage, graph_of())
+    assert not {"clap.evaluate.generate", "clap.evaluate.engines", "clap.serve.engine", "clap.cli.serve"} & closure
 
 
 def test_rewrite_keeps_comments_order_and_data_deps_and_is_idempotent():

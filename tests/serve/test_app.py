@@ -207,7 +207,7 @@ def test_clap_serve_base_needs_no_release(tiny_dir, tmp_path, monkeypatch, param
     from typer.testing import CliRunner
 
     from clap.cli import app
-    from clap.cli import release as cli_release
+    from clap.cli import serve as cli_serve
 
     cfg = params.as_yaml_dict()
     cfg["model"]["base"] = str(tiny_dir)
@@ -220,7 +220,7 @@ def test_clap_serve_base_needs_no_release(tiny_dir, tmp_path, monkeypatch, param
             served["models"] = get(f"{url}/v1/models")
             served["answer"] = post(f"{url}/v1/chat/completions", chat("Revenue?") | {"model": "base", "max_tokens": 4})
 
-    monkeypatch.setattr(cli_release, "_serve_until_stopped", serve_here)
+    monkeypatch.setattr(cli_serve, "_serve_until_stopped", serve_here)
     r = CliRunner().invoke(app, ["serve", "--base"])
     assert r.exit_code == 0 and "serving base" in r.output, r.output
     assert [m["id"] for m in served["models"]["data"]] == ["base"]

@@ -38,8 +38,8 @@ def test_every_registered_stage_is_a_command_with_its_specs_arguments_and_help(s
 def test_the_groups_register_their_stages_from_the_registry_and_no_stage_by_hand():
     text = (Path(codedeps.SRC) / "cli" / "data.py").read_text(encoding="utf-8")
     assert "@app.command" not in text and "stages.registry" in text
-    assert {s.name for s in registry.group("data")} == {"ingest", "assetize", "materialize", "admit", "index",
-                                                       "repair_queue", "base_model"}
+    assert {s.name for s in registry.group("data")} == {"demo_data", "ingest", "assetize", "materialize", "admit",
+                                                       "index", "repair_queue", "base_model"}
     assert {s.name for s in registry.group("release")} == {"prod_adapter", "gate", "bundle"}
     assert {s.name for s in registry.group("evaluate")} == {"evaluate", "evaluate_decisions", "replay"}
     assert {s.name for s in registry.group("agent")} == {"agent_tasks", "agent_pairs", "agent_rm_check",

@@ -1,5 +1,5 @@
-"""The demo's commands: its corpus (registered from its stage's spec, `clap.stages.registry`), the simulated annotator
-and raters, `clap demo` (rounds and the drill)."""
+"""The demo's commands: the simulated annotator and raters, `clap demo` (rounds and the drill). Its corpus,
+`clap demo-data`, is a data stage (`clap.stages.demo_data`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from clap import paths
-from clap.cli.common import _fail, _params, app, console, register
+from clap.cli.common import _fail, _params, app, console
 from clap.cli.feedback import _print_analysis, _print_traffic
 from clap.config import check, compose
 from clap.demo import annotator, corpus, rounds
@@ -22,11 +22,7 @@ from clap.io import read_json, read_jsonl, write_jsonl
 from clap.release import registry
 from clap.release import timeline as tl
 from clap.release.bundle import agent_source
-from clap.stages import registry as stages
 from clap.stages import trainers
-
-for spec in stages.group("demo"):
-    register(spec)
 
 
 @app.command("demo-annotate")

@@ -27,5 +27,5 @@ def main(params: Params, out: Path = paths.RAW, seed: int = 7, scale: float = 1.
     return [f"demo corpus → {out}: " + ", ".join(f"{v} {k}" for k, v in counts.items())]
 
 
-STAGE = StageSpec(name="demo_data", group="demo", main=main, helps={
+STAGE = StageSpec(name="demo_data", group="data", main=main, helps={
     "poison": "batch whose currency units are shifted by 10⁴ (a poisoned export)"})
