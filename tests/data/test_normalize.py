@@ -134,16 +134,21 @@ def test_an_amount_in_a_currency_has_that_currency_at_every_scale_and_per_share(
     assert nz.currency_units("XYZ") == []
 
 
+USD_ALL, EUR_ALL = (frozenset(nz.currency_units(c)) for c in ("USD", "EUR"))
+CNY_ALL = frozenset(u for u, (dim, _) in nz.UNITS.items() if dim == "cny")
+
+
 @pytest.mark.parametrize("text, named", [
-    ("Total sales | 2019: $1,496.5", True), ("US$’000", True), ("€m", True), ("£'000", True), ("¥120", True),
-    ("单位：万元", True), ("RMB 5", True), ("amounts in USD", True), ("in millions of euros", True),
-    ("U.S. dollars", True), ("in dollars", True), ("HK$1", True),
-    ("NO. OF RIGHTS", False), ("Emissions reported in tonnes CO2e*", False), ("Number of customers", False),
-    ("Europe grew", False), ("eurozone", False), ("(in millions)", False),   # a scale alone names no currency
-    ("", False), (None, False),
+    ("Total sales | 2019: $1,496.5", USD_ALL), ("US$’000", USD_ALL), ("amounts in USD", USD_ALL),
+    ("in dollars", USD_ALL), ("U.S. dollars", USD_ALL), ("in millions of euros", EUR_ALL), ("€m", EUR_ALL),
+    ("HK$1", frozenset(nz.currency_units("HKD"))),                     # the longer sign, not `$`
+    ("单位：万元", CNY_ALL), ("RMB 5", CNY_ALL),
+    ("Emissions reported in tonnes CO2e*", {"吨"}), ("Discount rate (%)", {"%"}), ("Primary service units", {"件"}),
+    ("NO. OF RIGHTS", set()), ("Number of customers", set()), ("(in millions)", set()),   # a scale alone is no unit
+    ("Europe grew", set()), ("don't 5 t", set()), ("", set()), (None, set()),        # no word inside a word, no lone t
 ])
-def test_a_text_names_a_currency_by_a_sign_a_code_a_unit_or_a_word(text, named):
-    assert nz.names_a_currency(text) is named
+def test_a_text_names_the_units_it_spells_and_a_currency_at_every_scale(text, named):
+    assert nz.units_named(text) == frozenset({"", *named})
 
 
 @pytest.mark.parametrize("text, stated", [

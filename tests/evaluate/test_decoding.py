@@ -36,10 +36,10 @@ def test_answer_schema_is_built_from_what_the_model_was_shown():
         assert alt["additionalProperties"] is False
     picks = [(a["properties"]["evidence"]["const"], a["properties"]["value"]["enum"], a["properties"]["unit"]["enum"],
               a["properties"]["chunk_id"]["const"], a["properties"]["page"]["const"]) for a in alts]
-    anything = sorted(nz.UNITS)
+    written = sorted(nz.units_named(CHUNKS[0]["text"]))  # RMB's units at every scale, %, and none
     assert picks == [  # each sentence with its own numbers, each number with the unit written beside it
         ("Revenue was 1,200.5 RMB 10k.", [1200.5], ["万元"], "c1-p1", 1),
-        ("Revenue was 1,200.5 RMB 10k.", [10], anything, "c1-p1", 1),   # the 10 of "10k": no unit follows it
+        ("Revenue was 1,200.5 RMB 10k.", [10], written, "c1-p1", 1),   # the 10 of "10k": no unit follows it
         ("Margin was 7%.", [7], ["%"], "c1-p1", 1),                    # as targets write it (7 not 7.0)
         ("毛利率为42.7%。", [42.7], ["%"], "c2-p3", 3)]
     assert answer_schema(CHUNKS[1:], with_location=False)["properties"]["value"] == {"enum": [42.7]}  # one: no anyOf
@@ -167,7 +167,7 @@ TABLE = {"text": "Years Ended September 30,\nTotal sales | 2019: $1,496.5\nOther
 
 @pytest.mark.parametrize("evidence, values, units", [
     ("Total sales | 2019: $1,496.5", [1496.5], nz.currency_units("USD")),   # `$`: dollars at any scale, never euros
-    ("Other | 2019: 44.1", [44.1], sorted(nz.UNITS)),                       # no sign: the caption may say the unit
+    ("Other | 2019: 44.1", [44.1], sorted(nz.units_named(TABLE["text"]))),  # no sign: a unit the page writes
     ("Total sales | % Change: 24.4%", [24.4], ["%"]),
     ("Series2000 revenue was 12 days late", [12], ["天"]),                   # the model's name is no value
     ("Reported as CO2 equivalent", None, None),                            # a name's digit: nothing to state
@@ -198,17 +198,20 @@ RIGHTS = {"text": "2019 | 2018\nNO. OF RIGHTS\nOutstanding at end of period | 20
 
 
 @pytest.mark.parametrize("unit, admitted", [
-    ("", True), ("件", True), ("%", True),                 # a count, or a unit the caption may state
+    ("", True),                                                          # a count: the page writes no unit
+    ("件", False), ("%", False), ("千克", False),                          # units the page never writes
     ("million USD", False), ("USD", False), ("万元", False), ("USD/shares", False),  # no currency on the page
 ])
-def test_a_source_that_names_no_currency_gives_its_numbers_no_currency_unit(unit, admitted):
+def test_a_number_without_a_unit_beside_it_takes_one_its_source_writes_or_none(unit, admitted):
     answer = {"entity": "A", "metric": "m", "period": "2019", "evidence": "Outstanding at end of period | 2019: 13,477,758",
               "value": 13477758, "unit": unit}
     errors = list(jsonschema.Draft202012Validator(answer_schema([RIGHTS], with_location=False)).iter_errors(answer))
     assert (not errors) is admitted
-    # the same line in a source that writes a currency elsewhere keeps every unit (the caption may say `$'000`)
-    money = {"text": RIGHTS["text"] + "\nTotal | 2019: $5"}
-    assert not list(jsonschema.Draft202012Validator(answer_schema([money], with_location=False)).iter_errors(answer))
+    # the same line under a caption that writes `$'000` may be dollars at any scale, not euros
+    money = {"text": "$'000\n" + RIGHTS["text"]}
+    dollars = jsonschema.Draft202012Validator(answer_schema([money], with_location=False))
+    assert not list(dollars.iter_errors({**answer, "unit": "thousand USD"}))
+    assert list(dollars.iter_errors({**answer, "unit": "thousand EUR"}))
 
 
 def test_a_number_past_float_s_range_is_no_value_and_no_crash():

@@ -458,22 +458,40 @@ def currency_units(code: str) -> list[str]:
     return [u for u, (dim, _) in UNITS.items() if dim in dims]
 
 
-# What writes a currency in a text: a sign or the spelling of a currency unit (`$`, `US$’000`, `€m`, `RMB`, `元`,
-# `万元`, `USD`, `euros`) or the word for one (`dollars`, `yen`); a spelling of letters only counts as a whole word
-# (`eur` in `Europe` does not).
+# What a text may write a unit with: each spelling of the registry (`tonnes`, `%`, `US$`, `万元`, `RMB`), a word of
+# letters counted only as a whole word (`eur` in `Europe` is not euros, a lone `t` is no tonne), and `dollars` /
+# `yen` / `¥`, which name a currency without a registry spelling of their own. A currency named once stands for that
+# currency at every scale and per share: a caption says `$` or `US$’000` once for a whole table.
 CURRENCY_DIMENSIONS = frozenset(d for d, _ in UNITS.values()
                                 if d == "cny" or d.removesuffix("_per_share").upper() in CURRENCIES)
-_CURRENCY_SPELLINGS = [a for a, unit in UNIT_ALIASES.items()
-                       if a and "share" not in a and UNITS[unit] in {(d, 1.0) for d in CURRENCY_DIMENSIONS}]
-_CURRENCY_MARKS = {m for a in _CURRENCY_SPELLINGS for m in re.findall(r"[^\w\s.]+|元", a)} | {"¥"}
-_CURRENCY_WORDS = {a for a in _CURRENCY_SPELLINGS if re.fullmatch(r"[a-z][a-z. ]*", a)} | {"dollar", "dollars", "yen"}
-_NAMES_CURRENCY = re.compile("|".join(re.escape(m) for m in sorted(_CURRENCY_MARKS, key=len, reverse=True)) + "|"
-                             + r"(?<![a-z])(?:" + "|".join(re.escape(w) for w in sorted(_CURRENCY_WORDS, key=len, reverse=True))
-                             + r")(?![a-z])")
+_EXTRA_SPELLINGS = {"dollar": ("USD",), "dollars": ("USD",), "yen": ("JPY",), "¥": ("JPY", "元")}
 
 
-def names_a_currency(text: object) -> bool:
-    """Whether `text` writes a currency anywhere (a sign, a code, a unit such as `US$’000` or `万元`, a word such as
-    `dollars`). A source that writes none (a table of rights, tonnes or customers) states no amount of money, so
-    an unwritten number in it is no currency amount (`clap.evaluate.decoding`). Pure."""
-    return bool(_NAMES_CURRENCY.search(fold(text).lower()))
+def _spelled_units() -> dict[str, tuple[str, ...]]:
+    """spelling → the canonical units it stands for (a currency's: all of them)."""
+    def family(unit: str) -> tuple[str, ...]:
+        dim = UNITS[unit][0].removesuffix("_per_share")
+        if dim not in CURRENCY_DIMENSIONS:
+            return (unit,)
+        return tuple(u for u, (d, _) in UNITS.items() if d.removesuffix("_per_share") == dim)
+
+    spelled = {a: family(u) for a, u in UNIT_ALIASES.items() if a and not re.fullmatch(r"[a-z]", a)}
+    return spelled | {a: tuple(x for code in codes for x in family(code)) for a, codes in _EXTRA_SPELLINGS.items()}
+
+
+_SPELLED_UNITS = _spelled_units()
+_UNIT_SPELLING = re.compile("|".join(
+    rf"(?<![a-z]){re.escape(a)}(?![a-z])" if a[0].isalpha() and a.isascii() else re.escape(a)
+    for a in sorted(_SPELLED_UNITS, key=len, reverse=True)))
+
+
+@lru_cache(maxsize=4096)
+def _units_named_cached(text: str) -> frozenset[str]:
+    return frozenset({"", *(u for m in _UNIT_SPELLING.finditer(fold(text).lower()) for u in _SPELLED_UNITS[m.group(0)])})
+
+
+def units_named(text: object) -> frozenset[str]:
+    """The canonical units `text` writes anywhere, and `""` (no unit): what a number the text writes without a unit
+    beside it may be measured in — a table of rights that names no unit states counts, a table under `US$’000`
+    amounts in US dollars at any scale (`clap.evaluate.decoding`). Pure."""
+    return _units_named_cached(text if isinstance(text, str) else "" if text is None else str(text))

@@ -5,8 +5,8 @@ xgrammar, and `Engine.generate(..., schemas=...)` applies the same grammars thro
 Hugging Face logits processor. The schema comes from the contract (`prompts.ANSWER_KEYS`, the
 canonical units) and, because the task is extractive, from what the model was shown: the evidence is
 one sentence of the given sources, the value a number written in *that* sentence, the unit the one
-written beside it (a currency sign before it fixes the currency, not the scale; a source that writes no currency
-gives its numbers none), and `chunk_id` / `doc_id` /
+written beside it (a currency sign before it fixes the currency, not the scale; a number with no unit beside it
+takes one its source writes somewhere, or none), and `chunk_id` / `doc_id` /
 `page` those of the chunk the sentence comes from. A number glued to a word or a bracket (`CO2e`, `Series2000`,
 a footnote's `(2)`) is part of a name, never a value. A constrained model can still pick the wrong sentence (a
 comparative year, another metric, another company's chunk) or the wrong scale; it can no longer invent a quote,
@@ -21,14 +21,7 @@ import math
 import re
 
 from clap.domain.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
-from clap.domain.quantities import (
-    CURRENCY_DIMENSIONS,
-    UNITS,
-    currency_units,
-    names_a_currency,
-    signed_currencies,
-    stated_quantities,
-)
+from clap.domain.quantities import UNITS, currency_units, signed_currencies, stated_quantities, units_named
 
 # A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
 # company name stay whole). A sentence of a source is what an evidence quote may be.
@@ -36,7 +29,6 @@ _ABBREVIATIONS = ("Co", "Corp", "Inc", "Ltd", "No", "Nos", "vs", "approx")
 _SENTENCE_END = re.compile(r"\s*\n\s*|(?<=[。！？；])|(?<=[.!?;])" + "".join(rf"(?<!\b{a}\.)" for a in _ABBREVIATIONS)
                            + r"\s+")  # a line break ends a sentence too: an ingested chunk's table rows are lines
 _ANY_UNIT = tuple(sorted(UNITS))  # a number with no readable unit or sign: the registry's units, in a stable order
-_NO_MONEY = tuple(u for u in _ANY_UNIT if UNITS[u][0] not in CURRENCY_DIMENSIONS)  # ... in a source naming no currency
 MAX_LABEL_CHARS = 40  # entity and metric are short labels; bounds a runaway string (CJK tokenises long)
 MAX_PERIOD_CHARS = 16
 MAX_FREE_QUOTE_CHARS = 120  # a quote with no source to pick from (the no-RAG arms); bounds its length
@@ -63,16 +55,17 @@ def valued_part(sentence: str) -> str:
     return " | ".join(c.rpartition(": ")[2] if ": " in c else c for c in cells[1:])
 
 
-def _readings(sentence: str, money: bool = True) -> list[tuple[list, list[str]]]:
+def _readings(sentence: str, named: frozenset[str] | None = None) -> list[tuple[list, list[str]]]:
     """The (values, units) a quote of `sentence` may carry: each number it states (not one glued to a word or a
     bracket, `CO2e`, `Series2000`, `penetration(2)`: `stated_quantities`) with the unit written beside it (`16.5 days`
     → 16.5 with 天), a number after a currency sign with that currency at any scale (`$1,496.5` in a table in millions
-    is 1,496.5 million USD), other numbers (a year, a page, a cell of a table whose unit is in its caption) with any
-    unit — any but a currency's when the source writes no currency anywhere (`money` false: a table of rights,
-    tonnes or customers, `names_a_currency`); numbers that share their units in one group. A sentence without such a
+    is 1,496.5 million USD), other numbers (a year, a page, a cell of a table whose unit is in its caption) with a
+    unit its source writes somewhere or none (`named`, `units_named` of the source: a table of rights that names no
+    unit states counts; None: any unit); numbers that share their units in one group. A sentence without such a
     number cannot be the evidence of a value."""
     part = valued_part(sentence)
     signed = signed_currencies(part)
+    unwritten = _ANY_UNIT if named is None else tuple(u for u in _ANY_UNIT if u in named)
     groups: dict[tuple[str, ...], set] = {}
     for number, reading in stated_quantities(part):
         exact = reading is not None and math.isclose(reading.value, abs(number), rel_tol=1e-9)
@@ -82,7 +75,7 @@ def _readings(sentence: str, money: bool = True) -> list[tuple[list, list[str]]]
         elif code:
             units = tuple(currency_units(code))
         else:
-            units = _ANY_UNIT if money else _NO_MONEY
+            units = unwritten
         groups.setdefault(units, set()).add(json_number(number))
     return [(sorted(values), list(units)) for units, values in groups.items()]
 
@@ -104,9 +97,9 @@ def answer_schema(sources: list[dict], with_location: bool) -> dict:
     for src in sources:
         location = ({"chunk_id": {"const": src["chunk_id"]}, "doc_id": {"const": src["doc_id"]},
                      "page": {"const": int(src["page"])}} if with_location else {})
-        money = names_a_currency(src["text"])
+        named = units_named(src["text"])
         for quote in sentences(src["text"]):
-            for values, units in _readings(quote, money):
+            for values, units in _readings(quote, named):
                 props = head | {"evidence": {"const": quote}, "value": {"enum": values}, "unit": {"enum": units}}
                 alt = _object(props | location)
                 alternatives.setdefault(json.dumps(alt, ensure_ascii=False, sort_keys=True), alt)
