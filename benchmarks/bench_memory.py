@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -32,9 +33,13 @@ PROBE = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], cap
 
 def measure(project: Path, stage: str) -> dict:
     """One stage rerun alone: its peak RSS (MB), wall seconds and exit status."""
+    venv = Path(sys.executable).parent  # this environment's dvc, and the `clap` its stages call
+    env = dict(os.environ, PATH=f"{venv}{os.pathsep}{os.environ.get('PATH', '')}")
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", PROBE, "dvc", "repro", "-f", "-s", stage], cwd=project,
-                       capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", PROBE, str(venv / "dvc"), "repro", "-f", "-s", stage], cwd=project,
+                       capture_output=True, text=True, env=env)
+    if len(r.stdout.split()) < 2:
+        raise SystemExit(f"{stage}: the probe did not run: {r.stderr[-1500:]}")
     status, peak_kb = r.stdout.split()[:2]
     out = {"stage": stage, "peak_rss_mb": round(int(peak_kb) / 1024), "wall_s": round(time.perf_counter() - t0, 1),
            "status": int(status)}
