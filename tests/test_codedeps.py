@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import ROOT
 from tests.test_architecture import graph_of
 
