@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from clap.agent import rewards, tasks
+from clap.agent.tasks import as_frame
 from clap.agent.tools import ReportTools
 from clap.config import AgentTasks
 from clap.domain.contracts import AgentTask
-from clap.stages.agent_tasks import as_frame
 
 CFG = AgentTasks(seed="agent-test", eval_fraction=0.3, max_tasks_per_batch={"train": 3, "eval": 2})
 
@@ -184,8 +184,6 @@ def test_a_correction_that_fails_a_check_is_refused_with_the_reason(built, chang
 
 
 def test_the_stage_keeps_good_corrections_and_refuses_a_held_out_company_by_file_and_line(built, small_loop, tmp_path):
-    from clap.stages import agent_tasks as stage
-
     tools, facts, rows, _ = built
     train = next(t for t in rows if t["split"] == "train" and t["kind"] == "lookup")
     held = next(t for t in rows if t["split"] == "eval" and t["kind"] == "lookup")
@@ -193,7 +191,7 @@ def test_the_stage_keeps_good_corrections_and_refuses_a_held_out_company_by_file
     lines = [_correction(train, "fix-good"), _correction(held, "fix-eval"), "not json"]
     (tmp_path / "fixes" / "a.jsonl").write_text("\n".join(x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
                                                           for x in lines) + "\n")
-    kept, ids, refused = stage.corrected(tools, tmp_path / "fixes", rows, sorted(set(facts["entity"])))
+    kept, ids, refused = tasks.corrected(tools, tmp_path / "fixes", rows, sorted(set(facts["entity"])))
     assert [t["kind"] for t in kept] == ["corrected"] and list(ids) == ["fix-good"]
     assert [(r["line"], r["correction_id"]) for r in refused] == [(2, "fix-eval"), (3, None)]
     assert refused[0]["reason"].startswith(f"leakage: company {held['entities'][0]!r} is in train and eval")

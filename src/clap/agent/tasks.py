@@ -40,6 +40,7 @@ from clap.agent.tools import ABSTAIN, ReportTools
 from clap.config import AgentTasks
 from clap.domain import names
 from clap.domain import quantities as nz
+from clap.domain.contracts import AGENT_LIST_FIELDS
 from clap.domain.prompts import json_number
 from clap.io import read_jsonl
 
@@ -427,3 +428,40 @@ def gold_states(tools: ReportTools, tasks: list[dict]) -> list[dict]:
         for j, i in enumerate(turns):
             out.append({"task": task, "turn": j, "prefix": task["messages"][:i], "prefix_steps": record["steps"][:j]})
     return out
+
+
+def as_frame(rows: list[dict]) -> pd.DataFrame:
+    """Tasks as the contract's flat table: list fields as JSON text."""
+    frame = pd.DataFrame([{k: v for k, v in r.items() if k not in AGENT_LIST_FIELDS} for r in rows])
+    for field in AGENT_LIST_FIELDS:
+        frame[f"{field}_json"] = [json.dumps(r[field], ensure_ascii=False) for r in rows]
+    return frame
+
+
+def corrected(tools: ReportTools, folder: Path | None, rows: list[dict], companies: list[str]
+              ) -> tuple[list[dict], dict[str, str], list[dict]]:
+    """The corrected trajectories in `folder/*.jsonl` that pass the checks and leak nothing into evaluation, as
+    training tasks; {correction_id: task_id} of those kept; the refused ones, each with its file, line and why."""
+    kept, ids, refused = [], {}, []
+    for file in sorted(Path(folder).glob("*.jsonl")) if folder is not None and Path(folder).is_dir() else []:
+        for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row, task, why = {}, None, "format: not a JSON object"
+            else:
+                task, why = from_correction(tools, row, companies) if isinstance(row, dict) \
+                    else (None, "format: not a JSON object")
+            if task is not None and task["task_id"] in {t["task_id"] for t in rows + kept}:
+                task, why = None, "duplicate: the same correction is already in"
+            if task is not None and (leaks := leakage(rows + kept + [task])):
+                task, why = None, f"leakage: {leaks[0]}"
+            if task is None:
+                refused.append({"file": str(file), "line": line_no, "correction_id": row.get("correction_id")
+                                if isinstance(row, dict) else None, "reason": why})
+                continue
+            kept.append(task)
+            ids[row["correction_id"]] = task["task_id"]
+    return kept, ids, refused

@@ -12,7 +12,6 @@ line, its gold conversation in `messages`) and report.json (kept and dropped, by
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -21,46 +20,9 @@ from clap import paths
 from clap.agent import tasks as agent_tasks
 from clap.agent.tools import ReportTools
 from clap.config import AgentTasks, Params
-from clap.domain.contracts import AGENT_LIST_FIELDS, AgentTask
+from clap.domain.contracts import AgentTask
 from clap.io import atomic_dir, require_inputs, write_json, write_jsonl, write_switched_off
 from clap.stages.spec import StageSpec
-
-
-def as_frame(rows: list[dict]) -> pd.DataFrame:
-    """Tasks as the contract's flat table: list fields as JSON text."""
-    frame = pd.DataFrame([{k: v for k, v in r.items() if k not in AGENT_LIST_FIELDS} for r in rows])
-    for field in AGENT_LIST_FIELDS:
-        frame[f"{field}_json"] = [json.dumps(r[field], ensure_ascii=False) for r in rows]
-    return frame
-
-
-def corrected(tools: ReportTools, folder: Path | None, rows: list[dict], companies: list[str]
-              ) -> tuple[list[dict], dict[str, str], list[dict]]:
-    """The corrected trajectories in `folder/*.jsonl` that pass the checks and leak nothing into evaluation, as
-    training tasks; {correction_id: task_id} of those kept; the refused ones, each with its file, line and why."""
-    kept, ids, refused = [], {}, []
-    for file in sorted(Path(folder).glob("*.jsonl")) if folder is not None and Path(folder).is_dir() else []:
-        for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                row, task, why = {}, None, "format: not a JSON object"
-            else:
-                task, why = agent_tasks.from_correction(tools, row, companies) if isinstance(row, dict) \
-                    else (None, "format: not a JSON object")
-            if task is not None and task["task_id"] in {t["task_id"] for t in rows + kept}:
-                task, why = None, "duplicate: the same correction is already in"
-            if task is not None and (leaks := agent_tasks.leakage(rows + kept + [task])):
-                task, why = None, f"leakage: {leaks[0]}"
-            if task is None:
-                refused.append({"file": str(file), "line": line_no, "correction_id": row.get("correction_id")
-                                if isinstance(row, dict) else None, "reason": why})
-                continue
-            kept.append(task)
-            ids[row["correction_id"]] = task["task_id"]
-    return kept, ids, refused
 
 
 def run(section: AgentTasks, assets: Path, batches: list[str], out: Path, corrections: Path | None = None) -> dict:
@@ -72,13 +34,13 @@ def run(section: AgentTasks, assets: Path, batches: list[str], out: Path, correc
     rows, report = agent_tasks.build(facts, tools, section)
     if not rows:
         raise ValueError(f"agent-tasks: no task passed the checks in batches {', '.join(batches)}")
-    fixed, ids, refused = corrected(tools, corrections, rows, sorted(set(facts["entity"].dropna())))
+    fixed, ids, refused = agent_tasks.corrected(tools, corrections, rows, sorted(set(facts["entity"].dropna())))
     rows += fixed
     report |= {"corrections": {"kept": ids, "refused": refused}}
     leaks = agent_tasks.leakage(rows)
     if leaks:  # the planner's own output: a leak is a bug, and an evaluation that leaks must not be written
         raise AssertionError(f"agent-tasks: the held-out tasks leak into training ({len(leaks)}): {leaks[0]}")
-    AgentTask.validate(as_frame(rows), lazy=True)  # our own output: a failure here is a bug, not user data
+    AgentTask.validate(agent_tasks.as_frame(rows), lazy=True)  # our own output: a failure here is a bug, not user data
     report |= {"batches": batches, "tools": [s["function"]["name"] for s in tools.schemas]}
     with atomic_dir(out, (Path(assets),)) as tmp:
         write_jsonl(tmp / "tasks.jsonl", rows)
