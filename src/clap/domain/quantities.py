@@ -462,18 +462,16 @@ def currency_units(code: str) -> list[str]:
 # letters counted only as a whole word (`eur` in `Europe` is not euros, a lone `t` is no tonne), and `dollars` /
 # `yen` / `¥`, which name a currency without a registry spelling of their own. A currency named once stands for that
 # currency at every scale and per share: a caption says `$` or `US$’000` once for a whole table.
-CURRENCY_DIMENSIONS = frozenset(d for d, _ in UNITS.values()
-                                if d == "cny" or d.removesuffix("_per_share").upper() in CURRENCIES)
+_CURRENCY_DIMENSIONS = frozenset(d for d, _ in UNITS.values()
+                                 if d == "cny" or d.removesuffix("_per_share").upper() in CURRENCIES)
 _EXTRA_SPELLINGS = {"dollar": ("USD",), "dollars": ("USD",), "yen": ("JPY",), "¥": ("JPY", "元")}
 
 
 def _spelled_units() -> dict[str, tuple[str, ...]]:
-    """spelling → the canonical units it stands for (a currency's: all of them)."""
+    """spelling → the canonical units it stands for (a currency's: `currency_units`, every scale and per share)."""
     def family(unit: str) -> tuple[str, ...]:
         dim = UNITS[unit][0].removesuffix("_per_share")
-        if dim not in CURRENCY_DIMENSIONS:
-            return (unit,)
-        return tuple(u for u, (d, _) in UNITS.items() if d.removesuffix("_per_share") == dim)
+        return tuple(currency_units(dim.upper())) if dim in _CURRENCY_DIMENSIONS else (unit,)
 
     spelled = {a: family(u) for a, u in UNIT_ALIASES.items() if a and not re.fullmatch(r"[a-z]", a)}
     return spelled | {a: tuple(x for code in codes for x in family(code)) for a, codes in _EXTRA_SPELLINGS.items()}
@@ -494,4 +492,4 @@ def units_named(text: object) -> frozenset[str]:
     """The canonical units `text` writes anywhere, and `""` (no unit): what a number the text writes without a unit
     beside it may be measured in — a table of rights that names no unit states counts, a table under `US$’000`
     amounts in US dollars at any scale (`clap.evaluate.decoding`). Pure."""
-    return _units_named_cached(text if isinstance(text, str) else "" if text is None else str(text))
+    return _units_named_cached(text if isinstance(text, str) else fold(text))

@@ -55,17 +55,16 @@ def valued_part(sentence: str) -> str:
     return " | ".join(c.rpartition(": ")[2] if ": " in c else c for c in cells[1:])
 
 
-def _readings(sentence: str, named: frozenset[str] | None = None) -> list[tuple[list, list[str]]]:
+def _readings(sentence: str, unwritten: tuple[str, ...] = _ANY_UNIT) -> list[tuple[list, list[str]]]:
     """The (values, units) a quote of `sentence` may carry: each number it states (not one glued to a word or a
     bracket, `CO2e`, `Series2000`, `penetration(2)`: `stated_quantities`) with the unit written beside it (`16.5 days`
     → 16.5 with 天), a number after a currency sign with that currency at any scale (`$1,496.5` in a table in millions
-    is 1,496.5 million USD), other numbers (a year, a page, a cell of a table whose unit is in its caption) with a
-    unit its source writes somewhere or none (`named`, `units_named` of the source: a table of rights that names no
-    unit states counts; None: any unit); numbers that share their units in one group. A sentence without such a
-    number cannot be the evidence of a value."""
+    is 1,496.5 million USD), other numbers (a year, a page, a cell of a table whose unit is in its caption) with
+    `unwritten`: the units its source writes somewhere, or none (`answer_schema`, from `units_named`: a table of
+    rights that names no unit states counts); numbers that share their units in one group. A sentence without such
+    a number cannot be the evidence of a value."""
     part = valued_part(sentence)
     signed = signed_currencies(part)
-    unwritten = _ANY_UNIT if named is None else tuple(u for u in _ANY_UNIT if u in named)
     groups: dict[tuple[str, ...], set] = {}
     for number, reading in stated_quantities(part):
         exact = reading is not None and math.isclose(reading.value, abs(number), rel_tol=1e-9)
@@ -98,8 +97,9 @@ def answer_schema(sources: list[dict], with_location: bool) -> dict:
         location = ({"chunk_id": {"const": src["chunk_id"]}, "doc_id": {"const": src["doc_id"]},
                      "page": {"const": int(src["page"])}} if with_location else {})
         named = units_named(src["text"])
+        unwritten = tuple(u for u in _ANY_UNIT if u in named)  # once per source, not per sentence
         for quote in sentences(src["text"]):
-            for values, units in _readings(quote, named):
+            for values, units in _readings(quote, unwritten):
                 props = head | {"evidence": {"const": quote}, "value": {"enum": values}, "unit": {"enum": units}}
                 alt = _object(props | location)
                 alternatives.setdefault(json.dumps(alt, ensure_ascii=False, sort_keys=True), alt)

@@ -98,7 +98,8 @@ def main(params: Params, tasks: Path = paths.AGENT_TASKS, assets: Path = paths.A
     if ships:
         require_inputs([(paths.adapter(ships), f"dvc repro train_{ships}")])
     in_prod, line = prod_agent(prod)
-    yield from [line] if line else []
+    if line:
+        yield line
     models = [*([(ships, ships)] if ships else []), *([("prod", "prod")] if in_prod else [])]
     engine = agent_engine(params.generate, params.model, [ships] if ships else [], in_prod)
     result = run(params.agent, tasks, assets, engine, models, out, metrics, shipped, evaluate=params.evaluate,

@@ -150,7 +150,8 @@ def main(params: Params, tasks: Path = paths.AGENT_TASKS, assets: Path = paths.A
     require_inputs([(tasks, "dvc repro agent_tasks"), (assets, "dvc repro assetize"),
                     *[(paths.adapter(a), f"dvc repro train_{a}") for a in adapters]])
     in_prod, line = prod_agent(prod)
-    yield from [line] if line else []
+    if line:
+        yield line
     engine = agent_engine(params.generate, params.model, adapters, in_prod)
     result = run(params.agent, tasks, assets, engine, [("base", False), *[(a, a) for a in adapters]], out, metrics,
                  prod=bool(in_prod), evaluate=params.evaluate, batches=params.data.batches,

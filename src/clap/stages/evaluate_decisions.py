@@ -212,7 +212,8 @@ def main(params: Params, prod: Path | None = None, materialized: Path = paths.MA
                     *[(paths.EVAL / b / "records.jsonl", f"dvc repro evaluate@{b}") for b in batches],
                     *[(paths.adapter(s), f"dvc repro train_{s}") for s in steps]])
     prod_dir, prod_expected, line = prod_baseline(prod)
-    yield from [line] if line else []
+    if line:
+        yield line
     engine = chain_engine(params.generate, params.model, steps, prod_dir, prod_expected)
     result = run(params.evaluate_decisions, {b: materialized / b / "decision_eval.jsonl" for b in batches}, engine,
                  ["base"] + (["prod"] if prod_dir else []) + steps, out, metrics,
