@@ -275,7 +275,6 @@ class Evaluate(_Section):
     pass_rule: Literal["value_and_evidence", "target_match"]
     weights: EvalWeights
     unconstrained_format_check: StrictBool
-    latency_requests: Annotated[StrictInt, Field(ge=0, le=64)]
 
 
 class EvaluateDecisions(_Section):
@@ -293,6 +292,7 @@ class Retrieval(_Section):
 class Replay(_Section):
     max_new_tokens: PosInt
     batch_size: PosInt
+    latency_requests: Annotated[StrictInt, Field(ge=0, le=64)]
 
 
 class Human(_Section):

@@ -21,23 +21,29 @@ def table(ref: dict, new: dict, overall: float, half: float, n: int = 12) -> dic
     return out | {"overall_score": {"delta": overall, "ci_low": overall - half, "ci_high": overall + half, "n": n}}
 
 
-def timing(ref: dict, new: dict) -> dict:
-    return {"n": 4, "reference_p95_ms": ref["p95_latency_ms"], "candidate_p95_ms": new["p95_latency_ms"],
-            "p95_ratio": round(new["p95_latency_ms"] / ref["p95_latency_ms"], 4), "interleaved": True}
-
-
 def evaluation(deltas, ci_half=0.01, **cand):
     out = {}
     for i, d in enumerate(deltas, start=1):
         base, new = metrics(0.84, p95=3082.0), metrics(0.84 + d, **cand)
         out[f"b{i}"] = {"batch": f"b{i}", "n": 12, "baseline": base, "candidate": new,
-                        "deltas": table(base, new, d, ci_half), "latency": {"baseline": timing(base, new)}}
+                        "deltas": table(base, new, d, ci_half)}
     return out
 
 
-REPLAY_GOOD = {"n_cases": 40,
-               "arms": {"A": {"value_exact": 0.83, "core_fields_exact": 0.71}, "B": {"value_exact": 0.85, "core_fields_exact": 0.78},
-                        "C": {"value_exact": 0.0, "core_fields_exact": 0.0}, "D": {"value_exact": 0.0, "core_fields_exact": 0.0}}}
+def replay(reference: str = "baseline", p95_ratio: float = 1.02) -> dict:
+    """metrics/replay.json as `replay` writes it: the four arms (and P, prod + RAG, when `reference` is prod), and the
+    candidate's paired timing against the gate's reference."""
+    arms = {"A": {"value_exact": 0.83, "core_fields_exact": 0.71}, "B": {"value_exact": 0.85, "core_fields_exact": 0.78},
+            "C": {"value_exact": 0.0, "core_fields_exact": 0.0}, "D": {"value_exact": 0.0, "core_fields_exact": 0.0}}
+    if reference == "prod":
+        arms["P"] = {"value_exact": 0.84, "core_fields_exact": 0.74}
+    return {"n_cases": 40, "arms": arms,
+            "latency": {reference: {"n": 4, "reference_p95_ms": 3082.0, "candidate_p95_ms": round(3082.0 * p95_ratio, 1),
+                                    "p95_ratio": p95_ratio, "interleaved": True}}}
+
+
+REPLAY_GOOD = replay()
+REPLAY_PROD = replay("prod")  # the replay beside evaluations that judge against prod (`with_prod`)
 
 
 def test_paper_case_is_not_an_unconditional_promote():
@@ -71,13 +77,15 @@ def test_probe_trip_does_not_hold_the_sft_candidate():
     ("critical regression", dict(deltas=[-0.05, 0.06, 0.06, 0.06, 0.06]), "hold", "critical_batch_regression"),
     ("overall drop", dict(deltas=[-0.01] * 5), "hold", "overall_delta"),
     ("hallucination ceiling", dict(deltas=[0.03] * 5, halluc=0.2), "hold", "hallucination_rate"),
-    ("latency blow-up", dict(deltas=[0.03] * 5, p95=9000.0), "canary", "p95_latency_ratio"),
+    ("latency blow-up", dict(deltas=[0.03] * 5, p95_ratio=2.9), "canary", "p95_latency_ratio"),
+    ("latency at the ratio", dict(deltas=[0.03] * 5, p95_ratio=1.5), "promote", None),
     ("broken output", dict(deltas=[0.03] * 5, parse=0.5), "reject", "parse_ok"),
 ])
 def test_policy_table(case, kwargs, expected, rule):
     deltas = kwargs.pop("deltas")
     ci = kwargs.pop("ci_half", 0.01)
-    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation(deltas, ci_half=ci, **kwargs), REPLAY_GOOD)
+    timed = replay(p95_ratio=kwargs.pop("p95_ratio", 1.02))
+    d = decide(POLICY, ADMIT, {"sft": OK}, evaluation(deltas, ci_half=ci, **kwargs), timed)
     assert d.decision == expected, (case, d.reasons)
     if rule:
         assert any(r.rule == rule for r in d.reasons), case
@@ -89,7 +97,6 @@ def with_prod(ev: dict, cand_vs_prod: float, prod_vs_base: float) -> dict:
         rec["deltas_vs_prod"] = table(rec["prod"], rec["candidate"], cand_vs_prod, 0.01)
         rec["prod_vs_base"] = table(rec["baseline"], rec["prod"], prod_vs_base, 0.01)
         rec["candidate_is_prod"] = False
-        rec["latency"]["prod"] = timing(rec["prod"], rec["candidate"])
     return ev
 
 
@@ -102,7 +109,7 @@ def with_prod(ev: dict, cand_vs_prod: float, prod_vs_base: float) -> dict:
 ])
 def test_candidate_is_judged_against_prod(cand_vs_base, cand_vs_prod, prod_vs_base, rollback_on, expected):
     ev = with_prod(evaluation([cand_vs_base] * 5), cand_vs_prod, prod_vs_base)
-    d = decide(POLICY.model_copy(update={"rollback_on_prod_regression": rollback_on}), ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
+    d = decide(POLICY.model_copy(update={"rollback_on_prod_regression": rollback_on}), ADMIT, {"sft": OK}, ev, REPLAY_PROD)
     assert d.decision == expected, d.reasons
     if prod_vs_base < POLICY.min_prod_delta_vs_base:
         assert sum(r.rule == "prod_regressed_vs_base" for r in d.reasons) == 5
@@ -121,7 +128,7 @@ def test_the_adapter_in_prod_cannot_replace_itself(candidate_is_prod, prod_vs_ba
     for rec in ev.values():
         rec["candidate_is_prod"] = candidate_is_prod
     policy = POLICY.model_copy(update={"ci_lower_must_exceed": -1.0, "min_prod_delta_vs_base": min_prod_delta})
-    d = decide(policy, ADMIT, {"sft": OK}, ev, REPLAY_GOOD)
+    d = decide(policy, ADMIT, {"sft": OK}, ev, REPLAY_PROD)
     assert d.decision == expected, d.reasons
     fired = [r for r in d.reasons if r.rule == "prod_regressed_vs_base"]
     assert len(fired) == (5 if prod_vs_base < min_prod_delta else 0)
@@ -147,7 +154,7 @@ def test_replay_judges_the_candidate_against_prod_plus_rag_when_prod_exists():
     prod_arm = {"P": {"value_exact": 0.9, "core_fields_exact": 0.85}}
     ci = {"B-P": {"core_fields_exact": {"delta": -0.07, "ci_low": -0.12, "ci_high": -0.02, "n": 100}}}
     d = decide(POLICY, ADMIT, {"sft": OK}, evaluation([0.03] * 5),
-               REPLAY_GOOD | {"arms": REPLAY_GOOD["arms"] | prod_arm, "contrasts": ci})
+               REPLAY_PROD | {"arms": REPLAY_PROD["arms"] | prod_arm, "contrasts": ci})
     reason = next(r for r in d.reasons if r.rule == "replay_core_fields_B_minus_P")
     assert d.decision == "hold" and reason.observed == "-0.0700 [-0.1200, -0.0200]"
     assert not any(r.rule == "replay_core_fields_B_minus_A" for r in d.reasons)

@@ -6,7 +6,18 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.release.test_gate import ADMIT, OK, POLICY, REPLAY_GOOD, agent_metrics, decisions, evaluation, with_prod
+from tests.release.test_gate import (
+    ADMIT,
+    OK,
+    POLICY,
+    REPLAY_GOOD,
+    REPLAY_PROD,
+    agent_metrics,
+    decisions,
+    evaluation,
+    replay,
+    with_prod,
+)
 
 from clap.release.gate import decide, decide_agent, decide_chain_step
 
@@ -16,7 +27,7 @@ DECISIONS = decisions({"sft": 0.30, "dpo": 0.45}, {"dpo": 0.15})
 
 def promoting() -> dict:
     """Evidence on which the default policy promotes SFT (and DPO, judged as a chain step)."""
-    return {"evaluation": with_prod(evaluation([0.05] * 3, ci_half=0.01), 0.04, 0.02), "replay": copy.deepcopy(REPLAY_GOOD),
+    return {"evaluation": with_prod(evaluation([0.05] * 3, ci_half=0.01), 0.04, 0.02), "replay": copy.deepcopy(REPLAY_PROD),
             "decisions": copy.deepcopy(DECISIONS)}
 
 
@@ -155,7 +166,35 @@ def test_decision_rule_on_the_point_or_the_interval(acts_on, expected, rule):
     assert (rule is None) or any(r.rule == rule for r in d.reasons)
 
 
-# --- latency: only a paired timing is compared ---
+# --- latency: only a paired timing is compared, once per candidate (the replay's) ---
+
+@pytest.mark.parametrize("latency, named", [
+    ({"abstained": "no request timed (replay.latency_requests is 0)"}, None),
+    ({"abstained": ""}, "latency.prod.abstained is str '', not a reason"),
+    ({"n": 4, "reference_p95_ms": 1000.0, "candidate_p95_ms": 1900.0, "p95_ratio": 1.9, "interleaved": False},
+     "latency.prod.interleaved is a boolean: only an interleaved timing is compared"),
+    ({"n": 4, "reference_p95_ms": 1000.0, "candidate_p95_ms": 1900.0, "p95_ratio": math.nan, "interleaved": True},
+     "latency.prod.p95_ratio is NaN, not a finite number"),
+])
+def test_the_replays_timing_is_checked_before_it_is_read(latency, named):
+    ev = promoting()
+    ev["replay"]["latency"]["prod"] = latency
+    sft, _ = judge(ev)
+    invalid = [r.observed for r in sft.reasons if r.rule == "evidence_invalid"]
+    if named is None:
+        assert not invalid and sft.decision == "promote"
+    else:
+        assert sft.decision == "hold" and f"metrics/replay.json: {named}" in invalid, invalid
+
+
+def test_a_replay_with_prod_is_timed_against_prod():
+    """Arm P ran (an adapter is in prod): the timing against the base model alone is not the gate's evidence."""
+    ev = promoting()
+    ev["replay"]["latency"] = replay("baseline")["latency"]
+    sft, _ = judge(ev)
+    assert sft.decision == "hold"
+    assert "metrics/replay.json: latency.prod is missing" in [r.observed for r in sft.reasons], sft.reasons
+
 
 def test_latency_rule_abstains_without_a_paired_timing():
     """Stored latencies from another load (prod decoded rounds ago on an idle machine, the candidate now on a
@@ -164,18 +203,18 @@ def test_latency_rule_abstains_without_a_paired_timing():
     for rec in ev.values():
         rec["prod"]["p95_latency_ms"] = 1000.0  # decoded idle, rounds ago
         rec["candidate"]["p95_latency_ms"] = 1840.0  # decoded now, beside other work: ratio 1.84
-        rec["latency"] = {ref: {"abstained": "no request timed (evaluate.latency_requests is 0)"}
-                          for ref in ("baseline", "prod")}
-    d = decide(POLICY, ADMIT3, {"sft": OK}, ev, REPLAY_GOOD)
+    timed = replay("prod")
+    timed["latency"]["prod"] = {"abstained": "no request timed (replay.latency_requests is 0)"}
+    d = decide(POLICY, ADMIT3, {"sft": OK}, ev, timed)
     assert d.decision == "promote"
     assert {r.rule for r in d.reasons if r.outcome == "info"} >= {"p95_latency_ratio_abstained"}
 
 
 def test_paired_timing_decides_latency():
     ev = with_prod(evaluation([0.05] * 3), 0.04, 0.02)
-    ev["b1"]["latency"]["prod"]["p95_ratio"] = 1.9
-    d = decide(POLICY, ADMIT3, {"sft": OK}, ev, REPLAY_GOOD)
-    assert d.decision == "canary" and any(r.rule == "p95_latency_ratio" and r.batch == "b1" for r in d.reasons)
+    d = decide(POLICY, ADMIT3, {"sft": OK}, ev, replay("prod", p95_ratio=1.9))
+    assert d.decision == "canary", d.reasons
+    assert [(r.rule, r.observed, r.batch) for r in d.reasons if r.rule.startswith("p95")] == [("p95_latency_ratio", 1.9, None)]
 
 
 def test_clap_gate_names_the_file_and_field_of_a_nan(tmp_path, monkeypatch):

@@ -60,6 +60,15 @@ def contrast_lines(replay: dict) -> dict[str, str]:
     return out
 
 
+def latency_line(latency: dict) -> str:
+    """`latency vs prod: candidate p95 2,310 ms / 2,240 ms = 1.03 (4 requests, interleaved)` (pure)."""
+    ref, t = next(iter(latency.items()))
+    if "abstained" in t:
+        return f"latency vs {ref}: not timed ({t['abstained']})"
+    return (f"latency vs {ref}: candidate p95 {t['candidate_p95_ms']:,.0f} ms / {t['reference_p95_ms']:,.0f} ms = "
+            f"{t['p95_ratio']:.2f} ({t['n']} requests, interleaved)")
+
+
 DECISION_COLS = ["decision_score", "decision_pass", "action_accuracy", "cause_accuracy", "risk_focus_accuracy",
                  "rank_accuracy", "margin_chosen_rejected"]
 

@@ -145,7 +145,7 @@ def evaluation_problems(batch: str, rec, out: list) -> None:
     c.count(rec, "n", "n")
     if rec.get("batch", _MISSING) != batch:
         c.bad("batch", f"is {_what(rec['batch'])}, not {batch!r}" if "batch" in rec else "is missing")
-    with_prod = [k for k in PROD_KEYS if k in rec or k in (rec.get("latency") or {})]
+    with_prod = [k for k in PROD_KEYS if k in rec]
     if with_prod and "prod" not in rec:
         c.bad("prod", f"is missing ({', '.join(with_prod)} compare{'s' if len(with_prod) == 1 else ''} it)")
     keys = {}
@@ -165,15 +165,11 @@ def evaluation_problems(batch: str, rec, out: list) -> None:
             compared.append(c.deltas(rec[t], t, metrics))
     c.carry(keys, compared, "")
     c.flag(rec, "candidate_is_prod", "candidate_is_prod", required="prod" in rec)
-    if "latency" not in rec:
-        c.bad("latency", "is missing")
-    else:
-        latency_problems(c, rec["latency"], ["baseline"] + (["prod"] if "prod" in rec else []))
 
 
 def latency_problems(c: _Check, latency, references: list[str]) -> None:
-    """The paired timing record: per reference, the candidate/reference p95 ratio from one interleaved run, or
-    the reason none was taken (`abstained`)."""
+    """The replay's paired timing record: per reference, the candidate/reference p95 ratio from one interleaved
+    run, or the reason none was taken (`abstained`)."""
     if not c.record(latency, "latency"):
         return
     for ref in references:
@@ -197,7 +193,8 @@ def latency_problems(c: _Check, latency, references: list[str]) -> None:
 
 
 def replay_problems(rec, out: list) -> None:
-    """metrics/replay.json: the arms' metrics (the same metrics in every arm) and their contrasts."""
+    """metrics/replay.json: the arms' metrics (the same metrics in every arm), their contrasts, and the paired
+    latency against the gate's reference (prod when arm P ran, else the base model)."""
     c = _Check(str(paths.REPLAY_METRICS), out)
     if not c.record(rec):
         return
@@ -215,6 +212,10 @@ def replay_problems(rec, out: list) -> None:
     if c.record(contrasts, "contrasts"):  # the answer metrics only (the retriever's are the same in every arm)
         c.siblings({name: c.deltas(table, f"contrasts.{name}", None) for name, table in contrasts.items()},
                    "contrasts.")
+    if "latency" not in rec:
+        c.bad("latency", "is missing")
+    else:
+        latency_problems(c, rec["latency"], ["prod" if "P" in arms else "baseline"])
 
 
 def decision_problems(rec, out: list) -> None:

@@ -136,10 +136,11 @@ def decide(policy: Gate, admission: dict[str, dict], guards: dict[str, dict], ev
            candidate_manifest: str | None = None) -> GateDecision:
     """`evaluation[batch]` = the batch's metrics/eval record: {"n", "baseline", "candidate", "deltas"}, plus "prod",
     "deltas_vs_prod", "prod_vs_base" and "candidate_is_prod" when an adapter is in prod (then prod is the
-    reference M), and "latency" (the paired timing). `decisions` (metrics/decisions.json, when the decision
-    evaluation ran) adds the decision rules; `human` (metrics/human.json) the human rules, for the adapter whose
-    manifest sha256 is `candidate_manifest`. Evidence that is not a finite number with its n holds before any rule
-    reads it (`evidence_invalid`, naming the file and field)."""
+    reference M). `replay` (metrics/replay.json) adds the replay rules and the latency rule (its "latency", the
+    paired timing); `decisions` (metrics/decisions.json, when the decision evaluation ran) adds the decision rules;
+    `human` (metrics/human.json) the human rules, for the adapter whose manifest sha256 is `candidate_manifest`.
+    Evidence that is not a finite number with its n holds before any rule reads it (`evidence_invalid`, naming the
+    file and field)."""
     reasons: list[Reason] = []
 
     def fire(rule, observed, threshold, outcome, batch=None):
@@ -164,6 +165,7 @@ def decide(policy: Gate, admission: dict[str, dict], guards: dict[str, dict], ev
     if parse and statistics.fmean(parse) < policy.min_parse_ok:
         fire("parse_ok", round(statistics.fmean(parse), 4), policy.min_parse_ok, "reject")
     requires_rag = _replay_rules(fire, policy, replay)
+    _latency_rule(fire, policy, replay)
     if decisions is not None and decisions["n"]:
         _decision_rules(fire, policy, decisions, candidate)
     _human_rules(fire, policy, human, candidate_manifest)
@@ -212,12 +214,12 @@ def _reference(ev: dict) -> tuple[str, dict, dict]:
 
 def _batch_rules(fire, policy: Gate, evaluation: dict) -> tuple[dict[str, str], int]:
     """Per batch, against the reference: the overall_score regression (on the point or on the interval, as
-    `acts_on.batch` says), hallucination and wrong facts, and the paired latency ratio. Returns each batch's
-    outcome and the number of regressed batches."""
+    `acts_on.batch` says), hallucination and wrong facts. Returns each batch's outcome and the number of regressed
+    batches."""
     per_batch, regressed = {}, 0
     on_interval = policy.acts_on.batch == "interval"
     for b, ev in sorted(evaluation.items()):
-        ref, base, d = _reference(ev)
+        _, base, d = _reference(ev)
         cand, o = ev["candidate"], d["overall_score"]
         outcome = "promote"
         below_zero = o["ci_high"] < 0 if on_interval else o["delta"] < 0
@@ -244,8 +246,6 @@ def _batch_rules(fire, policy: Gate, evaluation: dict) -> tuple[dict[str, str], 
         if _wilson(cand["wrong_fact_rate"], ev["n"])[0] > policy.max_wrong_fact_rate:
             fire("wrong_fact_rate", _rate_text(cand["wrong_fact_rate"], ev["n"]), policy.max_wrong_fact_rate, "hold", b)
             outcome = "hold"
-        if _latency_rule(fire, policy, ev.get("latency"), ref, b):
-            outcome = max(outcome, "canary", key=SEVERITY.index)
         per_batch[b] = outcome
     return per_batch, regressed
 
@@ -282,19 +282,18 @@ def _wrong_fact_rule(fire, policy: Gate, evaluation: dict) -> None:
         fire("wrong_fact_rate_pooled_not_significant", _rate_text(rate, n), policy.max_wrong_fact_rate, "canary")
 
 
-def _latency_rule(fire, policy: Gate, latency: dict | None, ref: str, batch: str) -> bool:
-    """The candidate's p95 over its reference's, both timed in one interleaved run on the same requests
-    (`evaluate.latency_requests`): canary above `max_p95_latency_ratio`. Without such a timing the rule abstains
-    (info): stored latencies were measured at other times, under other loads, and are never compared."""
-    timing = (latency or {}).get(ref)
+def _latency_rule(fire, policy: Gate, replay: dict | None) -> None:
+    """The candidate's p95 over its reference's (prod when the replay ran arm P, else the base model), both timed
+    in one interleaved run on the replay's requests (`replay.latency_requests`): canary above
+    `max_p95_latency_ratio`. Without such a timing the rule abstains (info): stored latencies were measured at
+    other times, under other loads, and are never compared."""
+    ref = "prod" if "P" in (replay or {}).get("arms", {}) else "baseline"
+    timing = ((replay or {}).get("latency") or {}).get(ref)
     if not timing or timing.get("abstained"):
-        fire("p95_latency_ratio_abstained", (timing or {}).get("abstained") or "no paired timing", "paired timing",
-             "info", batch)
-        return False
-    if timing["p95_ratio"] > policy.max_p95_latency_ratio:
-        fire("p95_latency_ratio", round(timing["p95_ratio"], 3), policy.max_p95_latency_ratio, "canary", batch)
-        return True
-    return False
+        fire("p95_latency_ratio_abstained", (timing or {}).get("abstained") or f"no paired timing against {ref}",
+             "paired timing", "info")
+    elif timing["p95_ratio"] > policy.max_p95_latency_ratio:
+        fire("p95_latency_ratio", round(timing["p95_ratio"], 3), policy.max_p95_latency_ratio, "canary")
 
 
 def _pooled_rules(fire, policy: Gate, evaluation: dict, regressed: int) -> float | None:

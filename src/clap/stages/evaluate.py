@@ -12,9 +12,9 @@ that meet the contract — whether training taught the format, which the grammar
 `baseline` is the base model; `prod` (when the engine holds one) is the adapter the registry's prod
 stage points at; the candidate is base + its adapter; each adapter is loaded through the serving
 check. Deltas: candidate − base (`deltas`), candidate − prod (`deltas_vs_prod`) and prod − base
-(`prod_vs_base`, the evidence for a rollback), each with a paired-bootstrap CI. `latency` times the
-candidate against each reference afresh, interleaved on the same requests (`clap.evaluate.latency`): the
-per-sample latencies of reused answers were measured at other times and are reported, never compared.
+(`prod_vs_base`, the evidence for a rollback), each with a paired-bootstrap CI. The per-sample latencies are
+reported, never compared (reused answers were timed at other times); the paired timing the gate compares is the
+replay's (`clap replay`, `clap.evaluate.latency`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from clap.evaluate.decoding import contract_valid
 from clap.evaluate.engines import reuse_lines, said_extraction_engine
 from clap.evaluate.extraction import answer, extraction_schemas
 from clap.evaluate.intervals import ci_bounds
-from clap.evaluate.latency import paired_latency
 from clap.evaluate.metrics import HIGHER_IS_BETTER, parse_answer
 from clap.evaluate.stats import p50, p95, paired_bootstrap
 from clap.io import atomic_dir, check_output_dir, read_jsonl, require_inputs, write_json, write_jsonl
@@ -65,9 +64,6 @@ def run(e: Evaluate, samples_file: Path, engine: Engine, out: Path, batch: str, 
         result["deltas_vs_prod"] = _deltas(per_model, metrics, "prod", "candidate", e)
         result["prod_vs_base"] = _deltas(per_model, metrics, "baseline", "prod", e)
         result["candidate_is_prod"] = engine.same_adapter("candidate", "prod")  # promoting it would change nothing
-    result["latency"] = {ref: paired_latency(engine, convs, schemas, switch, True, e.latency_requests,
-                                             e.max_new_tokens)
-                         for ref, switch in models if ref != "candidate"}
     reference = "prod" if "prod" in per_model else "baseline"
     regressed = [{"batch": batch, "sample_id": c["sample_id"], "reason": f"candidate_failed_where_{reference}_passed",
                   "baseline_output": b["output"], "candidate_output": c["output"],

@@ -8,7 +8,9 @@ application's prompt (retrieved chunks tagged with chunk id, doc and page) for A
 question alone for C and D. If C and D recover values, the corpus leaks answers; if B beats A only
 with retrieval, the adapter is a structured-output enhancer that requires RAG. `contrasts` holds
 B − A, D − C (and B − P) per answer metric with paired-bootstrap CIs (cases paired across arms). With
-`generate.constrained` every arm decodes under the answer schema built from its own prompt.
+`generate.constrained` every arm decodes under the answer schema built from its own prompt. `latency` times B's
+requests afresh against the gate's reference (P when an adapter is in prod, else A), interleaved
+(`clap.evaluate.latency`): the one timing the gate's `p95_latency_ratio` reads.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from clap.domain import prompts
 from clap.domain.names import PROD_ARM, REPLAY_ANSWER_METRICS, REPLAY_ARMS, REPLAY_CONTRASTS, REPLAY_METRICS
 from clap.evaluate.decoding import answer_schema
 from clap.evaluate.engines import reuse_lines, said_extraction_engine
+from clap.evaluate.latency import paired_latency
 from clap.evaluate.metrics import parse_answer
 from clap.evaluate.replay import score_case
 from clap.evaluate.stats import p95, paired_bootstrap
-from clap.evaluate.summary import abcd_table, contrast_lines
+from clap.evaluate.summary import abcd_table, contrast_lines, latency_line
 from clap.io import atomic_dir, check_output_dir, read_jsonl, require_inputs, write_json, write_jsonl
 from clap.retrieval import BM25Index, retrieve
 from clap.stages.spec import StageSpec
@@ -73,6 +76,7 @@ def run(r: Replay, assets: Path, materialized: Path, index_dir: Path, engine: En
         table[arm]["p95_latency_ms"] = p95([x["latency_ms"] for x in rows])
         records += rows
     by_arm = {arm: [x for x in records if x["arm"] == arm] for arm in arms}
+    latency = _latency(r, engine, cases, hits, by_id, constrained, prod="P" in arms)
     e = evaluate
     contrasts = {name: {m: paired_bootstrap([x[m] for x in by_arm[ref]], [x[m] for x in by_arm[new]],
                                             n=e.bootstrap, ci=e.ci, seed=17) for m in REPLAY_ANSWER_METRICS}
@@ -84,8 +88,17 @@ def run(r: Replay, assets: Path, materialized: Path, index_dir: Path, engine: En
         write_jsonl(tmp / "records.jsonl", records)
         write_jsonl(tmp / "failed_cases.jsonl", failed)
     write_json(metrics_file, {"n_cases": len(cases), "constrained": constrained, "arms": table,
-                              "contrasts": contrasts})
-    return {"arms": table, "contrasts": contrasts}
+                              "contrasts": contrasts, "latency": latency})
+    return {"arms": table, "contrasts": contrasts, "latency": latency}
+
+
+def _latency(r: Replay, engine: Engine, cases: list[dict], hits: list, by_id: dict, constrained: bool, *,
+             prod: bool) -> dict:
+    """{reference: paired timing} of the candidate with retrieval (B's requests) against the gate's reference:
+    prod + RAG when an adapter is in prod, else base + RAG."""
+    convs, schemas = requests(cases, [[by_id[h] for h in hit] for hit in hits], constrained)
+    reference, switch = ("prod", "prod") if prod else ("baseline", False)
+    return {reference: paired_latency(engine, convs, schemas, switch, True, r.latency_requests, r.max_new_tokens)}
 
 
 def main(params: Params, adapter: Path = paths.adapter("sft"), prod: Path | None = None,
@@ -101,6 +114,7 @@ def main(params: Params, adapter: Path = paths.adapter("sft"), prod: Path | None
     yield from reuse_lines(engine)
     yield abcd_table(result["arms"])
     yield from (f"{name}: {line}" for name, line in contrast_lines(result).items())
+    yield latency_line(result["latency"])
 
 
 STAGE = StageSpec(name="replay", group="evaluate", main=main, helps={
