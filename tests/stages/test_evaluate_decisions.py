@@ -11,6 +11,7 @@ from clap.domain import prompts
 from clap.evaluate.generate import Engine, Generation
 from clap.io import read_json, read_jsonl, write_jsonl
 from clap.stages import evaluate_decisions as stage
+from clap.train import decision_eval
 
 REF = {"action": "Expedite the delayed supplier", "cause": "supplier_delay_days", "risk_focus": "delivery"}
 NEAR = {**REF, "cause": "demand_drop_pct", "risk_focus": "cash"}
@@ -25,33 +26,6 @@ def case(i, batch="b1"):
             "prompt": prompts.decision_prompt("Plant 1 holds backlog.", json.dumps(
                 {"demand_drop_pct": 3, "excess_safety_stock_days": 2, "supplier_delay_days": 30})),
             "reference_json": json.dumps(REF), "candidates_json": json.dumps(graded)}
-
-
-@pytest.mark.parametrize("answer, logprobs, expected", [
-    (REF, (-1.0, -2.0, -3.0), dict(decision_pass=1.0, action_accuracy=1.0, cause_accuracy=1.0, rank_accuracy=1.0,
-                                   decision_score=1.0, margin_chosen_near_miss=1.0, margin_chosen_rejected=2.0)),
-    # the near-miss: right action, wrong cause and risk; the policy prefers the near-miss (rank fails)
-    (NEAR, (-2.0, -1.0, -3.0), dict(decision_pass=0.0, action_accuracy=1.0, cause_accuracy=0.0,
-                                    risk_focus_accuracy=0.0, rank_accuracy=0.0, decision_score=0.8,
-                                    margin_chosen_near_miss=-1.0)),
-    # prose: nothing parses; rejected ranked above near-miss fails the order too
-    ("I would expedite.", (-1.0, -3.0, -2.0), dict(decision_pass=0.0, format_ok=0.0, action_accuracy=0.0,
-                                                   rank_accuracy=0.0, decision_score=0.1)),
-    # the risk focus in capitals still counts; a missing key makes the format partial
-    ({"action": REF["action"], "risk_focus": "Delivery"}, (-1.0, -2.0, -3.0),
-     dict(cause_accuracy=0.0, risk_focus_accuracy=1.0, format_ok=0.0, decision_score=0.8)),
-])
-def test_score_case(answer, logprobs, expected):
-    text = answer if isinstance(answer, str) else json.dumps(answer)
-    got = stage.score_case(text, case(0), dict(zip(("chosen", "near_miss", "rejected"), logprobs)), REWARDS)
-    for k, v in expected.items():
-        assert got[k] == pytest.approx(v), k
-
-
-def test_comparisons():
-    assert stage.comparisons(["base", "sft", "dpo", "grpo"]) == [
-        ("sft", "base"), ("dpo", "base"), ("grpo", "base"), ("dpo", "sft"), ("grpo", "sft")]
-    assert ("dpo", "prod") in stage.comparisons(["base", "prod", "sft", "dpo"])
 
 
 class FakeEngine:
@@ -195,5 +169,5 @@ def test_later_steps_are_scored_on_extraction_against_the_sft_answers_evaluate_r
     records = read_jsonl(tmp_path / "out" / "extraction_records.jsonl")
     assert len(records) == 12 and {r["model"] for r in records} == {"dpo", "grpo"}
     (tmp_path / "b2" / "records.jsonl").write_text("")
-    with pytest.raises(stage.ExtractionRecordsMissing, match=r"b2/records.jsonl: the SFT adapter's answer to sb20"):
+    with pytest.raises(decision_eval.ExtractionRecordsMissing, match=r"b2/records.jsonl: the SFT adapter's answer to sb20"):
         stage.run(params.evaluate_decisions, cases, Engine(), ["base", "sft", "dpo"], tmp_path / "out", tmp_path / "m.json", extraction_files, evaluate=params.evaluate, rewards=params.rewards, constrained=params.generate.constrained)
