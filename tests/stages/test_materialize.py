@@ -3,10 +3,10 @@ import re
 
 import pandas as pd
 
+from clap.data.rows import project_units
 from clap.domain import prompts
 from clap.domain.quantities import UNITS
 from clap.io import read_json, read_jsonl
-from clap.stages.materialize import project_units
 
 
 def test_split_has_zero_overlap_and_app_rows_are_what_the_retriever_returns(small_loop, params):
@@ -65,7 +65,7 @@ def _pool(n: int, repaired: set[str] = frozenset()) -> pd.DataFrame:
 def test_a_capped_sample_keeps_its_rows_when_the_pool_grows_and_takes_repaired_rows_first():
     """The caps (train, holdout, replay) rank rows by a fixed per-record hash: a row joining the batch displaces
     at most one chosen row (a seeded draw over the pool reshuffled them all), and repaired rows come first."""
-    from clap.stages.materialize import capped
+    from clap.data.split import capped
 
     first = capped(_pool(40), 12, seed=7, salt="holdout")
     assert len(first) == 12 and list(first["record_id"]) == sorted(first["record_id"])
