@@ -57,28 +57,6 @@ def test_decision_cases_split_by_case_into_holdout_and_the_chain_s_training_rows
     assert sum(len(read_jsonl(small_loop / "materialized" / b / "decision_eval.jsonl")) for b in ("b1", "b2")) > 0
 
 
-def _pool(n: int, repaired: set[str] = frozenset()) -> pd.DataFrame:
-    ids = [f"r{i:03d}" for i in range(n)]
-    return pd.DataFrame({"record_id": ids, "repaired": [r in repaired for r in ids]})
-
-
-def test_a_capped_sample_keeps_its_rows_when_the_pool_grows_and_takes_repaired_rows_first():
-    """The caps (train, holdout, replay) rank rows by a fixed per-record hash: a row joining the batch displaces
-    at most one chosen row (a seeded draw over the pool reshuffled them all), and repaired rows come first."""
-    from clap.data.split import capped
-
-    first = capped(_pool(40), 12, seed=7, salt="holdout")
-    assert len(first) == 12 and list(first["record_id"]) == sorted(first["record_id"])
-    assert capped(_pool(40), 12, seed=7, salt="holdout").equals(first)
-    grown = capped(_pool(41), 12, seed=7, salt="holdout")
-    assert len(set(first["record_id"]) - set(grown["record_id"])) <= 1
-    repaired = {"r040", "r041"}
-    with_repairs = capped(_pool(42, repaired), 12, seed=7, salt="holdout")
-    assert repaired <= set(with_repairs["record_id"]) and len(set(first["record_id"]) - set(with_repairs["record_id"])) == 2
-    assert not capped(_pool(40), 12, seed=7, salt="train").equals(first)  # each cap ranks with its own salt
-    assert capped(_pool(10), 12, seed=7, salt="holdout").equals(_pool(10))  # under the cap: every row
-
-
 def test_the_extraction_prompt_names_the_projects_units_or_none():
     assert prompts.system_extract(["thousand USD", "%"]).endswith("unit is one of thousand USD %.")
     assert prompts.system_extract([]).endswith("unit is the one written beside it.")
