@@ -82,11 +82,11 @@ def test_needs_are_checked_batches_first_then_inputs_then_the_adapter_continued(
 
 def test_an_unknown_trainer_is_one_line_naming_them_all(tmp_path, params):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params.as_yaml_dict(), sort_keys=False))
-    r = subprocess.run([str(Path(sys.executable).parent / "clap"), "train", "kto"], cwd=tmp_path,
+    r = subprocess.run([str(Path(sys.executable).parent / "clap"), "train", "no-such-trainer"], cwd=tmp_path,
                        capture_output=True, text=True)
     said = " ".join((r.stdout + r.stderr).split())
     assert r.returncode != 0 and "Traceback" not in said
-    assert "unknown trainer 'kto': use sft, dpo, grpo, agent-sft," in said
+    assert "unknown trainer 'no-such-trainer': use sft, dpo, grpo, agent-sft," in said
     assert all(f" {s.command}" in said.split("use", 1)[1] for s in SPECS)
 
 
