@@ -58,3 +58,50 @@ def test_every_model_profile_composes_into_params_the_schema_accepts(profile):
     conf = Path(__file__).resolve().parents[1] / "conf"
     params = typed(compose([f"model={profile}"], conf=conf), f"model={profile}")
     assert params.model.base and params.train.sft.max_length >= 16
+
+
+# --- `clap upgrade`: a project's conf brought to this CLAP's schema (clap.config.upgrade_plan) ---
+
+def _composed():
+    return compose(conf=ROOT / "conf")
+
+
+def _without(tree: dict, *keys: str) -> dict:
+    import copy
+
+    tree = copy.deepcopy(tree)
+    for key in keys:
+        *parents, last = key.split(".")
+        node = tree
+        for p in parents:
+            node = node[p]
+        del node[last]
+    return tree
+
+
+@pytest.mark.parametrize("change, moves, adds, unknown, invalid", [
+    ("as CLAP writes it", (), (), (), ()),
+    ("a key CLAP moved, under its old name", (("evaluate.latency_requests", "replay.latency_requests", 7),), (), (), ()),
+    ("a key CLAP added", (), (("train.sft.pad_to_multiple_of", 64),), (), ()),
+    ("a section CLAP added", (), (("canary", "SECTION"),), (), ()),
+    ("a key no CLAP knows", (), (), ("retrieval.fusion",), ()),
+    ("both the old and the new name", (), (), ("evaluate.latency_requests",), ()),
+    ("a value the schema refuses", (), (), (), ("retrieval.k: input should be a valid integer (got 'three')",)),
+])
+def test_upgrade_plan(change, moves, adds, unknown, invalid):
+    from clap.config import upgrade_plan
+
+    template = _composed()
+    project = {
+        "as CLAP writes it": lambda t: t,
+        "a key CLAP moved, under its old name": lambda t: _without(t, "replay.latency_requests")
+        | {"evaluate": t["evaluate"] | {"latency_requests": 7}},
+        "a key CLAP added": lambda t: _without(t, "train.sft.pad_to_multiple_of"),
+        "a section CLAP added": lambda t: _without(t, "canary"),
+        "a key no CLAP knows": lambda t: t | {"retrieval": t["retrieval"] | {"fusion": "max"}},
+        "both the old and the new name": lambda t: t | {"evaluate": t["evaluate"] | {"latency_requests": 7}},
+        "a value the schema refuses": lambda t: t | {"retrieval": t["retrieval"] | {"k": "three"}},
+    }[change](template)
+    plan = upgrade_plan(project, template)
+    assert plan.moves == moves and plan.unknown == unknown and plan.invalid == invalid
+    assert plan.adds == tuple((k, template[k] if v == "SECTION" else v) for k, v in adds)

@@ -205,3 +205,49 @@ def test_the_installed_clap_code_is_pinned_per_stage_and_a_mismatch_is_one_line(
     diff = subprocess.run(["dvc", "params", "diff"], cwd=p, env=ENV, capture_output=True, text=True).stdout
     changed = [line for line in diff.splitlines() if "stages." in line]
     assert len(changed) == 1 and "stages.train_sft" in changed[0], diff
+
+
+def test_clap_upgrade_brings_an_older_projects_conf_to_this_clap(tmp_path):
+    """As a user meets an upgrade: the project's conf/ was written by an older CLAP (a key under its old name, a key
+    CLAP has since added missing, params.yaml composed from that). `clap upgrade` moves the one, adds the other with
+    CLAP's default and comment, leaves every other line of the file as it was, and writes params.yaml; a key no CLAP
+    knows stops it in one line before any file is written."""
+    import re
+
+    p = tmp_path / "p"
+    assert clap("init", str(p)).returncode == 0
+    conf = p / "conf" / "config.yaml"
+    now = conf.read_text()
+    older = re.sub(r"\n  latency_requests: .*\n(?: +#.*\n)*", "\n", now, count=1)  # not under replay yet ...
+    older = older.replace("  unconstrained_format_check: true", "  latency_requests: 6           # mine\n"
+                          "  unconstrained_format_check: true", 1)  # ... but under evaluate, the user's value
+    older = re.sub(r"\n    pad_to_multiple_of: .*\n(?: +#.*\n)*", "\n", older, count=1)  # not there at all
+    older = older.replace("  k: 3\n", "  k: 3                          # three chunks: our pages are long\n", 1)
+    conf.write_text(older)
+    r = clap("params", cwd=p)
+    assert r.returncode == 2 and "unknown key evaluate.latency_requests" in r.stdout + r.stderr
+    r = clap("upgrade", cwd=p)
+    said = r.stdout.splitlines()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert said[:3] == ["conf/config.yaml: evaluate.latency_requests → replay.latency_requests (moved by CLAP; the "
+                        "value kept: 6)",
+                        "conf/config.yaml: train.sft.pad_to_multiple_of = 64 (new in CLAP; its default)",
+                        "params.yaml: written from conf/"]
+    params = yaml.safe_load((p / "params.yaml").read_text())
+    assert params["replay"]["latency_requests"] == 6 and "latency_requests" not in params["evaluate"]
+    assert params["train"]["sft"]["pad_to_multiple_of"] == 64
+    text = conf.read_text()
+    assert "  k: 3                          # three chunks: our pages are long\n" in text  # the user's own lines stay
+    assert set(older.splitlines()) - set(text.splitlines()) == {"  latency_requests: 6           # mine"}
+    assert re.search(r"\n    pad_to_multiple_of: 64 +# a batch .*\n(?: +#.*\n)* +# \(added by clap upgrade\)\n", text)
+    assert clap("params", "--check", cwd=p).returncode == 0
+    again = clap("upgrade", cwd=p)
+    assert again.returncode == 0 and again.stdout.splitlines()[0] == "params.yaml: written from conf/"
+    assert conf.read_text() == text
+    conf.write_text(text.replace("  k: 3 ", "  fusion: max\n  k: 3 ", 1))
+    before = conf.read_text()
+    r = clap("upgrade", cwd=p)
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 2 and "Traceback" not in out
+    assert "conf/config.yaml: unknown key retrieval.fusion — not something `clap upgrade` can decide" in out
+    assert conf.read_text() == before

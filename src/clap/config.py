@@ -12,9 +12,11 @@ stage loads params.yaml through `load`, so a mistake (`learning_rate: fast`, `ev
 from __future__ import annotations
 
 import atexit
+import copy
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -617,12 +619,87 @@ def _validated(params: dict, source: str) -> Params:
 
 
 def _describe(err: dict) -> str:
-    key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("constrained-", "function-")))
+    key = _dotted(err)
     if err["type"] == "extra_forbidden":
         return f"unknown key {key}"
     if err["type"] == "missing":
         return f"missing key {key}"
     return f"{key}: {err['msg'].lower()} (got {err.get('input')!r})"
+
+
+# A key CLAP renamed or moved: old dotted key → new. `clap upgrade` carries a project's value to the new key.
+MOVED_KEYS = {"evaluate.latency_requests": "replay.latency_requests"}
+
+
+@dataclass(frozen=True)
+class UpgradePlan:
+    """What `clap upgrade` changes in a project's composed conf to meet this CLAP's schema (`upgrade_plan`)."""
+    moves: tuple[tuple[str, str, object], ...] = ()   # (old key, new key, the project's value)
+    adds: tuple[tuple[str, object], ...] = ()         # (key, CLAP's default): keys this CLAP has that the project lacks
+    unknown: tuple[str, ...] = ()                     # keys no CLAP schema knows and no move names: the user's to fix
+    invalid: tuple[str, ...] = ()                     # values the schema refuses (type, range): the user's to fix
+
+
+def upgrade_plan(project: dict, template: dict, moved: dict[str, str] = MOVED_KEYS) -> UpgradePlan:
+    """How a project's composed conf meets this CLAP's schema (pure): each moved key's value carried to its new
+    key, each key the schema requires that the project lacks taken from CLAP's own conf (`template`, composed with
+    the project's groups), and what is left for the user: unknown keys and refused values."""
+    conf = copy.deepcopy(project)
+    moves = []
+    for old, new in moved.items():  # a project that has both keys keeps both: the old one is then unknown
+        if _get(conf, old) is not _ABSENT and _get(conf, new) is _ABSENT:
+            value = _pop(conf, old)
+            _put(conf, new, value)
+            moves.append((old, new, value))
+    adds, unknown, invalid = [], [], []
+    for _ in range(64):  # a missing section is added whole; its own checks come on the next pass
+        try:
+            Params.model_validate(conf)
+            break
+        except ValidationError as exc:
+            missing = [e for e in exc.errors() if e["type"] == "missing"]
+            unknown = [_dotted(e) for e in exc.errors() if e["type"] == "extra_forbidden"]
+            invalid = [_describe(e) for e in exc.errors() if e["type"] not in ("missing", "extra_forbidden")]
+            found = [(k, _get(template, k)) for k in map(_dotted, missing)]
+            found = [(k, v) for k, v in found if v is not _ABSENT]
+            if not found:
+                unknown += [f"{_dotted(e)} (missing, and CLAP's conf has no value for it)" for e in missing]
+                break
+            for k, v in found:
+                _put(conf, k, copy.deepcopy(v))
+            adds += found
+    return UpgradePlan(tuple(moves), tuple(adds), tuple(unknown), tuple(invalid))
+
+
+_ABSENT = object()
+
+
+def _dotted(err: dict) -> str:
+    return ".".join(str(p) for p in err["loc"] if not str(p).startswith(("constrained-", "function-")))
+
+
+def _get(tree: dict, key: str):
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree
+
+
+def _pop(tree: dict, key: str):
+    *parents, last = key.split(".")
+    for part in parents:
+        if not isinstance(tree, dict) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree.pop(last) if isinstance(tree, dict) and last in tree else _ABSENT
+
+
+def _put(tree: dict, key: str, value) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[last] = value
 
 
 TRACE_ENV = "CLAP_PARAMS_TRACE"

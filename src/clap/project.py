@@ -27,7 +27,7 @@ import yaml
 
 from clap import paths, vcs
 from clap.codedeps import PINS, command_words, pin
-from clap.config import check, compose, dump
+from clap.config import UpgradePlan, check, compose, dump, upgrade_plan
 from clap.errors import UserError
 from clap.io import read_json
 from clap.stages import trainers
@@ -251,6 +251,170 @@ def _vcs(target: Path, written: list[Path]) -> None:
     identity = vcs.git(target, "config", "user.email").stdout.strip()
     run("git", *([] if identity else ["-c", "user.name=clap init", "-c", "user.email=clap@localhost"]),
         "commit", "-q", "-m", "clap init: a new CLAP project", "--only", "--", *own)
+
+
+def upgrade_conf(folder: Path = Path(".")) -> list[str]:
+    """A project's conf/ brought to the installed CLAP's schema (`clap upgrade`): a key CLAP moved carries its value to
+    the new key (`clap.config.MOVED_KEYS`), a key CLAP added comes with CLAP's default and its comment, each written
+    where CLAP's own conf defines it, the rest of every file as it was (comments included); then params.yaml. A key
+    no schema knows, or a value it refuses, stops before any file is written. Returns the lines to print."""
+    conf = folder / "conf"
+    project = compose([], conf=conf)
+    template_conf = template_root() / "conf"
+    plan = upgrade_plan(project, compose(_group_overrides(conf, template_conf), conf=template_conf))
+    if plan.unknown or plan.invalid:
+        where = (_where(conf, k.split(" ")[0]) for k in plan.unknown)
+        said = [f"{w[0].relative_to(folder) if w else conf}: unknown key {k}" for k, w in zip(plan.unknown, where)]
+        raise InitError("; ".join([*said, *(f"{conf}: {v}" for v in plan.invalid)])
+                        + " — not something `clap upgrade` can decide: fix it by hand (docs/reference/config.md)")
+    lines = _write_plan(conf, template_conf, plan)
+    params = check(compose([], conf=conf), f"{conf} (composed)")
+    (folder / "params.yaml").write_text(dump(params), encoding="utf-8")
+    return [*lines, "params.yaml: written from conf/"]
+
+
+def _group_overrides(conf: Path, template_conf: Path) -> list[str]:
+    """Hydra overrides that compose CLAP's conf with the project's group choices (`ingest: default`, `model: …`)."""
+    ours = {g for g, _ in _defaults(template_conf)}
+    return [f"{'' if g in ours else '+'}{g}={option}" for g, option in _defaults(conf)]
+
+
+def _defaults(conf: Path) -> list[tuple[str, str]]:
+    """(group, option) of conf/config.yaml's `defaults`, in order (`_self_` left out)."""
+    entries = (yaml.safe_load((conf / "config.yaml").read_text(encoding="utf-8")) or {}).get("defaults", [])
+    return [next(iter(e.items())) for e in entries if isinstance(e, dict)]
+
+
+def _files(conf: Path) -> list[tuple[Path, tuple[str, ...]]]:
+    """The files the composition reads, in its order, each with the key path its top level sits at."""
+    out, self_at = [], None
+    entries = (yaml.safe_load((conf / "config.yaml").read_text(encoding="utf-8")) or {}).get("defaults", [])
+    for e in entries:
+        if e == "_self_":
+            self_at = len(out)
+        elif isinstance(e, dict):
+            group, option = next(iter(e.items()))
+            path = conf / group / f"{option}.yaml"
+            if path.is_file():
+                global_ = "@package _global_" in path.read_text(encoding="utf-8").split("\n", 1)[0]
+                out.append((path, () if global_ else (group,)))
+    out.insert(len(out) if self_at is None else self_at, (conf / "config.yaml", ()))
+    return out
+
+
+def _where(conf: Path, key: str) -> tuple[Path, list[str]] | None:
+    """The file that gives `key` its value (the last in the composition's order that has it) and the path in it."""
+    parts, found = key.split("."), None
+    for path, prefix in _files(conf):
+        if tuple(parts[:len(prefix)]) != prefix:
+            continue
+        tree, rest = yaml.safe_load(path.read_text(encoding="utf-8")) or {}, parts[len(prefix):]
+        for p in rest:
+            tree = tree.get(p) if isinstance(tree, dict) else None
+            if tree is None:
+                break
+        else:
+            found = (path, rest)
+    return found
+
+
+def _write_plan(conf: Path, template_conf: Path, plan: UpgradePlan) -> list[str]:
+    """Apply the plan's moves and adds to the project's files as text: each key's line (and its comment lines) taken
+    out or put in, every other line as it was."""
+    texts: dict[Path, list[str]] = {}
+
+    def lines_of(path: Path) -> list[str]:
+        return texts.setdefault(path, path.read_text(encoding="utf-8").splitlines())
+
+    out = []
+    for old, new, value in plan.moves:
+        path, parts = _where(conf, old)
+        start, end = _block(lines_of(path), parts)
+        del lines_of(path)[start:end]
+        target, at = _target(conf, template_conf, new)
+        _insert(lines_of(target), at, value, [*_comment(template_conf, new), f"(moved here from {old} by clap upgrade)"])
+        out.append(f"{target.relative_to(conf.parent)}: {old} → {new} (moved by CLAP; the value kept: {value!r})")
+    for key, value in plan.adds:
+        target, at = _target(conf, template_conf, key)
+        _insert(lines_of(target), at, value, [*_comment(template_conf, key), "(added by clap upgrade)"])
+        out.append(f"{target.relative_to(conf.parent)}: {key} = {value!r} (new in CLAP; its default)")
+    for path, lines in texts.items():
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def _target(conf: Path, template_conf: Path, key: str) -> tuple[Path, list[str]]:
+    """Where a key goes in the project: the file and path where CLAP's own conf defines it (config.yaml else)."""
+    found = _where(template_conf, key)
+    if found and (conf / found[0].relative_to(template_conf)).is_file():
+        return conf / found[0].relative_to(template_conf), found[1]
+    return conf / "config.yaml", key.split(".")
+
+
+_KEY_LINE = re.compile(r"^( *)([A-Za-z0-9_-]+):(?: |$)")
+
+
+def _block(lines: list[str], parts: list[str]) -> tuple[int, int]:
+    """The lines of `parts`' key in a YAML text written one key a line (pure): its own line, its comment lines and
+    its children, not the blank lines after it; (len, len) when it is not there."""
+    stack: list[tuple[int, str]] = []
+    for i, line in enumerate(lines):
+        m = _KEY_LINE.match(line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, m.group(2)))
+        if [k for _, k in stack] == parts:
+            end = i + 1
+            while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+                end += 1
+            while end > i + 1 and not lines[end - 1].strip():
+                end -= 1
+            return i, end
+    return len(lines), len(lines)
+
+
+def _insert(lines: list[str], parts: list[str], value, comment: list[str]) -> None:
+    """`value` as the last key of `parts`' parent mapping (a new section at the end when there is none), with the
+    `comment` lines beside it, in the file's comment column."""
+    parents, indent, at = parts[:-1], 0, len(lines)
+    while parents:
+        start, end = _block(lines, parents)
+        if start < len(lines):
+            indent, at = len(lines[start]) - len(lines[start].lstrip()) + 2, end
+            break
+        parts, parents = [parents[-1], *parts[len(parents):]], parents[:-1]  # the parent is missing too: write it
+    new = [" " * indent + line for line in _render(parts[len(parents):], value)]
+    head, column = new[0], max(32, len(new[0]) + 2)
+    new[0:1] = [f"{head:<{column}}# {comment[0]}", *(f"{'':<{column}}# {c}" for c in comment[1:])]
+    if not parents and at == len(lines) and lines and lines[-1].strip():
+        new.insert(0, "")
+    lines[at:at] = new
+
+
+def _render(parts: list[str], value) -> list[str]:
+    """`value` at the key path `parts` as conf/ writes YAML (pure): a mapping per line, a leaf's list or mapping of
+    scalars in flow style (`batches: [b1]`)."""
+    if len(parts) > 1:
+        return [f"{parts[0]}:", *("  " + line for line in _render(parts[1:], value))]
+    if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
+        return [f"{parts[0]}:", *("  " + line for k, v in value.items() for line in _render([k], v))]
+    flow = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000).strip()
+    return [f"{parts[0]}: {flow.removesuffix('...').strip()}"]
+
+
+def _comment(template_conf: Path, key: str) -> list[str]:
+    """The comment lines CLAP's conf writes beside `key`, without their `#` ([] if none)."""
+    found = _where(template_conf, key)
+    if not found:
+        return []
+    lines = found[0].read_text(encoding="utf-8").splitlines()
+    start, end = _block(lines, found[1])
+    own = [lines[start].split(" #", 1)[1]] if start < len(lines) and " #" in lines[start] else []
+    own += [line.strip()[1:] for line in lines[start + 1:end] if line.strip().startswith("#")]
+    return [c.strip() for c in own]
 
 
 def upgrade(folder: Path = Path(".")) -> dict[str, tuple[str | None, str]]:

@@ -15,7 +15,7 @@ from clap.dag import TRACKS, layout, mermaid, pipeline_edges
 from clap.dag import text as dag_text
 from clap.errors import UserError
 from clap.io import atomic_write_text
-from clap.project import DOCS
+from clap.project import DOCS, upgrade_conf
 from clap.project import init as make
 from clap.project import upgrade as re_pin
 from clap.reference import PAGES, render
@@ -23,7 +23,11 @@ from clap.reference import PAGES, render
 
 @app.command()
 def upgrade() -> None:
-    """Re-pin the installed CLAP's code in this project (clap-code.json); `dvc status` then names the stages to rerun."""
+    """Bring this project to the installed CLAP: its conf/ to CLAP's schema (a moved key keeps its value, a new key
+    comes with CLAP's default; params.yaml rewritten), and CLAP's code re-pinned (clap-code.json); `dvc status` then
+    names the stages to rerun."""
+    for line in upgrade_conf():
+        console.print(line, highlight=False, soft_wrap=True)
     changed = re_pin()
     for stage, (old, new) in changed.items():
         console.print(f"{stage}: {old} → {new}")
