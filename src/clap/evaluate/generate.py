@@ -31,6 +31,7 @@ from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteria
 from clap import model as base_model
 from clap.evaluate.answer_store import AnswerStore, model_id
 from clap.evaluate.decoding import GrammarCache
+from clap.evaluate.kv_cache import GrowingCache
 from clap.evaluate.merged_lora import MergedAdapters
 from clap.evaluate.metrics import object_end
 from clap.evaluate.prefix_cache import PrefixCache, seeded_batch
@@ -436,8 +437,6 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     (padding dropped). `generators`: one per row. `on_tokens(row, tokens)`: accepted tokens as they come (streaming).
     `stop(row)`: True when a row is no longer wanted; it leaves the batch at that step, as a completed row does."""
     import xgrammar as xgr
-
-    from clap.evaluate.kv_cache import GrowingCache
 
     matchers = [xgr.GrammarMatcher(c) for c in compiled]
     stop_ids = set(matchers[0].stop_token_ids)

@@ -18,6 +18,8 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
+from clap.evaluate.kv_cache import GrowingCache
+
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), [heads, tokens, head_dim]
 
 
@@ -75,8 +77,6 @@ def seeded_batch(prompts: list[list[int]], reused: list[tuple[int, KV | None]], 
     left-padded to the longest reused prefix, then its remaining prompt tokens, left-padded inside the chunk;
     the mask zeroes both paddings, so every token keeps its own position (`decode_under_grammar`). The cache
     keeps room for `reserve` tokens after the prefix (the prompts' rest and the answer: `GrowingCache`)."""
-    from clap.evaluate.kv_cache import GrowingCache
-
     width = max(n for n, _ in reused)
     tails = [p[n:] for p, (n, _) in zip(prompts, reused)]
     chunk = max(len(t) for t in tails)
