@@ -251,3 +251,19 @@ def test_clap_upgrade_brings_an_older_projects_conf_to_this_clap(tmp_path):
     assert r.returncode == 2 and "Traceback" not in out
     assert "conf/config.yaml: unknown key retrieval.fusion — not something `clap upgrade` can decide" in out
     assert conf.read_text() == before
+
+
+def test_clap_upgrade_adds_a_key_to_a_mapping_written_in_flow_style(tmp_path):
+    """`evaluate.weights` is one line (`{parse_ok: 0.1, …}`): a weight the project lacks joins that line, which stays
+    one line; what the edit makes composes and meets the schema before any file is written."""
+    p = tmp_path / "p"
+    assert clap("init", str(p)).returncode == 0
+    conf = p / "conf" / "config.yaml"
+    conf.write_text(conf.read_text().replace(", target_match: 0.2}", "}", 1))
+    r = clap("upgrade", cwd=p)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "conf/config.yaml: evaluate.weights.target_match = 0.2 (new in CLAP; its default)" in r.stdout
+    line = next(x for x in conf.read_text().splitlines() if x.startswith("  weights:"))
+    assert line.startswith("  weights: {parse_ok: 0.1, field_accuracy: 0.2, value_accuracy: 0.3, evidence_accuracy: "
+                           "0.2, target_match: 0.2}") and "(added by clap upgrade)" in line
+    assert yaml.safe_load((p / "params.yaml").read_text())["evaluate"]["weights"]["target_match"] == 0.2

@@ -21,6 +21,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -29,7 +31,7 @@ from clap import paths, vcs
 from clap.codedeps import PINS, command_words, pin
 from clap.config import UpgradePlan, check, compose, dump, upgrade_plan
 from clap.errors import UserError
-from clap.io import read_json
+from clap.io import atomic_write_text, read_json
 from clap.stages import trainers
 from clap.train.spec import EXTRACTION
 
@@ -267,9 +269,16 @@ def upgrade_conf(folder: Path = Path(".")) -> list[str]:
         said = [f"{w[0].relative_to(folder) if w else conf}: unknown key {k}" for k, w in zip(plan.unknown, where)]
         raise InitError("; ".join([*said, *(f"{conf}: {v}" for v in plan.invalid)])
                         + " — not something `clap upgrade` can decide: fix it by hand (docs/reference/config.md)")
-    lines = _write_plan(conf, template_conf, plan)
-    params = check(compose([], conf=conf), f"{conf} (composed)")
-    (folder / "params.yaml").write_text(dump(params), encoding="utf-8")
+    lines, texts = _edits(conf, template_conf, plan)
+    with tempfile.TemporaryDirectory() as tmp:  # the edited conf composes and meets the schema before a file changes
+        trial = Path(tmp) / "conf"
+        shutil.copytree(conf, trial)
+        for path, text in texts.items():
+            (trial / path.relative_to(conf)).write_text(text, encoding="utf-8")
+        params = check(compose([], conf=trial), f"{conf} (composed after the upgrade's edits)")
+    for path, text in texts.items():
+        atomic_write_text(path, text)
+    atomic_write_text(folder / "params.yaml", dump(params))
     return [*lines, "params.yaml: written from conf/"]
 
 
@@ -318,9 +327,9 @@ def _where(conf: Path, key: str) -> tuple[Path, list[str]] | None:
     return found
 
 
-def _write_plan(conf: Path, template_conf: Path, plan: UpgradePlan) -> list[str]:
-    """Apply the plan's moves and adds to the project's files as text: each key's line (and its comment lines) taken
-    out or put in, every other line as it was."""
+def _edits(conf: Path, template_conf: Path, plan: UpgradePlan) -> tuple[list[str], dict[Path, str]]:
+    """The plan's moves and adds as new texts of the project's files (nothing written): each key's line (and its
+    comment lines) taken out or put in, every other line as it was; with the lines to print."""
     texts: dict[Path, list[str]] = {}
 
     def lines_of(path: Path) -> list[str]:
@@ -338,9 +347,7 @@ def _write_plan(conf: Path, template_conf: Path, plan: UpgradePlan) -> list[str]
         target, at = _target(conf, template_conf, key)
         _insert(lines_of(target), at, value, [*_comment(template_conf, key), "(added by clap upgrade)"])
         out.append(f"{target.relative_to(conf.parent)}: {key} = {value!r} (new in CLAP; its default)")
-    for path, lines in texts.items():
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    return out, {path: "\n".join(lines) + "\n" for path, lines in texts.items()}
 
 
 def _target(conf: Path, template_conf: Path, key: str) -> tuple[Path, list[str]]:
@@ -383,6 +390,13 @@ def _insert(lines: list[str], parts: list[str], value, comment: list[str]) -> No
     while parents:
         start, end = _block(lines, parents)
         if start < len(lines):
+            key_text, _, rest = lines[start].partition(":")
+            inline = rest.split(" #", 1)[0].strip()
+            if inline:  # the parent is written in flow style (`weights: {a: 1}`): rewrite that one line with the key
+                merged = {**(yaml.safe_load(inline) or {}), **_nested(parts[len(parents):], value)}
+                head = f"{key_text}: {_render(['x'], merged)[0][3:]}"
+                lines[start] = f"{head:<32}# {comment[-1]}" if len(head) < 32 else f"{head}  # {comment[-1]}"
+                return
             indent, at = len(lines[start]) - len(lines[start].lstrip()) + 2, end
             break
         parts, parents = [parents[-1], *parts[len(parents):]], parents[:-1]  # the parent is missing too: write it
@@ -392,6 +406,12 @@ def _insert(lines: list[str], parts: list[str], value, comment: list[str]) -> No
     if not parents and at == len(lines) and lines and lines[-1].strip():
         new.insert(0, "")
     lines[at:at] = new
+
+
+def _nested(parts: list[str], value) -> dict:
+    for p in reversed(parts):
+        value = {p: value}
+    return value
 
 
 def _render(parts: list[str], value) -> list[str]:
