@@ -140,7 +140,8 @@ MEANING = {
     "target_match": "every field, the value and the evidence right",
     "pass_rate": "the pass rule (`evaluate.pass_rule`): value and evidence right, or the whole target",
     "overall_score": "the weighted mean of the parts in `evaluate.weights`",
-    "p95_latency_ms": "95th percentile of the answer's latency, timed fresh and interleaved with the reference",
+    "p95_latency_ms": "95th percentile of the answers' latency as decoded (batched, or read back from the answer store): "
+                      "reported, never compared; the gate compares the replay's paired timing",
 }
 HIGHER_IS_BETTER = {"parse_ok": True, "field_accuracy": True, "value_accuracy": True, "evidence_accuracy": True,
                     "hallucination_rate": False, "wrong_fact_rate": False, "target_match": True,
