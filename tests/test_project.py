@@ -263,7 +263,7 @@ def test_clap_upgrade_adds_a_key_to_a_mapping_written_in_flow_style(tmp_path):
     r = clap("upgrade", cwd=p)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "conf/config.yaml: evaluate.weights.target_match = 0.2 (new in CLAP; its default)" in r.stdout
-    line = next(x for x in conf.read_text().splitlines() if x.startswith("  weights:"))
+    line = next(x for x in conf.read_text().splitlines() if x.startswith("  weights: {parse_ok"))
     assert line.startswith("  weights: {parse_ok: 0.1, field_accuracy: 0.2, value_accuracy: 0.3, evidence_accuracy: "
                            "0.2, target_match: 0.2}") and "(added by clap upgrade)" in line
     assert yaml.safe_load((p / "params.yaml").read_text())["evaluate"]["weights"]["target_match"] == 0.2

@@ -421,7 +421,7 @@ def _render(parts: list[str], value) -> list[str]:
         return [f"{parts[0]}:", *("  " + line for line in _render(parts[1:], value))]
     if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
         return [f"{parts[0]}:", *("  " + line for k, v in value.items() for line in _render([k], v))]
-    flow = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000).strip()
+    flow = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000, sort_keys=False).strip()
     return [f"{parts[0]}: {flow.removesuffix('...').strip()}"]
 
 
