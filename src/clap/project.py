@@ -288,17 +288,20 @@ def _group_overrides(conf: Path, template_conf: Path) -> list[str]:
     return [f"{'' if g in ours else '+'}{g}={option}" for g, option in _defaults(conf)]
 
 
+def _entries(conf: Path) -> list:
+    """conf/config.yaml's `defaults` list as written (`_self_` and {group: option} entries, in order)."""
+    return (yaml.safe_load((conf / "config.yaml").read_text(encoding="utf-8")) or {}).get("defaults", [])
+
+
 def _defaults(conf: Path) -> list[tuple[str, str]]:
     """(group, option) of conf/config.yaml's `defaults`, in order (`_self_` left out)."""
-    entries = (yaml.safe_load((conf / "config.yaml").read_text(encoding="utf-8")) or {}).get("defaults", [])
-    return [next(iter(e.items())) for e in entries if isinstance(e, dict)]
+    return [next(iter(e.items())) for e in _entries(conf) if isinstance(e, dict)]
 
 
 def _files(conf: Path) -> list[tuple[Path, tuple[str, ...]]]:
     """The files the composition reads, in its order, each with the key path its top level sits at."""
     out, self_at = [], None
-    entries = (yaml.safe_load((conf / "config.yaml").read_text(encoding="utf-8")) or {}).get("defaults", [])
-    for e in entries:
+    for e in _entries(conf):
         if e == "_self_":
             self_at = len(out)
         elif isinstance(e, dict):

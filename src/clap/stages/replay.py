@@ -59,11 +59,11 @@ def run(r: Replay, assets: Path, materialized: Path, index_dir: Path, engine: En
     cases = [c for b in batches for c in read_jsonl(Path(materialized) / b / "replay_cases.jsonl")]
     bm25 = BM25Index.load(Path(index_dir) / "bm25")
     hits = retrieve(retrieval, bm25, chunks, [c["question"] for c in cases])
-    records, table = [], {}
+    records, table, asked = [], {}, {}
     arms = REPLAY_ARMS | (PROD_ARM if "prod" in getattr(engine, "adapters", []) else {})
     for arm, (adapter, rag) in arms.items():
         contexts = [[by_id[h] for h in hit] if rag else [] for hit in hits]
-        convs, schemas = requests(cases, contexts, constrained)
+        convs, schemas = asked[arm] = requests(cases, contexts, constrained)
         gens = engine.generate(convs, use_adapter=adapter, max_new_tokens=r.max_new_tokens,
                                batch_size=r.batch_size, schemas=schemas)
         rows = []
@@ -76,7 +76,7 @@ def run(r: Replay, assets: Path, materialized: Path, index_dir: Path, engine: En
         table[arm]["p95_latency_ms"] = p95([x["latency_ms"] for x in rows])
         records += rows
     by_arm = {arm: [x for x in records if x["arm"] == arm] for arm in arms}
-    latency = _latency(r, engine, cases, hits, by_id, constrained, prod="P" in arms)
+    latency = _latency(r, engine, *asked["B"], prod="P" in arms)
     e = evaluate
     contrasts = {name: {m: paired_bootstrap([x[m] for x in by_arm[ref]], [x[m] for x in by_arm[new]],
                                             n=e.bootstrap, ci=e.ci, seed=17) for m in REPLAY_ANSWER_METRICS}
@@ -92,11 +92,9 @@ def run(r: Replay, assets: Path, materialized: Path, index_dir: Path, engine: En
     return {"arms": table, "contrasts": contrasts, "latency": latency}
 
 
-def _latency(r: Replay, engine: Engine, cases: list[dict], hits: list, by_id: dict, constrained: bool, *,
-             prod: bool) -> dict:
-    """{reference: paired timing} of the candidate with retrieval (B's requests) against the gate's reference:
-    prod + RAG when an adapter is in prod, else base + RAG."""
-    convs, schemas = requests(cases, [[by_id[h] for h in hit] for hit in hits], constrained)
+def _latency(r: Replay, engine: Engine, convs: list, schemas: list | None, *, prod: bool) -> dict:
+    """{reference: paired timing} of the candidate on B's requests (with retrieval, as B asked them) against the
+    gate's reference: prod + RAG when an adapter is in prod, else base + RAG."""
     reference, switch = ("prod", "prod") if prod else ("baseline", False)
     return {reference: paired_latency(engine, convs, schemas, switch, True, r.latency_requests, r.max_new_tokens)}
 
