@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # modules import each other, directly or around a circle (tests/test_architecture.py checks every import).
 # A stage module (`clap.stages.*`) is imported by the CLI (`clap.cli.*`) alone.
 LAYERS = (
-    ("errors", "paths", "io", "config", "domain", "vcs"),  # the domain core and the plumbing everything uses
+    ("errors", "paths", "io", "config", "domain", "vcs", "lazy"),  # the domain core and the plumbing everything uses
     ("integrity", "model", "retrieval"),  # adapter and artifact hashes; the base model; the retrievers
     ("data",),  # ingest, assetize, materialize, admission
     ("evaluate",),  # engines, decoding, metrics, statistics, reports

@@ -3,17 +3,18 @@
     clap dvc-deps            # exit 1, one line per (stage, module) that dvc.yaml's deps miss or list in excess
     clap dvc-deps --write    # rewrite the `src/clap/...` deps of every stage of dvc.yaml from the imports
 
-A stage `S` runs `clap <command>`: the CLI module that defines the command (`clap.cli.<group>`, the one that
-imports `clap.stages.S`), `clap.cli.common` (parameters, input checks, errors) and `clap.stages.S`. Its code is the
-transitive closure of their `clap` imports — at module level and inside functions alike, as `ast` reads them —
-plus the packages' `__init__` modules Python runs on the way, without other stages' modules and other command
-groups (a command group imports every stage it can run; a stage runs only its own). The registry of trainers
-(`clap.stages.trainers`) is in the closure of every stage whose command reads it; a trainer the registry collects
-runs through it and `clap train` (`clap.cli.train`), and the other trainers' modules the registry imports are left
-out as other stages are (a change to one reruns that trainer, and its outputs rerun the stages that judge it). A stage
-the registry of stages (`clap.stages.registry`) collects runs through it and the command group its spec names
-(`group="data"`: `clap.cli.data`). A change to any file of the closure reruns the stage; a change elsewhere does not. `tests/test_codedeps.py` fails, naming the stage and the
-module, when dvc.yaml and the imports disagree.
+A stage `S` runs `clap <command>`: the CLI module that defines the command (`clap.cli.<group>`, the one that imports
+`clap.stages.S`), `clap.cli.common` (parameters, input checks, errors) and `clap.stages.S`. Its code is the
+transitive closure of their `clap` imports — at module level and inside functions alike, as `ast` reads them, and
+the modules bound with `clap.lazy.module` — plus the packages' `__init__` modules Python runs on the way, without
+other stages' modules and other command groups (a command group imports every stage it can run; a stage runs only
+its own). The registry of trainers (`clap.stages.trainers`) is in the closure of every stage whose command reads it;
+a trainer the registry collects runs through it and `clap train` (`clap.cli.train`), and the other trainers' modules
+the registry imports are left out as other stages are (a change to one reruns that trainer, and its outputs rerun
+the stages that judge it). A stage the registry of stages (`clap.stages.registry`) collects runs through it and the
+command group its spec names (`group="data"`: `clap.cli.data`). A change to any file of the closure reruns the
+stage; a change elsewhere does not. `tests/test_codedeps.py` fails, naming the stage and the module, when dvc.yaml
+and the imports disagree.
 """
 
 from __future__ import annotations
@@ -47,8 +48,18 @@ def _resolve(name: str, modules: set[str]) -> str | None:
     return name or None
 
 
+def lazy_binding(node: ast.AST) -> str | None:
+    """The module a `lazy.module("clap.x")` call binds (`clap.lazy`: imported at first use, an import all the same)."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "module"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "lazy" and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        return node.args[0].value
+    return None
+
+
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    """module → the clap modules it imports (anywhere in the file, function bodies too)."""
+    """module → the clap modules it imports (anywhere in the file, function bodies too, and the ones it binds
+    with `lazy.module`)."""
     files = {module_of(p, src): p for p in src.rglob("*.py")}
     modules = set(files)
     graph: dict[str, set[str]] = {m: set() for m in modules}
@@ -63,6 +74,8 @@ def import_graph(src: Path = SRC) -> dict[str, set[str]]:
                     anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*anchor, *([base] if base else [])])
                 targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            elif (deferred := lazy_binding(node)) is not None:
+                targets = [deferred]
             else:
                 continue
             for t in targets:

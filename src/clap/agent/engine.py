@@ -12,13 +12,12 @@ from clap.agent.chat import SYSTEM, action_schema, engine_rendering
 from clap.agent.tools import ReportTools
 from clap.config import Generate, Model
 from clap.evaluate.engines import answer_store, decoding, pinned_adapters, prod_baseline
+from clap.evaluate.generate import Engine
 
 
 def agent_engine(generate: Generate, base_section: Model, adapters: list[str], prod: list[tuple[str, Path, dict]] = ()):
     """The engine holding `adapters` (each `models/<name>/adapter`, checked against its pin) and `prod`:
     [("prod", folder, pinned manifest)] of the agent adapter in prod, or nothing."""
-    from clap.evaluate.generate import Engine
-
     base = model.resolve(base_section)
     others = [*prod, *pinned_adapters(adapters)]
     rendering = engine_rendering(model.load_tokenizer(base), ReportTools.tool_schemas())
@@ -52,8 +51,6 @@ def served_agent(generate: Generate, base_section: Model, adapters: list[tuple[s
     """(the engine a server answers agent turns with — the base model, `adapters` as (name, folder, pinned manifest)
     attached through the serving check, the agent's tools rendered into every prompt — and its `AgentServing`: each
     turn under the action grammar when `generate.constrained` is on, as the evaluation decodes)."""
-    from clap.evaluate.generate import Engine
-
     base = model.resolve(base_section)
     schemas = ReportTools.tool_schemas()
     engine = Engine(base, others=list(adapters), **engine_rendering(model.load_tokenizer(base), schemas),

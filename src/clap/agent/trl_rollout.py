@@ -14,6 +14,7 @@ from clap.agent.episode import rollout as run_episodes
 from clap.agent.tools import ReportTools
 from clap.config import Agent
 from clap.evaluate.decoding import GrammarCache
+from clap.evaluate.generate import left_padded, sample_under_grammar
 
 
 @dataclass
@@ -50,7 +51,6 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
     are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
 
-    from clap.evaluate.generate import left_padded, sample_under_grammar
 
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class

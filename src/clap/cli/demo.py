@@ -22,6 +22,7 @@ from clap.io import read_json, read_jsonl, write_jsonl
 from clap.release import registry
 from clap.release import timeline as tl
 from clap.release.bundle import agent_source
+from clap.serve.canary import simulated_canary
 from clap.stages import trainers
 
 
@@ -62,7 +63,6 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
     then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
     `clap.demo.rounds`."""
-    from clap.serve.canary import simulated_canary  # FastAPI's import: paid by the commands that serve
 
     overrides = demo_overrides(check(compose([]), "conf/ (composed)")["demo"]["overrides"], override or [])
     schedule = check(compose(overrides), f"conf/ with {' '.join(overrides)}")["demo"]["rounds"]

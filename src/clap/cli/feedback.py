@@ -16,6 +16,7 @@ from clap.feedback import canary, canary_analysis, human, traffic
 from clap.feedback.canary_analysis import joint
 from clap.io import read_json, write_json
 from clap.release import registry as rel
+from clap.serve.canary import server, simulated_canary
 
 
 @human_app.command("export")
@@ -66,7 +67,6 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
     """Serve prod and the canary (OpenAI-compatible, 127.0.0.1) and log every request and outcome."""
     import shlex
 
-    from clap.serve.canary import server  # FastAPI's import: paid by the commands that serve
 
     cfg = _params()
     logs = paths.CANARY_AGENT_LOGS if agent and logs == paths.CANARY_LOGS else logs
@@ -156,7 +156,6 @@ def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many he
                 ) -> None:
     """One canary end to end: serve (in this process), replay the held-out questions (or agent tasks) as paired
     traffic, analyse, and — for a registered canary — conclude with the promote or rollback tag."""
-    from clap.serve.canary import simulated_canary  # FastAPI's import: paid by the commands that serve
 
     cfg = _params()
     logs = logs or (paths.CANARY_AGENT_LOGS if agent else paths.CANARY_LOGS)

@@ -10,6 +10,7 @@ import typer
 from clap.cli.common import _fail, _params, app, console
 from clap.release import export as ex
 from clap.serve import engine as served
+from clap.serve.app import create_app
 
 
 @app.command()
@@ -40,7 +41,6 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
     import os
     import shlex
 
-    from clap.serve.app import create_app  # FastAPI's import: paid by the command that serves, not by every command
 
     if engine not in ("hf", "vllm"):
         _fail(ValueError(f"--engine {engine!r}: use hf or vllm"))

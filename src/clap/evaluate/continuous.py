@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
-
+from clap import lazy
 from clap.evaluate.generate import (
     Sampling,
     accepted_chunk,
@@ -30,7 +29,9 @@ from clap.evaluate.generate import (
     next_step_inputs,
     pick_tokens,
 )
-from clap.evaluate.kv_cache import GrowingCache
+
+torch = lazy.module("torch")
+kv_cache = lazy.module("clap.evaluate.kv_cache")  # extends transformers' DynamicCache
 
 
 @dataclass(eq=False)  # a row is itself: two requests with the same prompt are two rows
@@ -59,7 +60,7 @@ class RunningBatch:
         self.model, self.pad_id, self.stop_ids, self.jump_forward = model, pad_id, stop_ids, jump_forward
         self.vocab_size = vocab_size
         self.rows: list[Row] = []
-        self.cache: GrowingCache | None = None
+        self.cache: kv_cache.GrowingCache | None = None
         self.mask = self.positions = None
         self.steps = 0
 
@@ -116,13 +117,13 @@ class RunningBatch:
                 row.on_done(row)
         return keep
 
-    @torch.inference_mode()
+    @lazy.inference_mode
     def admit(self, rows: list[Row]) -> None:
         """Prefill `rows`, pick their first chunks, and merge them into the running batch."""
         device = next(self.model.parameters()).device
         ids, mask = left_padded([r.prompt for r in rows], self.pad_id, device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = GrowingCache(self.model.config.num_hidden_layers,
+        cache = kv_cache.GrowingCache(self.model.config.num_hidden_layers,
                              reserve=max(r.max_new_tokens for r in rows) + 8)
         logits = self._forward(ids, mask, positions, cache)
         keep = self._take(rows, self._pick(rows, logits))
@@ -140,7 +141,7 @@ class RunningBatch:
                                                         max(r.max_new_tokens for r in self.rows + rows) + 8)
         self.rows = self.rows + rows
 
-    @torch.inference_mode()
+    @lazy.inference_mode
     def step(self) -> None:
         """One pass: every row's pending chunk through the model, then its next chunk picked."""
         rows = self.rows
@@ -188,7 +189,7 @@ def _merged(cache_a, mask_a, positions_a, cache_b, mask_b, positions_b, reserve:
         spec = [0, 0] * (axis_from_end - 1) + [missing, 0]
         return torch.nn.functional.pad(t, spec)
 
-    merged = GrowingCache(len(cache_a.layers), reserve=reserve)
+    merged = kv_cache.GrowingCache(len(cache_a.layers), reserve=reserve)
     for i, (la, lb) in enumerate(zip(cache_a.layers, cache_b.layers)):
         keys = torch.cat([pad(la.keys, 2), pad(lb.keys, 2)])
         values = torch.cat([pad(la.values, 2), pad(lb.values, 2)])

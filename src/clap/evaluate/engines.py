@@ -15,6 +15,9 @@ from pathlib import Path
 
 from clap import model, paths
 from clap.config import Generate, Model
+from clap.evaluate.generate import Engine
+from clap.evaluate.generate_ray import RayEngine
+from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
 from clap.integrity import pinned_expectation
 from clap.io import read_json_if_exists
 
@@ -88,8 +91,6 @@ def extraction_engine(generate: Generate, base_section: Model, adapter: Path | N
     Ray actors when asked."""
     import torch
 
-    from clap.evaluate.generate import Engine
-    from clap.evaluate.generate_vllm import VLLMEngine, choose_backend
 
     base = model.resolve(base_section)
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
@@ -97,7 +98,6 @@ def extraction_engine(generate: Generate, base_section: Model, adapter: Path | N
                              torch.cuda.is_available())
     gpu_share = generate.gpu_memory_utilization
     if generate.ray_workers:  # the same engine on each of N Ray actors (clap.evaluate.generate_ray)
-        from clap.evaluate.generate_ray import RayEngine
 
         args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
                 "prod_expected": prod_expected}
@@ -117,7 +117,6 @@ def chain_engine(generate: Generate, base_section: Model, steps: list[str], prod
                  prod_expected: dict | None):
     """One base model holding every chain step's adapter (`models/<step>/adapter`, each through the serving check)
     and the adapter in prod."""
-    from clap.evaluate.generate import Engine
 
     return Engine(model.resolve(base_section), prod_dir=prod_dir, prod_expected=prod_expected, others=pinned_adapters(steps),
                   answer_store=answer_store(generate), **decoding(generate))

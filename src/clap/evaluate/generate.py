@@ -25,17 +25,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
-
+from clap import lazy
 from clap import model as base_model
 from clap.evaluate.answer_store import AnswerStore, model_id
 from clap.evaluate.decoding import GrammarCache
-from clap.evaluate.kv_cache import GrowingCache
 from clap.evaluate.merged_lora import MergedAdapters
 from clap.evaluate.metrics import object_end
 from clap.evaluate.prefix_cache import PrefixCache, seeded_batch
 from clap.integrity import attach
+
+torch = lazy.module("torch")
+transformers = lazy.module("transformers")
+kv_cache = lazy.module("clap.evaluate.kv_cache")  # extends transformers' DynamicCache
 
 
 def json_end(text: str) -> int | None:
@@ -49,8 +50,9 @@ def truncate_at_json_end(text: str) -> str:
     return text if end is None else text[:end]
 
 
-class StopOnJsonEnd(StoppingCriteria):
-    """Per-row stop once the generated text holds a closed JSON object."""
+class StopOnJsonEnd:
+    """Per-row stop once the generated text holds a closed JSON object (transformers' stopping-criteria protocol:
+    called with the ids so far, it answers a bool per row)."""
 
     def __init__(self, tokenizer, prompt_len: int):
         self.tok, self.prompt_len = tokenizer, prompt_len
@@ -60,7 +62,7 @@ class StopOnJsonEnd(StoppingCriteria):
         return torch.tensor([json_end(t) is not None for t in texts], device=input_ids.device)
 
 
-class StopRows(StoppingCriteria):
+class StopRows:
     """Per-row stop for `generate`: row r of the batch ends once `stop_rows(idx[r])` says its answer is not wanted."""
 
     def __init__(self, idx: list[int], stop_rows: Callable[[int], bool]):
@@ -166,7 +168,7 @@ class Engine:
         self.model.set_adapter(name)
         return contextlib.nullcontext()
 
-    @torch.inference_mode()
+    @lazy.inference_mode
     def completion_logprobs(self, conversations: list[list[dict]], completions: list[str],
                             use_adapter: bool | str) -> list[float]:
         """Summed log-probability of each assistant `completion` after its conversation's prompt — how
@@ -205,7 +207,7 @@ class Engine:
         return self.tok.apply_chat_template(self.as_turns(messages), add_generation_prompt=True, tokenize=True,
                                             return_dict=True, **self.chat_kwargs)["input_ids"]
 
-    @torch.inference_mode()
+    @lazy.inference_mode
     def generate(self, conversations: list[list[dict]], use_adapter: bool | str, max_new_tokens: int = 96,
                  batch_size: int = 8, progress: bool = True, schemas: list[dict] | None = None,
                  temperature: float = 0.0, seed: int | None = None, top_p: float | None = None,
@@ -280,7 +282,7 @@ class Engine:
                                   **({"do_sample": True, "temperature": temperature, "top_p": sampling.top_p}
                                      if sampling is not None else {"do_sample": False}), use_cache=True,
                                   pad_token_id=pad,
-                                  stopping_criteria=StoppingCriteriaList(
+                                  stopping_criteria=transformers.StoppingCriteriaList(
                                       [StopOnJsonEnd(self.tok, width)]
                                       + ([] if stop_rows is None else [StopRows(idx, stop_rows)])),
                                   streamer=None if on_tokens is None else RowStreamer(idx, pad, on_tokens))
@@ -420,7 +422,7 @@ def sample_under_grammar(model, prompts: list[list[int]], compiled: list, max_ne
     return [(row, len(row) < max_new_tokens) for row in rows]
 
 
-@torch.inference_mode()
+@lazy.inference_mode
 def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled: list,
                          max_new_tokens: int, jump_forward: bool = False, cache=None,
                          on_leave: Callable[[int, list[int], list], None] | None = None,
@@ -443,7 +445,7 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     bitmask = xgr.allocate_token_bitmask(len(matchers), compiled[0].tokenizer_info.vocab_size)
     new_tokens: list[list[int]] = [[] for _ in matchers]
     active = list(range(len(matchers)))  # batch rows still decoding, in the cache's row order
-    cache = GrowingCache(model.config.num_hidden_layers, reserve=max_new_tokens) if cache is None else cache
+    cache = kv_cache.GrowingCache(model.config.num_hidden_layers, reserve=max_new_tokens) if cache is None else cache
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     step_ids = ids
     # decoder and head apart: the head on each row's last position only (the causal LM's `logits_to_keep=1` hands a
@@ -536,6 +538,6 @@ def plain_generate_loop(model, tok, conversations: list[list[dict]], max_new_tok
             enc = {k: v.to(model.device) for k, v in enc.items()}
             constrain = [grammars.processor([schemas[i]])] if schemas is not None else []
             g = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                               pad_token_id=tok.pad_token_id, logits_processor=LogitsProcessorList(constrain))
+                               pad_token_id=tok.pad_token_id, logits_processor=transformers.LogitsProcessorList(constrain))
             outs.append(truncate_at_json_end(tok.decode(g[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)))
     return outs

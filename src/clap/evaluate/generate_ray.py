@@ -16,7 +16,8 @@ import json
 
 from clap.data.engine import ensure_ray
 from clap.evaluate.answer_store import same_adapter
-from clap.evaluate.generate import Generation
+from clap.evaluate.generate import Engine, Generation
+from clap.evaluate.generate_vllm import VLLMEngine
 
 
 class _Generator:
@@ -24,11 +25,9 @@ class _Generator:
 
     def __init__(self, engine_args: dict, backend: str):
         if backend == "vllm":
-            from clap.evaluate.generate_vllm import VLLMEngine
 
             self.engine = VLLMEngine(**engine_args)
         else:
-            from clap.evaluate.generate import Engine
 
             self.engine = Engine(**{k: v for k, v in engine_args.items() if k not in ("base_identity",
                                                                                       "gpu_memory_utilization")})

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
+from clap import lazy
+
+torch = lazy.module("torch")
 
 
 class MergedAdapters:
@@ -30,7 +32,7 @@ class MergedAdapters:
         self.layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
         self.weights: dict[str, list[torch.nn.Parameter]] = {}
 
-    @torch.no_grad()
+    @lazy.no_grad
     def _merged(self, name: str) -> list[torch.nn.Parameter]:
         if name not in self.weights:
             out = []

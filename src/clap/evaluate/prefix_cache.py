@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-import torch
 
-from clap.evaluate.kv_cache import GrowingCache
+from clap import lazy
 
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), [heads, tokens, head_dim]
+torch = lazy.module("torch")
+kv_cache = lazy.module("clap.evaluate.kv_cache")  # extends transformers' DynamicCache
+
+KV = list[tuple["torch.Tensor", "torch.Tensor"]]  # per layer (keys, values), [heads, tokens, head_dim]
 
 
 class PrefixCache:
@@ -86,7 +88,7 @@ def seeded_batch(prompts: list[list[int]], reused: list[tuple[int, KV | None]], 
     if width == 0:
         return ids, mask, None
     template = next(kv for n, kv in reused if kv is not None)
-    cache = GrowingCache(len(template), reserve=chunk + reserve)
+    cache = kv_cache.GrowingCache(len(template), reserve=chunk + reserve)
     for layer, (k0, v0) in enumerate(template):
         keys, values = [], []
         for n, kv in reused:

@@ -40,6 +40,7 @@ from clap import model, paths
 from clap.agent.engine import served_agent
 from clap.config import Params
 from clap.errors import UserError
+from clap.evaluate.generate import Engine
 from clap.evaluate.metrics import parse_answer
 from clap.feedback.traffic import UpstreamGeneration, post
 from clap.integrity import pinned_expectation, verify_adapter
@@ -204,7 +205,6 @@ def from_registry(root: Path, cfg: Params, log_dir: Path, candidate: Path | None
             raise NoCanary("the agent canary serves released versions on the CPU engine: --candidate and --upstream "
                            "are the extraction canary's")
         return agent_from_registry(root, cfg, log_dir)
-    from clap.evaluate.generate import Engine
 
     root = Path(root)
     canary, prod = current(root, "canary"), current(root, "prod")

@@ -24,25 +24,26 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from clap import lazy
 from clap.agent.chat import parse_action
 from clap.agent.engine import AgentServing
 from clap.serve import openai_api as api
 from clap.serve.batcher import Answer, Batcher, ContinuousBatcher, Job
 from clap.serve.grammar_worker import GrammarWorker
 
+fastapi = lazy.module("fastapi")
+responses = lazy.module("fastapi.responses")
+
 ROUTED = "clap"  # the model name a routing server (the canary) answers by request id
 DISCONNECT_POLL_S = 0.25  # how often a request waiting for its answer checks that its client is still there
 
 
-def refuse(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> JSONResponse:
+def refuse(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> responses.JSONResponse:
     """An OpenAI-shaped error response with one message naming the field."""
-    return JSONResponse(api.error(message, kind, param), status_code=status)
+    return responses.JSONResponse(api.error(message, kind, param), status_code=status)
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Completions:
     max_request_mb: float | None = None  # the per-request memory bound (`openai_api.request_memory_mb`)
     memory_shape: tuple[int, int] | None = None  # the engine's model's bytes a token (`_memory_shape`), read once
 
-    async def parse(self, request: Request, shape) -> tuple[tuple | None, JSONResponse | None]:
+    async def parse(self, request: fastapi.Request, shape) -> tuple[tuple | None, responses.JSONResponse | None]:
         """(request, request id, job) or the 4xx refusing it."""
         try:
             body = await request.json()
@@ -130,7 +131,7 @@ class Completions:
             return str(exc), tokens
         return None, tokens
 
-    async def bound(self, job: Job, prompt_tokens: int, field: str) -> JSONResponse | None:
+    async def bound(self, job: Job, prompt_tokens: int, field: str) -> responses.JSONResponse | None:
         """The 400 for a request past the server's limits on its grammar (compiled here, in the worker, with a time
         and memory limit, so the engine's thread never compiles an unseen schema) or on the memory it would hold."""
         engine = self.batcher.engine
@@ -153,7 +154,7 @@ class Completions:
                 return refuse(400, str(exc), field)
         return None
 
-    async def until_answered(self, request: Request, job: Job) -> Answer | None:
+    async def until_answered(self, request: fastapi.Request, job: Job) -> Answer | None:
         """The job's answer, or None once its client has gone away: the job is then cancelled, so it is not decoded
         or leaves its batch at the next step (a client that hangs up does not keep the engine busy)."""
         waiting = asyncio.ensure_future(self.batcher.submit(job))
@@ -206,14 +207,14 @@ class Completions:
         action = parse_action(text)
         return None if action is None else api.tool_call_message(action.thought, action.tool, action.arguments)
 
-    async def answer(self, request: Request, shape, chat: bool):
+    async def answer(self, request: fastapi.Request, shape, chat: bool):
         started = time.perf_counter()
         parsed, refusal = await self.parse(request, shape)
         if refusal is not None:
             return refusal
         req, rid, job = parsed
         if req.stream:
-            return StreamingResponse(self.stream(req, job, rid, chat, started), media_type="text/event-stream")
+            return responses.StreamingResponse(self.stream(req, job, rid, chat, started), media_type="text/event-stream")
         try:
             got = await self.until_answered(request, job)
         except ValueError as exc:
@@ -335,7 +336,7 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
         if worker is not None:
             worker.close()
 
-    app = FastAPI(title="clap serve", lifespan=lifespan)
+    app = fastapi.FastAPI(title="clap serve", lifespan=lifespan)
     app.state.batcher = batcher
 
     _refuse_errors(app)
@@ -343,7 +344,7 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     async def get_health():
         busy = batcher.busy_for()
         if busy > wedged_after_s:
-            return JSONResponse({"status": "wedged", "busy_s": round(busy, 1), "wedged_after_s": wedged_after_s},
+            return responses.JSONResponse({"status": "wedged", "busy_s": round(busy, 1), "wedged_after_s": wedged_after_s},
                                 status_code=503)
         return {"status": "ok", "models": list(models), **(health or {}),
                 **({"tools": agent.tool_schemas, "system": agent.system} if agent is not None else {})}
@@ -362,11 +363,11 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
                 "cancelled": batcher.cancelled, "grammar_compiles_stopped": 0 if worker is None else worker.stopped}
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
+    async def chat_completions(request: fastapi.Request):
         return await completions.answer(request, api.ChatRequest, chat=True)
 
     @app.post("/v1/completions")
-    async def text_completions(request: Request):
+    async def text_completions(request: fastapi.Request):
         return await completions.answer(request, api.CompletionRequest, chat=False)
 
     if feedback is not None:
@@ -374,9 +375,9 @@ def create_app(engine, models: dict[str, bool | str], default_max_tokens: int = 
     return app
 
 
-def _refuse_errors(app: FastAPI) -> None:
+def _refuse_errors(app: fastapi.FastAPI) -> None:
     """A request FastAPI cannot validate is a 400 naming the field; anything unexpected a 500 with one line."""
-    @app.exception_handler(RequestValidationError)
+    @app.exception_handler(fastapi.exceptions.RequestValidationError)
     async def _invalid(_request, exc):
         first = exc.errors()[0]
         return refuse(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
@@ -391,10 +392,10 @@ def _refuse_errors(app: FastAPI) -> None:
         return refuse(500, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", kind="server_error")
 
 
-def _feedback_route(app: FastAPI, feedback: Callable[..., dict]) -> None:
+def _feedback_route(app: fastapi.FastAPI, feedback: Callable[..., dict]) -> None:
     """`POST /v1/feedback`: the canary's outcome for a request it served (a ValueError from `feedback` is a 400)."""
     @app.post("/v1/feedback")
-    async def post_feedback(request: Request):
+    async def post_feedback(request: fastapi.Request):
         try:
             body = await request.json()
             if not isinstance(body, dict):

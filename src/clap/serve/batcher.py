@@ -23,6 +23,9 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from clap.evaluate.continuous import Row, RunningBatch
+from clap.evaluate.generate import Sampling, request_generator, truncate_at_json_end
+
 
 @dataclass
 class Job:
@@ -189,7 +192,6 @@ class ContinuousBatcher:
     busy_for = Batcher.busy_for  # seconds the step now running has run (0 when idle)
 
     def _loop(self) -> None:
-        from clap.evaluate.continuous import RunningBatch
 
         engine = self.engine
         eos = engine.model.generation_config.eos_token_id
@@ -253,8 +255,6 @@ class ContinuousBatcher:
         """The running batch's row for `job`; None when it cannot decode (its error answers it)."""
         import xgrammar as xgr
 
-        from clap.evaluate.continuous import Row
-        from clap.evaluate.generate import Sampling, request_generator, truncate_at_json_end
 
         engine = self.engine
         if job.cancelled:

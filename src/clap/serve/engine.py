@@ -13,6 +13,7 @@ from clap import model, paths
 from clap.agent.engine import served_agent
 from clap.config import Params
 from clap.errors import UserError
+from clap.evaluate.generate import Engine
 from clap.feedback.canary import vllm_command as canary_vllm_command
 from clap.integrity import pinned_expectation, verify_adapter
 from clap.release.prod import restore_version_adapter
@@ -47,7 +48,6 @@ def _version(root: Path, version: str | None, or_else: str = "") -> str:
 def cpu_engine(cfg: Params, folder: Path | None, expected: dict | None):
     """The transformers engine with the adapter attached through the serving check (`serving.attach`); the base
     model alone when `folder` is None (`clap serve --base`)."""
-    from clap.evaluate.generate import Engine
 
     generate = cfg.generate
     return Engine(model.resolve(cfg.model), folder, expected, dtype=generate.dtype,

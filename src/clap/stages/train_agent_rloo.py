@@ -35,8 +35,8 @@ import math
 import time
 from pathlib import Path
 
+from clap import lazy, paths
 from clap import model as base_model
-from clap import paths
 from clap.agent import chat, reward_model, rewards
 from clap.agent.episode import run_action
 from clap.agent.tasks import gold_states, load
@@ -46,6 +46,8 @@ from clap.data.admission import NotAdmitted
 from clap.train import guards
 from clap.train.common import finish, resume_point, run_training, start_from
 from clap.train.spec import AGENT, AGENT_RL_INPUTS, AGENT_RL_OPTIONAL, Call, TrainerSpec, agent_rl_arguments
+
+shared_prefix = lazy.module("clap.train.shared_prefix")  # extends TRL's trainer
 
 
 def build_dataset(tok, rows: list[dict]):
@@ -96,7 +98,6 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
     import torch
     from trl import RLOOConfig
 
-    from clap.train.shared_prefix import SharedPrefixRLOOTrainer
 
     started = time.time()
     a, r, t = agent, agent.rloo, train
@@ -125,7 +126,7 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
                       seed=t.seed, bf16=bf16, use_cpu=not cuda, dataloader_num_workers=0,
                       gradient_checkpointing=r.gradient_checkpointing)
     guard = guards.guard_callback(SPEC.name, SPEC.signals, t.guards, Path(out) / paths.GUARD_REPORT_FILE)
-    trainer = SharedPrefixRLOOTrainer(model=model, args=args, train_dataset=build_dataset(tok, rows),
+    trainer = shared_prefix.SharedPrefixRLOOTrainer(model=model, args=args, train_dataset=build_dataset(tok, rows),
                                       processing_class=tok, reward_funcs=funcs,
                                       callbacks=[*(callbacks or []), guard])
     resume = resume_point(checkpoints, {"cfg": r, "turn_tokens": a.turn_tokens, "weights": a.rewards.weights,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from clap import lazy, paths
 from clap import model as base_model
-from clap import paths
 from clap.agent import chat
 from clap.agent.tasks import load
 from clap.agent.tools import ReportTools
@@ -30,6 +30,8 @@ from clap.data.admission import NotAdmitted
 from clap.train import guards
 from clap.train.common import finish, lora_config, memory_plan, resume_point, run_training
 from clap.train.spec import AGENT, Call, Need, TrainerSpec
+
+labelled_head = lazy.module("clap.train.labelled_head")  # extends TRL's trainer
 
 
 def phases(s: AgentSft) -> list[tuple[str, str, int, int]]:
@@ -50,7 +52,6 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
     from datasets import Dataset
     from trl import SFTConfig
 
-    from clap.train.labelled_head import LabelledHeadSFTTrainer
 
     started = time.time()
     s, t = sft, train
@@ -86,7 +87,7 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
             lr_scheduler_type="linear", warmup_steps=0, include_num_input_tokens_seen="all",
             gradient_checkpointing=bool(plan and plan.checkpointing))
         dataset = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r[labels]} for r in rows])
-        trainer = LabelledHeadSFTTrainer(model=model if trainer is None else trainer.model, args=args,
+        trainer = labelled_head.LabelledHeadSFTTrainer(model=model if trainer is None else trainer.model, args=args,
                                          train_dataset=dataset, processing_class=tok,
                                          peft_config=lora_config(s, model) if trainer is None else None,
                                          callbacks=[*(callbacks or []), guard])

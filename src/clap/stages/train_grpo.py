@@ -32,6 +32,7 @@ from clap.config import Rewards, Train
 from clap.data.playbook import playbook
 from clap.domain.prompts import SYSTEM_DECIDE, decision_cause_fields, messages
 from clap.evaluate.decoding import GrammarCache, decision_schema
+from clap.evaluate.generate import sample_under_grammar
 from clap.integrity import pinned_expectation
 from clap.train import guards
 from clap.train.common import admitted_rows, finish, resume_point, run_training, start_from
@@ -64,7 +65,6 @@ def constrained_rollout(grammars: GrammarCache, actions: list[str] | None, max_n
     Log-probabilities are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
 
-    from clap.evaluate.generate import sample_under_grammar
 
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class

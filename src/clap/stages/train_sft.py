@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from clap import lazy, paths
 from clap import model as base_model
-from clap import paths
 from clap.config import Sft, Train
 from clap.data.admission import NotAdmitted
 from clap.domain import prompts
@@ -33,6 +33,8 @@ from clap.train.common import (
     sizing_line,
 )
 from clap.train.spec import EXTRACTION, Call, TrainerSpec
+
+labelled_head = lazy.module("clap.train.labelled_head")  # extends TRL's trainer
 
 
 def split_by_length(rows: list[dict], tok, max_length: int | None) -> tuple[list[dict], list[dict]]:
@@ -65,7 +67,6 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     import torch
     from peft import prepare_model_for_kbit_training
 
-    from clap.train.labelled_head import LabelledHeadSFTTrainer
 
     started = time.time()
     s, t = train.sft, train
@@ -92,7 +93,7 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     steps, per_epoch = planned_steps(len(rows), s.per_device_batch_size, s.gradient_accumulation, s.epochs, s.max_steps)
     print(sizing_line("sft", len(rows), steps, per_epoch, "train.sft.max_steps or materialize.max_train_per_batch"),
           flush=True)
-    trainer = LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
+    trainer = labelled_head.LabelledHeadSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                                      peft_config=lora_config(s, model),
                                      callbacks=[*(callbacks or []), guard, estimate_callback("sft", steps)])
     trainer.memory_budget = plan
