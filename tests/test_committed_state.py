@@ -79,3 +79,7 @@ def test_a_clone_is_a_pipeline_never_run_and_its_metrics_come_from_the_first_rep
     assert errors and set(errors.values()) == {"FileNotFoundError"} and set(errors) <= outputs, errors
     assert "error" not in shown  # dvc.yaml itself loads
     assert not (committed / "release" / "bundle.json").exists()  # nothing for `clap verify` to refuse
+    verify = subprocess.run(["clap", "verify"], cwd=committed, capture_output=True, text=True)
+    said = verify.stdout + verify.stderr
+    assert verify.returncode == 1 and "Traceback" not in said, said  # fails closed, in one line
+    assert "release/bundle.json: no bundle here, so nothing is verified" in " ".join(said.split()), said

@@ -296,6 +296,9 @@ def verify(bundle_path: Path, root: Path | None = None) -> EvidenceBundle:
     gate record). A field that cannot be checked is refused, never skipped.
     """
     bundle_path = Path(bundle_path)
+    if not bundle_path.exists():  # a fresh clone: main carries no run state
+        raise BundleMismatch(f"{bundle_path}: no bundle here, so nothing is verified — the gate stage writes it "
+                             "(`dvc repro`), `dvc pull` fetches a pushed one")
     try:
         b = EvidenceBundle.model_validate(read_json(bundle_path))
     except (ValueError, OSError) as exc:
