@@ -51,7 +51,6 @@ def episode_rollout(tools: ReportTools, grammars: GrammarCache | None, schema: d
     are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
 
-
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)

@@ -63,7 +63,6 @@ def demo(override: list[str] = typer.Option(None, "--set", "-S", help="Hydra ove
     """The closed loop on the demo corpus, round after round (`demo.rounds` in conf/), each round a commit;
     then a rollback drill and the timeline. Every round composes conf/ with `demo.overrides`, then -S. See
     `clap.demo.rounds`."""
-
     overrides = demo_overrides(check(compose([]), "conf/ (composed)")["demo"]["overrides"], override or [])
     schedule = check(compose(overrides), f"conf/ with {' '.join(overrides)}")["demo"]["rounds"]
     console.print(f"demo overrides: {' '.join(overrides) or '(none)'}", soft_wrap=True)

@@ -67,7 +67,6 @@ def canary_serve(port: int = typer.Option(None, help="default: canary.port"),
     """Serve prod and the canary (OpenAI-compatible, 127.0.0.1) and log every request and outcome."""
     import shlex
 
-
     cfg = _params()
     logs = paths.CANARY_AGENT_LOGS if agent and logs == paths.CANARY_LOGS else logs
     service = canary.from_registry(Path("."), cfg, logs, candidate, upstream, agent=agent)
@@ -156,7 +155,6 @@ def canary_demo(limit: int = typer.Option(100, min=1, help="at most this many he
                 ) -> None:
     """One canary end to end: serve (in this process), replay the held-out questions (or agent tasks) as paired
     traffic, analyse, and — for a registered canary — conclude with the promote or rollback tag."""
-
     cfg = _params()
     logs = logs or (paths.CANARY_AGENT_LOGS if agent else paths.CANARY_LOGS)
     counts, r = simulated_canary(Path("."), cfg, logs, limit, candidate, agent=agent)

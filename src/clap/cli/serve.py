@@ -41,7 +41,6 @@ def serve(version: str = typer.Option(None, help="a registered version (default:
     import os
     import shlex
 
-
     if engine not in ("hf", "vllm"):
         _fail(ValueError(f"--engine {engine!r}: use hf or vllm"))
     if agent and (engine != "hf" or adapter is not None):

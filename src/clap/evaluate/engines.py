@@ -91,7 +91,6 @@ def extraction_engine(generate: Generate, base_section: Model, adapter: Path | N
     Ray actors when asked."""
     import torch
 
-
     base = model.resolve(base_section)
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
     backend = choose_backend(generate.backend, importlib.util.find_spec("vllm") is not None,
@@ -117,6 +116,5 @@ def chain_engine(generate: Generate, base_section: Model, steps: list[str], prod
                  prod_expected: dict | None):
     """One base model holding every chain step's adapter (`models/<step>/adapter`, each through the serving check)
     and the adapter in prod."""
-
     return Engine(model.resolve(base_section), prod_dir=prod_dir, prod_expected=prod_expected, others=pinned_adapters(steps),
                   answer_store=answer_store(generate), **decoding(generate))

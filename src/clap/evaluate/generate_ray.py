@@ -25,10 +25,8 @@ class _Generator:
 
     def __init__(self, engine_args: dict, backend: str):
         if backend == "vllm":
-
             self.engine = VLLMEngine(**engine_args)
         else:
-
             self.engine = Engine(**{k: v for k, v in engine_args.items() if k not in ("base_identity",
                                                                                       "gpu_memory_utilization")})
 

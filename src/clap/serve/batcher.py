@@ -192,7 +192,6 @@ class ContinuousBatcher:
     busy_for = Batcher.busy_for  # seconds the step now running has run (0 when idle)
 
     def _loop(self) -> None:
-
         engine = self.engine
         eos = engine.model.generation_config.eos_token_id
         stops = set(eos if isinstance(eos, list) else [eos])
@@ -254,7 +253,6 @@ class ContinuousBatcher:
     def _row(self, job: Job, loop: asyncio.AbstractEventLoop, batch):
         """The running batch's row for `job`; None when it cannot decode (its error answers it)."""
         import xgrammar as xgr
-
 
         engine = self.engine
         if job.cancelled:

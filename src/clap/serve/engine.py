@@ -48,7 +48,6 @@ def _version(root: Path, version: str | None, or_else: str = "") -> str:
 def cpu_engine(cfg: Params, folder: Path | None, expected: dict | None):
     """The transformers engine with the adapter attached through the serving check (`serving.attach`); the base
     model alone when `folder` is None (`clap serve --base`)."""
-
     generate = cfg.generate
     return Engine(model.resolve(cfg.model), folder, expected, dtype=generate.dtype,
                   jump_forward=generate.jump_forward, merge_adapters=generate.merge_adapters)

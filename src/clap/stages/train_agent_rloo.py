@@ -98,7 +98,6 @@ def run(agent: Agent, tasks_dir: Path, assets: Path, base_dir: Path, out: Path, 
     import torch
     from trl import RLOOConfig
 
-
     started = time.time()
     a, r, t = agent, agent.rloo, train
     tasks = load(tasks_dir, "train")

@@ -52,7 +52,6 @@ def run(sft: AgentSft, tasks_dir: Path, base_dir: Path, out: Path, checkpoints: 
     from datasets import Dataset
     from trl import SFTConfig
 
-
     started = time.time()
     s, t = sft, train
     tasks = load(tasks_dir, "train")

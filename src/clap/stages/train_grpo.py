@@ -65,7 +65,6 @@ def constrained_rollout(grammars: GrammarCache, actions: list[str] | None, max_n
     Log-probabilities are left to TRL (`logprobs: None`: it scores the completions itself)."""
     import torch
 
-
     def rollout(prompts: list, trainer) -> dict:
         tok = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)

@@ -67,7 +67,6 @@ def run(train: Train, materialized: Path, admission: Path, batches: list[str], b
     import torch
     from peft import prepare_model_for_kbit_training
 
-
     started = time.time()
     s, t = train.sft, train
     rows, refused = admitted_rows(materialized, admission, batches, "sft", "sft_train.jsonl")

@@ -5,7 +5,8 @@
 `clap train` looks a trainer up here, checks the inputs its spec names and calls its `main`; the gate stage takes
 each chain's switched-on trainers from here; the report plots the curves each spec names. Adding a trainer is one
 new stage module and one line below, its conf section and its `dvc.yaml` stage: docs/how-to/extend.md. Importing
-the registry imports no training library (each trainer imports torch, PEFT and TRL inside `run`).
+the registry imports no training library (each trainer imports torch, PEFT and TRL inside `run`, and binds a clap
+module that extends TRL's classes with `clap.lazy.module`).
 """
 
 from __future__ import annotations
