@@ -29,7 +29,9 @@ class _Deferred(ModuleType):
     """A module's stand-in: its first missing attribute imports the module, which answers from then on."""
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self.__name__), attr)
+        real = importlib.import_module(self.__name__)
+        self.__dict__.update(vars(real))  # later reads are plain lookups (decoding reads `torch.*` every step)
+        return getattr(real, attr)
 
     def __repr__(self) -> str:
         return f"<module {self.__name__!r}, imported when first used>"

@@ -397,7 +397,7 @@ def _insert(lines: list[str], parts: list[str], value, comment: list[str]) -> No
             inline = rest.split(" #", 1)[0].strip()
             if inline:  # the parent is written in flow style (`weights: {a: 1}`): rewrite that one line with the key
                 merged = {**(yaml.safe_load(inline) or {}), **_nested(parts[len(parents):], value)}
-                head = f"{key_text}: {_render(['x'], merged)[0][3:]}"
+                head = f"{key_text}: {_flow(merged)}"
                 lines[start] = f"{head:<32}# {comment[-1]}" if len(head) < 32 else f"{head}  # {comment[-1]}"
                 return
             indent, at = len(lines[start]) - len(lines[start].lstrip()) + 2, end
@@ -424,8 +424,13 @@ def _render(parts: list[str], value) -> list[str]:
         return [f"{parts[0]}:", *("  " + line for line in _render(parts[1:], value))]
     if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
         return [f"{parts[0]}:", *("  " + line for k, v in value.items() for line in _render([k], v))]
-    flow = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000, sort_keys=False).strip()
-    return [f"{parts[0]}: {flow.removesuffix('...').strip()}"]
+    return [f"{parts[0]}: {_flow(value)}"]
+
+
+def _flow(value) -> str:
+    """`value` in YAML's flow style, on one line, its keys in their order (`{a: 1, b: [x]}`)."""
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000, sort_keys=False)
+    return text.strip().removesuffix("...").strip()
 
 
 def _comment(template_conf: Path, key: str) -> list[str]:
