@@ -151,6 +151,29 @@ def test_a_text_names_the_units_it_spells_and_a_currency_at_every_scale(text, na
     assert nz.units_named(text) == frozenset({"", *named})
 
 
+@pytest.mark.parametrize("text, scales", [
+    ("(in millions)", {1e6}), ("($ in thousands)", {1e3}), ("Amounts in thousands of U.S. dollars", {1e3}),
+    ("in € millions", {1e6}), ("in millions of euros", {1e6}), ("(In thousands, except per share data)", {1e3}),
+    ("US$’000", {1e3}), ("$'000", {1e3}), ("$000", {1e3}), ("£000s", {1e3}), ("€m", {1e6}), ("£bn", {1e9}),
+    ("in thousands; debt in millions", {1e3, 1e6}),                       # two declared: either
+    ("IMFT sales were $731 million", set()),                              # a quantity's own unit declares nothing
+    ("Revenue grew in 2019", set()), ("maintained 5,000 stores", set()), ("", set()), (None, set()),
+])
+def test_a_page_declares_the_scale_of_its_amounts_once(text, scales):
+    assert nz.scales_declared(text) == frozenset(scales)
+
+
+@pytest.mark.parametrize("scales, kept", [
+    ({1e6}, ["USD/shares", "million USD", "%", ""]),                      # per share and other units stay
+    ({1e3, 1e6}, ["USD/shares", "thousand USD", "million USD", "千元", "%", ""]),
+    (set(), [*nz.currency_units("USD"), "元", "千元", "万元", "%", ""]),     # nothing declared: nothing ruled out
+    ({1e3}, ["USD/shares", "thousand USD", "千元", "%", ""]),             # yuan too: `RMB’000` is 千元
+])
+def test_an_amount_keeps_only_the_declared_scales(scales, kept):
+    units = (*nz.currency_units("USD"), "元", "千元", "万元", "%", "")
+    assert list(nz.at_scales(units, frozenset(scales))) == [u for u in units if u in kept]
+
+
 @pytest.mark.parametrize("text, stated", [
     ("CO2 equivalent", []), ("Series2000 revenue", []), ("% of penetration(2)(3)", []),   # names and footnote markers
     ("COVID-19 hit 12% of sales", [12.0]), ("FY19 was 45.1 days", [45.1]), ("Q3 2019", [2019.0]),

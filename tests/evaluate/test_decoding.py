@@ -36,7 +36,7 @@ def test_answer_schema_is_built_from_what_the_model_was_shown():
         assert alt["additionalProperties"] is False
     picks = [(a["properties"]["evidence"]["const"], a["properties"]["value"]["enum"], a["properties"]["unit"]["enum"],
               a["properties"]["chunk_id"]["const"], a["properties"]["page"]["const"]) for a in alts]
-    written = sorted(nz.units_named(CHUNKS[0]["text"]))  # RMB's units at every scale, %, and none
+    written = sorted(nz.units_named("Revenue was 1,200.5 RMB 10k."))  # its line's RMB at every scale, and none
     assert picks == [  # each sentence with its own numbers, each number with the unit written beside it
         ("Revenue was 1,200.5 RMB 10k.", [1200.5], ["万元"], "c1-p1", 1),
         ("Revenue was 1,200.5 RMB 10k.", [10], written, "c1-p1", 1),   # the 10 of "10k": no unit follows it
@@ -167,7 +167,8 @@ TABLE = {"text": "Years Ended September 30,\nTotal sales | 2019: $1,496.5\nOther
 
 @pytest.mark.parametrize("evidence, values, units", [
     ("Total sales | 2019: $1,496.5", [1496.5], nz.currency_units("USD")),   # `$`: dollars at any scale, never euros
-    ("Other | 2019: 44.1", [44.1], sorted(nz.units_named(TABLE["text"]))),  # no sign: a unit the page writes
+    ("Other | 2019: 44.1", [44.1], sorted(["", "%", *nz.currency_units("USD")])),  # no sign: the table's units,
+                                                                             # not the days a sentence counts
     ("Total sales | % Change: 24.4%", [24.4], ["%"]),
     ("Series2000 revenue was 12 days late", [12], ["天"]),                   # the model's name is no value
     ("Reported as CO2 equivalent", None, None),                            # a name's digit: nothing to state
@@ -207,11 +208,55 @@ def test_a_number_without_a_unit_beside_it_takes_one_its_source_writes_or_none(u
               "value": 13477758, "unit": unit}
     errors = list(jsonschema.Draft202012Validator(answer_schema([RIGHTS], with_location=False)).iter_errors(answer))
     assert (not errors) is admitted
-    # the same line under a caption that writes `$'000` may be dollars at any scale, not euros
+    # the same line under a caption that writes `$'000` is thousands of dollars: not euros, not another scale
     money = {"text": "$'000\n" + RIGHTS["text"]}
     dollars = jsonschema.Draft202012Validator(answer_schema([money], with_location=False))
     assert not list(dollars.iter_errors({**answer, "unit": "thousand USD"}))
-    assert list(dollars.iter_errors({**answer, "unit": "thousand EUR"}))
+    for other in ("thousand EUR", "USD", "million USD"):
+        assert list(dollars.iter_errors({**answer, "unit": other}))
+
+
+# Real report pages (TAT-QA dev, MIT), shortened: what a cell's surroundings say of its unit.
+BAD_DEBT = ("Year ended December 31,\n2019 | 2018 | 2017\nBeginning balance | 2019: $(1.3)\nBad debt expense | 2019: (1.6)\n"
+            "The rollforward of allowance for doubtful accounts is as follows (in millions):")
+LIFE = ("2019 | 2018\nMen | Women\nYears\nMember aged 65 (current life expectancy) | 2019 Men: 86.8\n"
+        "The Group has assumed a long-term rate of improvement of 1.5% per annum.")
+OPTIONS = ("2019 | 2018\nNumber\nOptions granted in the year | 2019: 452,695\nDividend shares awarded | 2019: 9,749\n"
+           "Dividend shares awarded | 2018: –\n"
+           "The weighted average market value per ordinary share was 445.0p.")
+EMISSIONS = ("Emissions reported in tonnes CO2e*\nEmissions from: | FY19** | FY18**\n"
+             "Total gross emissions (Scope 1 and 2) | FY19**: 87,128\nRatio (KgCO2e per £1 sales revenue) | FY19**: 0.060")
+SHARE = "(In thousands, except per share data)\nRevenue | 2019: $5,300\nEarnings per share | 2019: $0.52"
+PERCENT = "2019 | 2018\nSales | 2019: 100.0 %\nGross profit | 2019: 40.0"
+MIXED = "Revenue | 2019: $12,000\nIMFT sales to Intel were $731 million."
+
+
+@pytest.mark.parametrize("text, evidence, value, units", [
+    (BAD_DEBT, "Bad debt expense | 2019: (1.6)", -1.6, ["", "USD/shares", "million USD"]),  # the `$` rows' currency,
+    (BAD_DEBT, "Beginning balance | 2019: $(1.3)", -1.3, ["USD/shares", "million USD"]),  # at the declared scale
+    (LIFE, "Member aged 65 (current life expectancy) | 2019 Men: 86.8", 86.8, [""]),  # a paragraph's % is its own
+    (OPTIONS, "Options granted in the year | 2019: 452,695", 452695, [""]),        # another row's label names shares
+    (EMISSIONS, "Total gross emissions (Scope 1 and 2) | FY19**: 87,128", 87128, ["", "吨"]),  # the caption's tonnes,
+    (EMISSIONS, "Ratio (KgCO2e per £1 sales revenue) | FY19**: 0.060", 0.06, nz.currency_units("GBP") + ["", "吨"]),
+    (SHARE, "Earnings per share | 2019: $0.52", 0.52, ["USD/shares", "thousand USD"]),  # per share at any scale
+    (PERCENT, "Gross profit | 2019: 40.0", 40, ["", "%"]),                      # `%` on a table's first row
+    (MIXED, "Revenue | 2019: $12,000", 12000, nz.currency_units("USD")),        # `$731 million` declares nothing
+])
+def test_a_cell_takes_the_units_its_table_and_captions_write_at_the_scale_they_declare(text, evidence, value, units):
+    alts = [a["properties"] for a in answer_schema([{"text": text}], with_location=False)["anyOf"]
+            if a["properties"]["evidence"]["const"] == evidence and value in a["properties"]["value"]["enum"]]
+    assert [sorted(a["unit"]["enum"], key=str) for a in alts] == [sorted(units, key=str)]
+
+
+@pytest.mark.parametrize("line, states", [
+    ("2019 | 2018 | 2017", False), ("Year ended December 31,", False), ("US$’000", False), ("Years", False),
+    ("Emissions reported in tonnes CO2e*", False), ("Bad debt expense | 2019: (1.6)", True),
+    ("Green tariff | FY19**: -27,603", True), ("long-term rate of improvement of 1.5% per annum", True),
+])
+def test_a_caption_header_row_or_heading_states_no_quantity_of_its_own(line, states):
+    from clap.evaluate.decoding import states_a_quantity
+
+    assert states_a_quantity(line) is states
 
 
 def test_a_number_past_float_s_range_is_no_value_and_no_crash():

@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("copy", type=Path)
     ap.add_argument("--clap-src", type=Path, required=True)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--model", default="smollm2-135m", help="the profile the project was made with (for the table)")
     a = ap.parse_args()
     if a.copy.exists():
         shutil.rmtree(a.copy)
@@ -41,7 +42,7 @@ def main() -> int:
         (a.copy / "redecode.log").open("a").write(r.stdout + r.stderr)
         if r.returncode:
             sys.exit(f"{' '.join(cmd)} failed ({r.returncode}): {(r.stdout + r.stderr)[-1500:]}")
-    result = {"model": "smollm2-135m", "code": str(a.clap_src), "adapter_of": str(a.project),
+    result = {"model": a.model, "code": str(a.clap_src), "adapter_of": str(a.project),
               "conversion": {"facts": "the first run's", "pages_with_facts": "the first run's", "pages": "the first run's"},
               "repro_s": round(time.time() - started, 1), "figures": figures(a.copy)}
     print(table(result))

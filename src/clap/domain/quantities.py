@@ -488,6 +488,36 @@ def _units_named_cached(text: str) -> frozenset[str]:
     return frozenset({"", *(u for m in _UNIT_SPELLING.finditer(fold(text).lower()) for u in _SPELLED_UNITS[m.group(0)])})
 
 
+# How a page declares the scale of its amounts once for a whole table: `(in millions)`, `$ in thousands`, `Amounts in
+# thousands of U.S. dollars`, `in € millions`, `US$’000`, `$000`, `€m`, `£bn`. A quantity's own word (`$731 million`)
+# is no declaration: it is that number's unit, read beside it.
+_SCALE_FACTORS = {"thousand": 1e3, "million": 1e6, "billion": 1e9, "000": 1e3, "m": 1e6, "mn": 1e6, "bn": 1e9}
+_DECLARED_SCALE = re.compile(
+    r"\bin\s+(?:(?:[a-z]{1,3})?[$€£¥]\s*)?(thousand|million|billion)s?\b"
+    r"|(?:[’'`]|[$€£¥]\s?)(000)s?\b|\b(000)s\b"
+    r"|[$€£¥]\s?(m|mn|bn)\b")
+
+
+_AMOUNT_DIMENSIONS = frozenset(d for d in _CURRENCY_DIMENSIONS if not d.endswith("_per_share"))
+
+
+def scales_declared(text: object) -> frozenset[float]:
+    """The scales `text` declares for amounts written without one (`(in millions)` → {1e6}, `US$’000` → {1e3}); empty
+    when it declares none. A table's cells are written at the scale its caption declares: TAT-QA's annotators read
+    `(1.6)` under `(in millions)` as 1.6 million (`clap.evaluate.decoding` offers only that scale). Pure."""
+    folded = fold(text).lower() if text is not None else ""
+    return frozenset(_SCALE_FACTORS[next(g for g in m.groups() if g)] for m in _DECLARED_SCALE.finditer(folded))
+
+
+def at_scales(units: tuple[str, ...], scales: frozenset[float]) -> tuple[str, ...]:
+    """`units` less the amounts in a currency at a scale outside `scales` (per-share amounts and other units stay);
+    all of `units` when `scales` is empty (nothing declared, nothing ruled out). Pure."""
+    if not scales:
+        return units
+    return tuple(u for u in units
+                 if UNITS[u][0] not in _AMOUNT_DIMENSIONS or UNITS[u][1] in scales)
+
+
 def units_named(text: object) -> frozenset[str]:
     """The canonical units `text` writes anywhere, and `""` (no unit): what a number the text writes without a unit
     beside it may be measured in — a table of rights that names no unit states counts, a table under `US$’000`

@@ -5,8 +5,8 @@ xgrammar, and `Engine.generate(..., schemas=...)` applies the same grammars thro
 Hugging Face logits processor. The schema comes from the contract (`prompts.ANSWER_KEYS`, the
 canonical units) and, because the task is extractive, from what the model was shown: the evidence is
 one sentence of the given sources, the value a number written in *that* sentence, the unit the one
-written beside it (a currency sign before it fixes the currency, not the scale; a number with no unit beside it
-takes one its source writes somewhere, or none), and `chunk_id` / `doc_id` /
+written beside it (a currency sign before it fixes the currency, the scale its source declares the scale; a number
+with no unit beside it takes one its line, a caption or its table's cells write, or none), and `chunk_id` / `doc_id` /
 `page` those of the chunk the sentence comes from. A number glued to a word or a bracket (`CO2e`, `Series2000`,
 a footnote's `(2)`) is part of a name, never a value. A constrained model can still pick the wrong sentence (a
 comparative year, another metric, another company's chunk) or the wrong scale; it can no longer invent a quote,
@@ -21,7 +21,15 @@ import math
 import re
 
 from clap.domain.prompts import ANSWER_KEYS, LOCATION_KEYS, RISK_FOCUS, json_number
-from clap.domain.quantities import UNITS, currency_units, signed_currencies, stated_quantities, units_named
+from clap.domain.quantities import (
+    UNITS,
+    at_scales,
+    currency_units,
+    scales_declared,
+    signed_currencies,
+    stated_quantities,
+    units_named,
+)
 
 # A sentence ends at 。！？； or at . ! ? ; followed by white space (so 332,291.58 and "Co." inside a
 # company name stay whole). A sentence of a source is what an evidence quote may be.
@@ -55,14 +63,15 @@ def valued_part(sentence: str) -> str:
     return " | ".join(c.rpartition(": ")[2] if ": " in c else c for c in cells[1:])
 
 
-def _readings(sentence: str, unwritten: tuple[str, ...] = _ANY_UNIT) -> list[tuple[list, list[str]]]:
+def _readings(sentence: str, unwritten: tuple[str, ...] = _ANY_UNIT,
+              scales: frozenset[float] = frozenset()) -> list[tuple[list, list[str]]]:
     """The (values, units) a quote of `sentence` may carry: each number it states (not one glued to a word or a
     bracket, `CO2e`, `Series2000`, `penetration(2)`: `stated_quantities`) with the unit written beside it (`16.5 days`
-    → 16.5 with 天), a number after a currency sign with that currency at any scale (`$1,496.5` in a table in millions
-    is 1,496.5 million USD), other numbers (a year, a page, a cell of a table whose unit is in its caption) with
-    `unwritten`: the units its source writes somewhere, or none (`answer_schema`, from `units_named`: a table of
-    rights that names no unit states counts); numbers that share their units in one group. A sentence without such
-    a number cannot be the evidence of a value."""
+    → 16.5 with 天), a number after a currency sign with that currency at the scale its source declares (`$1,496.5`
+    under `(in millions)` is 1,496.5 million USD; any scale where none is declared: `scales`), other numbers (a year,
+    a page, a cell of a table whose unit is in its caption) with `unwritten`: the units its own line and its
+    surroundings name, or none (`answer_schema`, from `units_around`); numbers that share their units in one group.
+    A sentence without such a number cannot be the evidence of a value."""
     part = valued_part(sentence)
     signed = signed_currencies(part)
     groups: dict[tuple[str, ...], set] = {}
@@ -72,11 +81,39 @@ def _readings(sentence: str, unwritten: tuple[str, ...] = _ANY_UNIT) -> list[tup
         if exact:
             units = (reading.unit,)
         elif code:
-            units = tuple(currency_units(code))
+            units = at_scales(tuple(currency_units(code)), scales)
         else:
             units = unwritten
         groups.setdefault(units, set()).add(json_number(number))
     return [(sorted(values), list(units)) for units, values in groups.items()]
+
+
+_MONTH_DAY = re.compile(r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d{1,2}\b", re.I)
+
+
+def states_a_quantity(sentence: str) -> bool:
+    """Whether a line states a quantity of its own (pure). A caption, a heading or a header row does not: a year, a
+    date's day or a scale's `000` is no quantity (`2019 | 2018`, `Year ended December 31,`, `US$’000`)."""
+    numbers = stated_quantities(_MONTH_DAY.sub(" ", valued_part(sentence)))
+    return any(not (n.is_integer() and (1900 <= n <= 2100 or n == 0)) for n, _ in numbers)
+
+
+def units_around(lines: list[str]) -> frozenset[str]:
+    """The units a number with no unit beside it may take from its surroundings, besides those its own line names
+    (pure): the units the source's captions, headings and header rows name (`US$’000`, `Emissions reported in tonnes
+    CO2e*`: lines that state no quantity of their own), the units and currencies its table's cells are written with,
+    and none. Not the units another line states its own numbers in: a
+    paragraph's `1.5% per annum`, or a `£1` in another row's label, says nothing of a life-expectancy cell. A table
+    writes `$` and `%` on its first and total rows only, so the units its cells are written with count for all."""
+    around = {""}
+    for line in lines:
+        part = valued_part(line)
+        if part == line and not states_a_quantity(line):  # a row with an empty cell (`Dividend shares | 2018: –`)
+            around |= units_named(line)                    # is a row: its label names its own measure
+        if " | " in line:  # a table's cells: the units written beside them, and their currency signs
+            around |= {reading.unit for _, reading in stated_quantities(part) if reading is not None}
+            around |= {u for code in set(signed_currencies(part).values()) for u in currency_units(code)}
+    return frozenset(around)
 
 
 def answer_schema(sources: list[dict], with_location: bool) -> dict:
@@ -96,10 +133,12 @@ def answer_schema(sources: list[dict], with_location: bool) -> dict:
     for src in sources:
         location = ({"chunk_id": {"const": src["chunk_id"]}, "doc_id": {"const": src["doc_id"]},
                      "page": {"const": int(src["page"])}} if with_location else {})
-        named = units_named(src["text"])
-        unwritten = tuple(u for u in _ANY_UNIT if u in named)  # once per source, not per sentence
-        for quote in sentences(src["text"]):
-            for values, units in _readings(quote, unwritten):
+        lines = sentences(src["text"])
+        around, scales = units_around(lines), scales_declared(src["text"])  # once per source
+        for quote in lines:
+            named = around | units_named(quote)
+            unwritten = at_scales(tuple(u for u in _ANY_UNIT if u in named), scales)
+            for values, units in _readings(quote, unwritten, scales):
                 props = head | {"evidence": {"const": quote}, "value": {"enum": values}, "unit": {"enum": units}}
                 alt = _object(props | location)
                 alternatives.setdefault(json.dumps(alt, ensure_ascii=False, sort_keys=True), alt)

@@ -39,6 +39,19 @@ def texts(grid):
      ["Three Months Ended | Nine Months Ended", "2019 | 2018",
       "Revenue | Three Months Ended 2019: 10 | Three Months Ended 2018: 9 | Nine Months Ended 2019: 30 | "
       "Nine Months Ended 2018: 27"]),
+    # real pages (TAT-QA dev): a header a page centres over its group of columns, in the group's first cell only,
+    # counts for the group when the same headers repeat under each group (footnote markers aside)
+    ([["", "2019", "", "2018", ""], ["", "Men", "Women", "Men", "Women"], ["Member aged 65", "86.8", "88.9", "87.3", "89.3"]],
+     ["2019 | 2018", "Men | Women", "Member aged 65 | 2019 Men: 86.8 | 2019 Women: 88.9 | 2018 Men: 87.3 | 2018 Women: 89.3"]),
+    ([["", "", "Net additions", "", "% of penetration", ""], ["", "Aug 31, 2019", "Aug 31, 2019", "Aug 31, 2018 (1)",
+      "Aug 31, 2019", "Aug 31, 2018 (3)"], ["Internet", "446,137", "21,189", "21,417", "50.8", "49.7"]],
+     ["Net additions | % of penetration", "Aug 31, 2019 | Aug 31, 2018 (1) | Aug 31, 2018 (3)",
+      "Internet | Aug 31, 2019: 446,137 | Net additions Aug 31, 2019: 21,189 | Net additions Aug 31, 2018 (1): 21,417 | "
+      "% of penetration Aug 31, 2019: 50.8 | % of penetration Aug 31, 2018 (3): 49.7"]),
+    # …and only then: groups that read differently underneath keep their blanks (a column with no header of its own)
+    ([["", "", "Fiscal year", "", "% Change"], ["", "2019", "2018", "Actual", "Comp."], ["Orders", "12,749", "11,875", "7 %", "7 %"]],
+     ["Fiscal year | % Change", "2019 | 2018 | Actual | Comp.",
+      "Orders | 2019: 12,749 | Fiscal year 2018: 11,875 | Actual: 7 % | % Change Comp.: 7 %"]),
     # no header row: the cells as they are
     ([["Current assets", "2,909", "4,585"]], ["Current assets | 2,909 | 4,585"]),
     # words only: no header is guessed

@@ -14,7 +14,8 @@ label ("Total assets: AMER | …"). Measured on real annual-report pages (benchm
 The grid is what a reader sees: one list of cells per row, in column order; `None` marks a cell covered by the
 span (colspan, Word's gridSpan) of the cell to its left. Header rows are the leading rows whose value cells hold
 no amount (words, years, dates, fiscal periods); several header rows combine top to bottom per column, a spanned
-header cell counting for every column under it, and a header row with a single caption over the value columns
+header cell counting for every column under it (and a header a page centres over a group of columns, written in the
+group's first cell, for the group: `spread_group_headers`), and a header row with a single caption over the value columns
 ("Years Ended September 30,") is a caption of all of them: it is written in the header line, not repeated in
 every cell. Cells are written as the page writes them (currency signs, footnote markers, brackets); a lone
 currency sign in a cell of its own ("$" | "624", as filings often set it) joins the amount after it.
@@ -80,16 +81,46 @@ def _header_row_count(rows: list[list[str]]) -> int:
     return count
 
 
+_FOOTNOTE = re.compile(r"\s*(?:\(\d{1,2}\)|[*†‡]+)$")
+
+
+def spread_group_headers(upper: list[str], lowest: list[str]) -> list[str]:
+    """An upper header row that names groups of columns in each group's first cell only (`2019 | | 2018 |` over
+    `Men | Women | Men | Women`: a header centred over its columns, as a page's text layer places it), with each blank
+    given its group's name. Only where the groups have one width, run to the table's last column and read the same
+    lowest header under each (footnote markers aside): a header repeated under each of several headers is the mark
+    of a span. Any other row is returned as it is: there a blank may be a column with no header of its own
+    (`| Fiscal year | | % Change` over `2019 | 2018 | Actual | Comp.`). Pure."""
+    width = len(upper)
+    starts = [j for j in range(1, width) if upper[j]]
+    if len(starts) < 2 or len(lowest) != width:
+        return upper
+    size = starts[1] - starts[0]
+    if size < 2 or any(b - a != size for a, b in zip(starts, starts[1:])) or starts[-1] + size != width:
+        return upper
+    groups = [[_FOOTNOTE.sub("", lowest[j]) for j in range(s, s + size)] for s in starts]
+    if not all(groups[0]) or any(g != groups[0] for g in groups[1:]):
+        return upper
+    spread = list(upper)
+    for s in starts:
+        spread[s + 1:s + size] = [upper[s]] * (size - 1)
+    return spread
+
+
 def _column_headers(header_rows: list[list[str | None]], width: int) -> tuple[list[str], list[str]]:
     """(per value column, its combined header without the captions; the captions over all value columns)."""
     parts: list[list[str]] = [[] for _ in range(width)]
     captions: list[str] = []
+    rows_text = []
     for row in header_rows:
         filled = list(row) + [""] * (width - len(row))
         for j in range(1, width):  # a spanned cell counts for every column under it
             if filled[j] is None:
                 filled[j] = filled[j - 1]
-        texts = [_text(c) for c in filled]
+        rows_text.append([_text(c) for c in filled])
+    for i, texts in enumerate(rows_text):
+        if i < len(rows_text) - 1:  # a group's header written in its first column counts for the whole group
+            texts = spread_group_headers(texts, rows_text[-1])
         values = [t for t in texts[1:] if t]
         if len(set(values)) == 1 and width > 2 and not _PERIOD.match(values[0]):
             captions.append(values[0])  # one caption over the value columns
