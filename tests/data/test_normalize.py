@@ -163,6 +163,14 @@ def test_a_page_declares_the_scale_of_its_amounts_once(text, scales):
     assert nz.scales_declared(text) == frozenset(scales)
 
 
+@pytest.mark.parametrize("unit, money", [
+    ("million USD", True), ("USD/shares", True), ("万元", True), ("元", True), ("GBP", True),
+    ("%", False), ("", False), ("shares", False), ("吨", False), ("天", False),
+])
+def test_a_unit_is_money_in_any_currency_at_any_scale_or_per_share(unit, money):
+    assert nz.in_a_currency(unit) is money
+
+
 @pytest.mark.parametrize("scales, kept", [
     ({1e6}, ["USD/shares", "million USD", "%", ""]),                      # per share and other units stay
     ({1e3, 1e6}, ["USD/shares", "thousand USD", "million USD", "千元", "%", ""]),

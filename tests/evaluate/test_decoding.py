@@ -229,6 +229,12 @@ EMISSIONS = ("Emissions reported in tonnes CO2e*\nEmissions from: | FY19** | FY1
 SHARE = "(In thousands, except per share data)\nRevenue | 2019: $5,300\nEarnings per share | 2019: $0.52"
 PERCENT = "2019 | 2018\nSales | 2019: 100.0 %\nGross profit | 2019: 40.0"
 MIXED = "Revenue | 2019: $12,000\nIMFT sales to Intel were $731 million."
+PENETRATION = ("Net additions (losses) | % of penetration(2)(3)\nAugust 31, 2019 | August 31, 2018 (1)\n"
+               "Internet service customers | Net additions (losses) August 31, 2019: 21,189\n"
+               "Internet service customers | % of penetration(2)(3) August 31, 2019: 50.8")
+EUROS = "(in millions of €) | 2019 | 2018\nOrders | 2019: 12,749\nOrders | 2018: 11,875"
+BCE = "OPERATING REVENUES | Q4 2019 | $ CHANGE | % CHANGE\nBell Wireless | Q4 2019: 2,493\nBell Wireless | $ CHANGE: 86\n" \
+      "Bell Wireless | % CHANGE: 3.6%"
 
 
 @pytest.mark.parametrize("text, evidence, value, units", [
@@ -241,6 +247,12 @@ MIXED = "Revenue | 2019: $12,000\nIMFT sales to Intel were $731 million."
     (SHARE, "Earnings per share | 2019: $0.52", 0.52, ["USD/shares", "thousand USD"]),  # per share at any scale
     (PERCENT, "Gross profit | 2019: 40.0", 40, ["", "%"]),                      # `%` on a table's first row
     (MIXED, "Revenue | 2019: $12,000", 12000, nz.currency_units("USD")),        # `$731 million` declares nothing
+    (PENETRATION, "Internet service customers | Net additions (losses) August 31, 2019: 21,189", 21189, [""]),  # the
+    (PENETRATION, "Internet service customers | % of penetration(2)(3) August 31, 2019: 50.8", 50.8, ["", "%"]),  # %
+    (EUROS, "Orders | 2019: 12,749", 12749, ["", "EUR/shares", "million EUR"]),  # column's header is its own; a
+                                                                                # header row's caption is the table's
+    (BCE, "Bell Wireless | Q4 2019: 2,493", 2493, ["", *nz.currency_units("USD"), "%"]),  # `$ CHANGE`: the table's
+                                                                                        # currency; the cells' `%`
 ])
 def test_a_cell_takes_the_units_its_table_and_captions_write_at_the_scale_they_declare(text, evidence, value, units):
     alts = [a["properties"] for a in answer_schema([{"text": text}], with_location=False)["anyOf"]

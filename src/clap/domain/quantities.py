@@ -501,6 +501,11 @@ _DECLARED_SCALE = re.compile(
 _AMOUNT_DIMENSIONS = frozenset(d for d in _CURRENCY_DIMENSIONS if not d.endswith("_per_share"))
 
 
+def in_a_currency(unit: str) -> bool:
+    """Whether a canonical unit is money: a currency at any scale or per share (`million USD`, `USD/shares`, `万元`)."""
+    return UNITS[unit][0] in _CURRENCY_DIMENSIONS
+
+
 def scales_declared(text: object) -> frozenset[float]:
     """The scales `text` declares for amounts written without one (`(in millions)` → {1e6}, `US$’000` → {1e3}); empty
     when it declares none. A table's cells are written at the scale its caption declares: TAT-QA's annotators read

@@ -25,6 +25,7 @@ from clap.domain.quantities import (
     UNITS,
     at_scales,
     currency_units,
+    in_a_currency,
     scales_declared,
     signed_currencies,
     stated_quantities,
@@ -100,16 +101,22 @@ def states_a_quantity(sentence: str) -> bool:
 
 def units_around(lines: list[str]) -> frozenset[str]:
     """The units a number with no unit beside it may take from its surroundings, besides those its own line names
-    (pure): the units the source's captions, headings and header rows name (`US$’000`, `Emissions reported in tonnes
-    CO2e*`: lines that state no quantity of their own), the units and currencies its table's cells are written with,
-    and none. Not the units another line states its own numbers in: a
-    paragraph's `1.5% per annum`, or a `£1` in another row's label, says nothing of a life-expectancy cell. A table
-    writes `$` and `%` on its first and total rows only, so the units its cells are written with count for all."""
+    (pure): the units the source's captions and headings name (`US$’000`, `Emissions reported in tonnes CO2e*`: lines
+    that state no quantity of their own), the units and currencies its table's cells are written with, and none.
+    Not the units another line states its own numbers in: a paragraph's `1.5% per annum`, or a `£1` in another row's
+    label, says nothing of a life-expectancy cell. A table writes `$` and `%` on its first and total rows only, so
+    the units its cells are written with count for all. A header row's cell that heads a column (`% of penetration`,
+    which the column's cells carry beside their numbers: `… | % of penetration August 31, 2019: 50.8`) speaks for
+    that column only, but for the currency it names (a table has one: `$ CHANGE` says its amounts are dollars); one
+    no cell carries (`(in millions of €)` over the label column) for the whole table."""
+    headed = " ".join(cell.rpartition(": ")[0] for line in lines if valued_part(line) != line
+                      for cell in line.split(" | ")[1:])
     around = {""}
     for line in lines:
         part = valued_part(line)
         if part == line and not states_a_quantity(line):  # a row with an empty cell (`Dividend shares | 2018: –`)
-            around |= units_named(line)                    # is a row: its label names its own measure
+            for cell in line.split(" | "):                 # is a row: its label names its own measure
+                around |= {u for u in units_named(cell) if cell not in headed or in_a_currency(u)}
         if " | " in line:  # a table's cells: the units written beside them, and their currency signs
             around |= {reading.unit for _, reading in stated_quantities(part) if reading is not None}
             around |= {u for code in set(signed_currencies(part).values()) for u in currency_units(code)}
