@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/runs/2026-12-07-tatqa-units/reanswer_demo.sh <finished demo project> <copy> <checkout>/src
 set -euo pipefail
-demo=$1 copy=$2 src=$(cd "$3" && pwd)
+demo=$(cd "$1" && pwd) copy=$(realpath -m "$2") src=$(cd "$3" && pwd)
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 rm -rf "$copy" && cp -a "$demo" "$copy"
 cd "$copy"

@@ -5,9 +5,9 @@ xgrammar, and `Engine.generate(..., schemas=...)` applies the same grammars thro
 Hugging Face logits processor. The schema comes from the contract (`prompts.ANSWER_KEYS`, the
 canonical units) and, because the task is extractive, from what the model was shown: the evidence is
 one sentence of the given sources, the value a number written in *that* sentence, the unit the one
-written beside it (a currency sign before it fixes the currency, the scale its source declares the scale; a number
-with no unit beside it takes one its line, a caption or its table's cells write, or none), and `chunk_id` / `doc_id` /
-`page` those of the chunk the sentence comes from. A number glued to a word or a bracket (`CO2e`, `Series2000`,
+written beside it (a currency sign before it fixes the currency, and the scale its source declares the scale; a
+number with no unit beside it takes one its line, a caption or its table's cells write, or none), and `chunk_id` /
+`doc_id` / `page` those of the chunk the sentence comes from. A number glued to a word or a bracket (`CO2e`, `Series2000`,
 a footnote's `(2)`) is part of a name, never a value. A constrained model can still pick the wrong sentence (a
 comparative year, another metric, another company's chunk) or the wrong scale; it can no longer invent a quote,
 quote one sentence and take another's number, give a number another unit than its source writes, repeat a key

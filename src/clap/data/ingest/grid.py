@@ -15,9 +15,9 @@ The grid is what a reader sees: one list of cells per row, in column order; `Non
 span (colspan, Word's gridSpan) of the cell to its left. Header rows are the leading rows whose value cells hold
 no amount (words, years, dates, fiscal periods); several header rows combine top to bottom per column, a spanned
 header cell counting for every column under it (and a header a page centres over a group of columns, written in the
-group's first cell, for the group: `spread_group_headers`), and a header row with a single caption over the value columns
-("Years Ended September 30,") is a caption of all of them: it is written in the header line, not repeated in
-every cell. Cells are written as the page writes them (currency signs, footnote markers, brackets); a lone
+group's first cell, for the group: `spread_group_headers`), and a header row with a single caption over the value
+columns ("Years Ended September 30,") is a caption of all of them: it is written in the header line, not repeated
+in every cell. Cells are written as the page writes them (currency signs, footnote markers, brackets); a lone
 currency sign in a cell of its own ("$" | "624", as filings often set it) joins the amount after it.
 Pure functions: no I/O.
 """
