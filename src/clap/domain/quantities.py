@@ -510,7 +510,11 @@ def scales_declared(text: object) -> frozenset[float]:
     """The scales `text` declares for amounts written without one (`(in millions)` → {1e6}, `US$’000` → {1e3}); empty
     when it declares none. A table's cells are written at the scale its caption declares: TAT-QA's annotators read
     `(1.6)` under `(in millions)` as 1.6 million (`clap.evaluate.decoding` offers only that scale). Pure."""
-    folded = fold(text).lower() if text is not None else ""
+    return _scales_declared_cached(fold(text).lower())
+
+
+@lru_cache(maxsize=4096)
+def _scales_declared_cached(folded: str) -> frozenset[float]:  # a chunk's text is read again for every schema
     return frozenset(_SCALE_FACTORS[next(g for g in m.groups() if g)] for m in _DECLARED_SCALE.finditer(folded))
 
 
