@@ -258,6 +258,7 @@ class Generate(_Section):
     dtype: Literal["auto", "float32", "bfloat16"]
     jump_forward: StrictBool
     merge_adapters: StrictBool
+    evidence_names_metric: StrictBool
     prefix_cache_tokens: Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 
 

@@ -90,3 +90,34 @@ def test_a_cancelled_row_leaves_and_the_others_are_unchanged(engine):
                              schemas=[SCHEMA], use_store=False)[0] for i, q in enumerate(QUESTIONS[:3])]
     assert len(done[1]) <= 2 < alone[1].new_tokens
     assert [engine.tok.decode(done[i], skip_special_tokens=True) for i in (0, 2)] == [alone[0].text, alone[2].text]
+
+
+def test_a_row_narrows_its_grammar_once_its_metric_is_written_as_the_engine_does(engine):
+    """`clap serve`'s running batch narrows a row's evidence to the quotes naming its metric
+    (`generate.evidence_names_metric`) the way `Engine.generate` does."""
+    from clap.evaluate.generate import truncate_at_json_end
+
+    page = ("US$’000\nTotal assets | 2019: 383,665\nTotal current liabilities | 2019: 154,619\n"
+            "Equity: Total equity | 2019: 228,144\nEquity: Total equity | 2018: 243,668")
+    head = {"entity": {"const": "X"}, "metric": {"const": "Total equity"}, "period": {"const": "2019"}}
+    schema = {"anyOf": [a | {"properties": a["properties"] | head}
+                        for a in answer_schema([{"text": page}], with_location=False)["anyOf"]]}
+    messages = prompts.messages(prompts.system_extract(["thousand USD"]), f"Source:\n{page}\nQuestion: Total equity?")
+    engine.evidence_names_metric = True
+    try:
+        alone = engine.generate([messages], use_adapter=True, max_new_tokens=120, progress=False, schemas=[schema],
+                                use_store=False)[0]
+        import xgrammar as xgr
+
+        done: dict[int, list[int]] = {}
+        row = Row(engine.encode(messages), 120, xgr.GrammarMatcher(engine.grammars.compiled(schema)),
+                  on_done=lambda r: done.__setitem__(0, r.tokens), narrowing=engine.narrowing(schema))
+        batch = _batch(engine)
+        with engine.adapter_context(True):
+            batch.admit([row])
+            while batch.rows:
+                batch.step()
+    finally:
+        engine.evidence_names_metric = False
+    got = truncate_at_json_end(engine.tok.decode(done[0], skip_special_tokens=True))
+    assert got == alone.text and '"evidence": "Equity: Total equity | 20' in got

@@ -274,3 +274,108 @@ def test_a_caption_header_row_or_heading_states_no_quantity_of_its_own(line, sta
 def test_a_number_past_float_s_range_is_no_value_and_no_crash():
     props = answer_schema([{"text": "Revenue was $" + "9" * 400 + " and 5 days."}], with_location=False)["properties"]
     assert props["value"] == {"enum": [5]} and props["unit"] == {"enum": ["天"]}
+
+
+# Shortened real pages (TAT-QA dev, MIT: benchmarks/data/tatqa) and a demo report's prose.
+PARENT_EQUITY = """US$’000
+Total assets | 2019: 383,665
+Total assets | 2018: 336,032
+Total current liabilities | 2019: 154,619
+Equity: Retained profits | 2019: 79,918
+Equity: Total equity | 2019: 228,144
+Equity: Total equity | 2018: 243,668
+Altium Limited has provided financial guarantees amounting to US$261,518 (2018: US$283,752)."""
+EMISSIONS = """Emissions reported in tonnes CO2e*
+Combustion of fuel and operation of facilities (Scope 1) | FY19**: 59,495
+Total gross emissions (Scope 1 and 2) | FY19**: 87,128
+Green tariff | FY19**: -27,603
+Total net emissions (Scope 1 and 2) | FY19**: 59,525"""
+LIFE = """Years
+Member aged 65 (current life expectancy) | 2019 Men: 86.8
+Member aged 45 (life expectancy at age 65) | 2019 Men: 88.5
+These tables translate into an average life expectancy for a pensioner retiring at age 65 as follows:"""
+OPTIONS = """Number
+Options granted in the year | 2019: 452,695
+Outstanding at 31 March | 2019: 2.978,478
+The number of options outstanding and exercisable as at 31 March was as follows:"""
+OPEX = """Total Other operating expenses | 2019 (1): $166.3
+Other operating expenses | 2019 (1): 27.0
+Net losses on sales or disposals of assets | 2019 (1): 45.1"""
+PROSE = "2022年，公司原材料采购总额为223,654.50万元。2022年，公司期末原材料库存为24,823.7吨。"
+
+
+def _quotes(schema: dict | None) -> set[str] | None:
+    if schema is None:
+        return None
+    return {a["properties"]["evidence"]["const"] for a in schema.get("anyOf", [schema])}
+
+
+@pytest.mark.parametrize("text, written", [
+    ('{"entity": "The company", "metric": "Total equity", "pe', "Total equity"),
+    ('{"entity": "The company", "metric": "Total eq', None),           # still open
+    ('{"entity": "The company", "metric": ', None),
+    ('{"entity": "a \\"metric\\": \\"x\\"", "metric": "Sales \\"net\\"", ', 'Sales "net"'),  # an escaped quote
+    ('{"entity": "公司", "metric": "期末原材料库存", ', "期末原材料库存"),
+])
+def test_the_written_metric_is_read_once_its_string_closes(text, written):
+    from clap.evaluate.decoding import written_metric
+
+    assert written_metric(text) == written
+
+
+@pytest.mark.parametrize("text, metric, quotes", [
+    # rows name a metric by their label: the row the answer says it answers, not its near namesake
+    (PARENT_EQUITY, "Total equity", {"Equity: Total equity | 2019: 228,144", "Equity: Total equity | 2018: 243,668"}),
+    (PARENT_EQUITY, "  total   EQUITY ", {"Equity: Total equity | 2019: 228,144",
+                                          "Equity: Total equity | 2018: 243,668"}),  # case and spacing aside
+    (PARENT_EQUITY, "Total assets", {"Total assets | 2019: 383,665", "Total assets | 2018: 336,032"}),
+    (EMISSIONS, "Total gross emissions (Scope 1 and 2)", {"Total gross emissions (Scope 1 and 2) | FY19**: 87,128"}),
+    (EMISSIONS, "Scope 1", {"Combustion of fuel and operation of facilities (Scope 1) | FY19**: 59,495",
+                            "Total gross emissions (Scope 1 and 2) | FY19**: 87,128",
+                            "Total net emissions (Scope 1 and 2) | FY19**: 59,525"}),
+    (OPEX, "Other operating expenses", {"Other operating expenses | 2019 (1): 27.0"}),  # the row it is the label of
+    (OPEX, "operating expenses", {"Other operating expenses | 2019 (1): 27.0",           # else those holding it
+                                  "Total Other operating expenses | 2019 (1): $166.3"}),
+    (PARENT_EQUITY, "Net income", None),          # no quote names it: every quote stays open
+    (PARENT_EQUITY, "", None),
+    (LIFE, "Average life expectancy", None),      # among rows only a paragraph mentions it: not the row stating it
+    (OPTIONS, "Number", None),                    # a header line and a paragraph, no row label
+    (LIFE, "life expectancy", {"Member aged 65 (current life expectancy) | 2019 Men: 86.8",
+                               "Member aged 45 (life expectancy at age 65) | 2019 Men: 88.5"}),  # rows, not the paragraph
+    (PROSE, "2022年", None),                      # every quote names it: nothing to narrow
+    (PROSE, "期末原材料库存", {"2022年，公司期末原材料库存为24,823.7吨。"}),  # prose: a sentence names it by containing it
+])
+def test_the_evidence_is_narrowed_to_the_quotes_that_name_the_written_metric(text, metric, quotes):
+    from clap.evaluate.decoding import naming_alternatives
+
+    narrowed = naming_alternatives(answer_schema([{"text": text}], with_location=False), metric)
+    assert _quotes(narrowed) == quotes
+
+
+def test_only_an_extractive_answer_s_schema_narrows():
+    from clap.evaluate.decoding import decision_schema, naming_alternatives
+
+    assert naming_alternatives(answer_schema([], with_location=False), "Revenue") is None       # no sources
+    assert naming_alternatives(answer_schema([{"text": "Revenue was 5%."}], with_location=False), "Revenue") is None
+    assert naming_alternatives(decision_schema(["supplier"], ["Audit it."]), "supplier") is None
+    located = answer_schema([{"chunk_id": "c1", "doc_id": "d", "page": 2, "text": PARENT_EQUITY}], with_location=True)
+    kept = naming_alternatives(located, "Total equity")["anyOf"]
+    assert {a["properties"]["chunk_id"]["const"] for a in kept} == {"c1"}   # the location travels with its quote
+
+
+@pytest.mark.parametrize("answer, again", [
+    ({"metric": "Total equity", "evidence": "Total assets | 2019: 383,665"}, True),     # a near namesake: again
+    ({"metric": "Total equity", "evidence": "Equity: Total equity | 2018: 243,668"}, False),  # names it: stands
+    ({"metric": "Net income", "evidence": "Total assets | 2019: 383,665"}, False),      # no quote names it
+])
+def test_a_finished_answer_is_decoded_again_only_when_its_evidence_misses_a_named_metric(answer, again):
+    from clap.evaluate.decoding import answer_naming_metric
+
+    schema = answer_schema([{"text": PARENT_EQUITY}], with_location=False)
+    text = json.dumps({"entity": "The company", **answer, "period": "2019", "value": 1, "unit": ""})
+    narrowed = answer_naming_metric(schema, text)
+    assert (narrowed is not None) is again
+    if again:
+        assert _quotes(narrowed) == {"Equity: Total equity | 2019: 228,144", "Equity: Total equity | 2018: 243,668"}
+    assert answer_naming_metric(None, text) is None
+    assert answer_naming_metric(schema, '{"entity": "The company", "metr') is None   # cut before its metric

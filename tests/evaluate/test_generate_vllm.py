@@ -48,8 +48,9 @@ def fake_vllm(monkeypatch):
 
         def generate(self, prompts_, params, lora_request=None, use_tqdm=True):
             calls["generate"].append({"prompts": prompts_, "params": params, "lora": lora_request})
-            out = types.SimpleNamespace(text='{"value": 1, "unit": "%"} and then more words', token_ids=list(range(12)))
-            return [types.SimpleNamespace(outputs=[out]) for _ in prompts_]
+            answer = calls.get("answer", lambda _: '{"value": 1, "unit": "%"} and then more words')
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=answer(p), token_ids=list(range(12)))])
+                    for p in params]
 
     class SamplingParams:
         def __init__(self, **kwargs):
@@ -128,3 +129,33 @@ def test_adapter_without_pinned_evidence_is_refused_before_vllm_loads(fake_vllm,
     with pytest.raises(AdapterRefused, match="no pinned evidence"):
         VLLMEngine(tiny_dir, tmp_path / "adapter")
     assert fake_vllm["init"] == []
+
+
+def test_an_answer_quoting_a_namesake_of_its_metric_is_decoded_again_under_the_narrowed_schema(fake_vllm, tiny_dir):
+    """`generate.evidence_names_metric` on vLLM, which cannot change a request's grammar mid-answer: an answer whose
+    evidence does not name the metric it wrote, where another quote does, is asked again under the narrowed schema
+    (greedy: the answer the HF engine's narrowing gives in one pass); one that names it is asked once."""
+    import json
+
+    from clap.evaluate.decoding import answer_schema, naming_alternatives
+
+    page = "US$’000\nTotal assets | 2019: 383,665\nEquity: Total equity | 2019: 228,144"
+    schema = answer_schema([{"text": page}], with_location=False)
+    narrowed = naming_alternatives(schema, "Total equity")
+
+    def answer(params) -> str:  # the model quotes the first quote its grammar offers
+        first = params.structured_outputs.json.get("anyOf", [params.structured_outputs.json])[0]["properties"]
+        return json.dumps({"entity": "X", "metric": "Total equity", "period": "2019",
+                           "evidence": first["evidence"]["const"], "value": 1, "unit": ""})
+
+    fake_vllm["answer"] = answer
+    convs = [prompts.messages(prompts.system_extract(["thousand USD"]), f"Source:\n{page}\nQuestion: {q}")
+             for q in ("Total equity?", "Equity?")]
+    got = VLLMEngine(tiny_dir, evidence_names_metric=True).generate(convs, use_adapter=False, progress=False,
+                                                                     schemas=[schema, narrowed])
+    assert [json.loads(g.text)["evidence"] for g in got] == ["Equity: Total equity | 2019: 228,144"] * 2
+    asked = [[p.structured_outputs.json for p in c["params"]] for c in fake_vllm["generate"]]
+    assert asked == [[schema, narrowed], [narrowed]]  # the first answer again, narrowed; the second stood
+    fake_vllm["generate"].clear()
+    VLLMEngine(tiny_dir).generate(convs, use_adapter=False, progress=False, schemas=[schema, narrowed])
+    assert len(fake_vllm["generate"]) == 1  # without the setting every answer is asked once

@@ -51,6 +51,7 @@ class Row:
     text_of: Callable[[list[int]], str] | None = None  # free rows: their text so far (the JSON-end stop)
     pending: list[int] = field(default_factory=list)  # picked, not yet fed through the model
     stop_ids: set[int] | None = None  # a grammar row's stop tokens (its matcher's), read once
+    narrowing: object | None = None  # a generate.MetricNarrowing: the matcher it returns replaces the row's
 
 
 class RunningBatch:
@@ -105,6 +106,8 @@ class RunningBatch:
             row.tokens.extend(chunk)
             if row.on_tokens is not None:
                 row.on_tokens(chunk)
+            if row.narrowing is not None:
+                row.matcher = row.narrowing.matcher(row.tokens) or row.matcher
             ended = (len(row.tokens) >= row.max_new_tokens
                      or (row.matcher is not None and (row.matcher.is_completed() or row.matcher.is_terminated()))
                      or (row.matcher is None and row.text_of is not None

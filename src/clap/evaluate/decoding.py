@@ -159,6 +159,79 @@ def answer_schema(sources: list[dict], with_location: bool) -> dict:
     return _object(props)
 
 
+_WRITTEN_METRIC = re.compile(r'"metric"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def written_metric(text: str) -> str | None:
+    """The metric an answer being written names, once its string is closed (pure): `{"entity": "X", "metric":
+    "Total equity", "pe` → `Total equity`; None before (`{"entity": "X", "metric": "Total eq`)."""
+    match = _WRITTEN_METRIC.search(text)
+    return None if match is None else json.loads(match.group(1))
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def names_metric(quote: str, metric: str, rows: bool, exactly: bool = False) -> bool:
+    """Whether a quotable line names `metric` (pure; case and spacing aside). Among table rows (`rows`: the sources
+    have some) a row names it by its label (`Total Other operating expenses | 2019: $166.3` names `Other operating
+    expenses`), `exactly` when the label, or the last part of a qualified label, is the metric (`Equity: Total equity`
+    is `Total equity`); a sentence does not name it: a paragraph that mentions `an average life expectancy for a
+    pensioner retiring at age 65` is not the row that states it. In sources without rows (prose) a sentence names it
+    by containing it."""
+    folded = _folded(metric)
+    if not folded:
+        return False
+    if not rows:
+        return folded in _folded(quote)
+    if valued_part(quote) == quote:
+        return False
+    label = _folded(quote.split(" | ")[0])
+    return folded in (label, label.rpartition(": ")[2]) if exactly else folded in label
+
+
+def naming_alternatives(schema: dict, metric: str) -> dict | None:
+    """An answer schema narrowed to the quotes that name the metric the answer wrote (pure), or None when it stands:
+    no quote names it, every quote does, or the schema is not an extractive answer's (`answer_schema` with sources).
+
+    Why: the answer writes its metric before its evidence (the contract's key order), and a small model then quotes a
+    near namesake: `"metric": "Total equity"` with the evidence `Total assets | 2019: 383,665`, where the row
+    `Equity: Total equity | 2019: 228,144` names what it said it answers. When some quote names that metric, the
+    evidence is one that does (`generate.evidence_names_metric`): the rows it is the label of when there are any
+    (`Other operating expenses`, not `Total Other operating expenses`), else the rows whose label holds it, or in
+    prose the sentences that do; when none does (`"metric": "Number"` over rows labelled `Options granted in the
+    year`), the model's choice among all quotes stands."""
+    alternatives = schema.get("anyOf")
+    if not alternatives or not all("const" in a.get("properties", {}).get("evidence", {}) for a in alternatives):
+        return None
+    quotes = {a["properties"]["evidence"]["const"] for a in alternatives}
+    rows = any(valued_part(q) != q for q in quotes)
+    naming = [a for a in alternatives if names_metric(a["properties"]["evidence"]["const"], metric, rows, exactly=True)]
+    naming = naming or [a for a in alternatives if names_metric(a["properties"]["evidence"]["const"], metric, rows)]
+    if not naming or len(naming) == len(alternatives):
+        return None
+    return naming[0] if len(naming) == 1 else {"anyOf": naming}
+
+
+def answer_naming_metric(schema: dict | None, text: str) -> dict | None:
+    """The narrowed schema a finished answer must be decoded again under (pure): its evidence does not name the
+    metric it wrote while another quote does (`naming_alternatives`); None when the answer stands. For a decoder
+    that cannot change a request's grammar mid-answer (vLLM): under greedy decoding the second answer is the one a
+    narrowing decoder (`generate.MetricNarrowing`) gives in one pass, since the head is written under the same
+    grammar both times."""
+    metric = written_metric(text) if schema is not None else None
+    narrowed = None if metric is None else naming_alternatives(schema, metric)
+    if narrowed is None:
+        return None
+    try:
+        evidence = json.loads(text).get("evidence")
+    except (ValueError, AttributeError):
+        return narrowed
+    kept = narrowed.get("anyOf", [narrowed])
+    return None if any(a["properties"]["evidence"]["const"] == evidence for a in kept) else narrowed
+
+
 def _object(props: dict) -> dict:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 

@@ -34,8 +34,10 @@ def answer_store(generate: Generate) -> Path | None:
 
 
 def decoding(generate: Generate) -> dict:
-    """The HF engine's decoding settings every command passes alike (`generate.dtype`, `.jump_forward`, `.merge_adapters`)."""
-    return {"dtype": generate.dtype, "jump_forward": generate.jump_forward, "merge_adapters": generate.merge_adapters}
+    """The HF engine's decoding settings every command passes alike (`generate.dtype`, `.jump_forward`,
+    `.merge_adapters`, `.evidence_names_metric`)."""
+    return {"dtype": generate.dtype, "jump_forward": generate.jump_forward, "merge_adapters": generate.merge_adapters,
+            "evidence_names_metric": generate.evidence_names_metric}
 
 
 def pinned_adapters(names: list[str]) -> list[tuple[str, Path, dict]]:
@@ -101,13 +103,15 @@ def extraction_engine(generate: Generate, base_section: Model, adapter: Path | N
         args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
                 "prod_expected": prod_expected}
         if backend == "vllm":
-            args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share}
+            args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share,
+                     "evidence_names_metric": generate.evidence_names_metric}
         else:
             args |= decoding(generate)
         return RayEngine(args, generate.ray_workers, backend), backend
     if backend == "vllm":
         return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
-                          prod_dir=prod_dir, prod_expected=prod_expected), backend
+                          prod_dir=prod_dir, prod_expected=prod_expected,
+                          evidence_names_metric=generate.evidence_names_metric), backend
     return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=answer_store(generate),
                   **decoding(generate)), backend
 

@@ -10,7 +10,9 @@ mined draws) — runs its own loop (`decode_under_grammar`): a row leaves
 the batch as soon as its answer closes, the head runs on the last position only, and — with
 `generate.jump_forward` — what the grammar forces (keys, the rest of a quote once its first words pick
 it, that sentence's location) is appended in one forward pass instead of one token per step
-(jump-forward decoding, as SGLang does and xgrammar's matcher offers).
+(jump-forward decoding, as SGLang does and xgrammar's matcher offers). With `generate.evidence_names_metric`, an
+extractive answer's grammar narrows once its metric is written: the evidence is then a quote that names that metric,
+when one does (`MetricNarrowing`, `decoding.naming_alternatives`).
 
 Latency is what the application sees: a request served in a batch of `batch_size` concurrent
 requests waits for the whole batch, so each record carries its batch's wall time.
@@ -28,7 +30,7 @@ from pathlib import Path
 from clap import lazy
 from clap import model as base_model
 from clap.evaluate.answer_store import AnswerStore, model_id
-from clap.evaluate.decoding import GrammarCache
+from clap.evaluate.decoding import GrammarCache, naming_alternatives, written_metric
 from clap.evaluate.merged_lora import MergedAdapters
 from clap.evaluate.metrics import object_end
 from clap.evaluate.prefix_cache import PrefixCache, seeded_batch
@@ -80,6 +82,33 @@ class Generation:
     reused: bool = False  # taken from the answer store (`clap.evaluate.answer_store`), not decoded in this run
 
 
+class MetricNarrowing:
+    """One answer's grammar, narrowed once its metric is written: `matcher(tokens)` returns a new matcher, already
+    past `tokens`, under the answer schema narrowed to the quotes that name that metric
+    (`decoding.naming_alternatives`), or None while the metric is open and whenever the grammar stands. Asked after
+    every accepted chunk until the metric closes; then done. The head (entity, metric, period) is written under the
+    same grammar either way, so the narrowed grammar accepts every token so far."""
+
+    def __init__(self, schema: dict, grammars: GrammarCache, text_of: Callable[[list[int]], str]):
+        self.schema, self.grammars, self.text_of = schema, grammars, text_of
+        self.done = False
+
+    def matcher(self, tokens: list[int]):
+        if self.done:
+            return None
+        metric = written_metric(self.text_of(tokens))
+        if metric is None:
+            return None
+        self.done = True
+        narrowed = naming_alternatives(self.schema, metric)
+        if narrowed is None:
+            return None
+        import xgrammar as xgr
+
+        matcher = xgr.GrammarMatcher(self.grammars.compiled(narrowed))
+        return matcher if all(matcher.accept_token(t) for t in tokens) else None
+
+
 class Engine:
     """`Engine(base_dir, adapter_dir, expected, prod_dir, prod_expected)`;
     `engine.generate(msgs, use_adapter=True | False | "prod")`.
@@ -94,7 +123,7 @@ class Engine:
                  others: list[tuple[str, Path, dict]] = (), chat_template: str | None = None,
                  tools: list[dict] | None = None, answer_store: Path | None = None, dtype: str | None = None,
                  jump_forward: bool = False, reuse_prefixes: int = 0, merge_adapters: bool = False,
-                 as_turns=None):
+                 as_turns=None, evidence_names_metric: bool = False):
         """`others`: more (name, adapter folder, pinned manifest) to hold beside them — the decision
         evaluation serves every step of the chain from one base model. `chat_template` and `tools`
         render every conversation (the agent track's tool-calling template, `clap.agent.chat`).
@@ -106,7 +135,8 @@ class Engine:
         `merge_adapters`: `generate.merge_adapters`, each adapter answers with its LoRA folded into a copy of the
         weights it targets (`clap.evaluate.merged_lora`), not computed beside them. `as_turns`: a function that
         rewrites each conversation before the tokenizer's own template renders it (the agent track on a base with
-        its own template, `clap.agent.chat.engine_rendering`)."""
+        its own template, `clap.agent.chat.engine_rendering`). `evidence_names_metric`: `generate.evidence_names_metric`,
+        an extractive answer's evidence names the metric it wrote when a quote does (`MetricNarrowing`)."""
         self.tok = base_model.load_tokenizer(base_dir)
         self.tok.padding_side = "left"
         self.chat_kwargs = {"chat_template": chat_template, "tools": tools} if chat_template else {}
@@ -114,6 +144,7 @@ class Engine:
         self.model = base_model.load_model(base_dir, dtype=None if dtype is None else base_model.inference_dtype(dtype))
         self.precision = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         self.jump_forward = jump_forward
+        self.evidence_names_metric = evidence_names_metric
         self.prefixes = PrefixCache(reuse_prefixes) if reuse_prefixes else None
         ident = base_model.identity(base_dir)
         self.adapters = []
@@ -143,10 +174,18 @@ class Engine:
 
     def decoding_id(self, use_adapter: bool | str, scoring: bool = False) -> str:
         """What besides the model and the request decides an answer (part of the answer store's keys): the precision,
-        an adapter merged or not (other rounding), jump-forward (forced text in xgrammar's tokens; not in a score)."""
+        an adapter merged or not (other rounding), jump-forward (forced text in xgrammar's tokens; not in a score), the
+        evidence narrowed to the written metric (another quote; not in a score)."""
         merged = self._merged is not None and self._name(use_adapter) is not None
-        return self.precision + ("+merged" if merged else "") + ("+jump-forward" if self.jump_forward and not scoring
-                                                                  else "")
+        return (self.precision + ("+merged" if merged else "")
+                + ("+jump-forward" if self.jump_forward and not scoring else "")
+                + ("+evidence-names-metric" if self.evidence_names_metric and not scoring else ""))
+
+    def narrowing(self, schema: dict | None) -> MetricNarrowing | None:
+        """The narrowing a request under `schema` decodes with (None: its grammar stays as compiled)."""
+        if schema is None or not self.evidence_names_metric or "anyOf" not in schema:
+            return None
+        return MetricNarrowing(schema, self.grammars, lambda tokens: self.tok.decode(tokens, skip_special_tokens=True))
 
     @staticmethod
     def _name(use_adapter: bool | str) -> str | None:
@@ -277,7 +316,8 @@ class Engine:
                                        [self.grammars.compiled(schemas[i]) for i in idx], max_new_tokens,
                                        sampling, None if on_tokens is None else
                                        (lambda row, toks: on_tokens(idx[row], toks)),
-                                       None if stop_rows is None else (lambda row: stop_rows(idx[row])))
+                                       None if stop_rows is None else (lambda row: stop_rows(idx[row])),
+                                       [self.narrowing(schemas[i]) for i in idx])
         gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                   **({"do_sample": True, "temperature": temperature, "top_p": sampling.top_p}
                                      if sampling is not None else {"do_sample": False}), use_cache=True,
@@ -291,7 +331,8 @@ class Engine:
     def _under_grammar(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor, use_adapter: bool | str,
                        compiled: list, max_new_tokens: int, sampling: Sampling | None,
                        on_tokens: Callable[[int, list[int]], None] | None = None,
-                       stop: Callable[[int], bool] | None = None) -> list[list[int]]:
+                       stop: Callable[[int], bool] | None = None,
+                       narrowings: list[MetricNarrowing | None] | None = None) -> list[list[int]]:
         """One batch through `decode_under_grammar`; with the prefix cache on, each row prefills only what follows
         its longest cached prefix, and every row's KV is kept as it leaves."""
         model = self._model_ids.get(self._name(use_adapter))
@@ -299,7 +340,8 @@ class Engine:
                       if sampling is not None and sampling.seed is not None else None)
         if self.prefixes is None or model is None:
             return decode_under_grammar(self.model, ids, mask, compiled, max_new_tokens, self.jump_forward,
-                                        sampling=sampling, generators=generators, on_tokens=on_tokens, stop=stop)
+                                        sampling=sampling, generators=generators, on_tokens=on_tokens, stop=stop,
+                                        narrowings=narrowings)
         reused = [self.prefixes.longest(model, p) for p in prompts]
         ids, mask, cache = seeded_batch(prompts, reused, self.tok.pad_token_id, max_new_tokens)
 
@@ -308,7 +350,7 @@ class Engine:
 
         return decode_under_grammar(self.model, ids.to(self.device), mask.to(self.device), compiled, max_new_tokens,
                                     self.jump_forward, cache=cache, on_leave=keep, sampling=sampling,
-                                    generators=generators, on_tokens=on_tokens, stop=stop)
+                                    generators=generators, on_tokens=on_tokens, stop=stop, narrowings=narrowings)
 
     def _store_keys(self, encoded: list[list[int]], use_adapter: bool | str, schemas: list[dict] | None,
                     max_new_tokens: int, sampling: Sampling | None = None) -> list[str] | None:
@@ -429,7 +471,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
                          sampling: Sampling | None = None,
                          generators: list[torch.Generator] | None = None,
                          on_tokens: Callable[[int, list[int]], None] | None = None,
-                         stop: Callable[[int], bool] | None = None) -> list[list[int]]:
+                         stop: Callable[[int], bool] | None = None,
+                         narrowings: list[MetricNarrowing | None] | None = None) -> list[list[int]]:
     """Greedy (or, with `sampling`, sampled) decoding of a left-padded batch, each row under its compiled xgrammar
     grammar; returns each row's new token ids. A row leaves the batch and the KV cache when its grammar completes or
     at `max_new_tokens`; token by token this equals `generate` with xgrammar's logits processor (tested).
@@ -437,7 +480,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
     chunk), in xgrammar's tokenisation, so answers can change (`generate.jump_forward`). `cache`: the KV of a reused
     prefix (`PrefixCache`; `mask` covers it too). `on_leave(row, fed_new_tokens, kv)`: as each row leaves, with its KV
     (padding dropped). `generators`: one per row. `on_tokens(row, tokens)`: accepted tokens as they come (streaming).
-    `stop(row)`: True when a row is no longer wanted; it leaves the batch at that step, as a completed row does."""
+    `stop(row)`: True when a row is no longer wanted; it leaves the batch at that step, as a completed row does.
+    `narrowings`: one `MetricNarrowing` (or None) per row; a row's matcher is replaced by the one it returns."""
     import xgrammar as xgr
 
     matchers = [xgr.GrammarMatcher(c) for c in compiled]
@@ -470,6 +514,8 @@ def decode_under_grammar(model, ids: torch.Tensor, mask: torch.Tensor, compiled:
             new_tokens[i].extend(chunk)
             if on_tokens is not None:
                 on_tokens(i, chunk)
+            if narrowings is not None and narrowings[i] is not None:
+                matcher = matchers[i] = narrowings[i].matcher(new_tokens[i]) or matcher
             if matcher.is_completed() or matcher.is_terminated() or len(new_tokens[i]) >= max_new_tokens:
                 continue
             chunks.append(chunk)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from clap import model as base_model
 from clap.evaluate.answer_store import same_adapter
+from clap.evaluate.decoding import answer_naming_metric
 from clap.evaluate.generate import Generation, _progress, truncate_at_json_end
 from clap.integrity import AdapterRefused, verify_adapter
 
@@ -33,7 +34,11 @@ class VLLMEngine:
 
     def __init__(self, base_dir: Path, adapter_dir: Path | None = None, expected: dict | None = None,
                  base_identity: dict | None = None, gpu_memory_utilization: float = 0.5, max_lora_rank: int = 64,
-                 prod_dir: Path | None = None, prod_expected: dict | None = None):
+                 prod_dir: Path | None = None, prod_expected: dict | None = None, evidence_names_metric: bool = False):
+        """`evidence_names_metric`: `generate.evidence_names_metric`. vLLM cannot change a request's grammar mid-answer,
+        so an answer whose evidence does not name the metric it wrote, where another quote does, is decoded again
+        under the narrowed schema (`decoding.answer_naming_metric`): for greedy answers the one the HF engine's
+        narrowing gives in one pass."""
         from vllm import LLM  # the `vllm` extra; imported here so the module loads without it
 
         self.tok = base_model.load_tokenizer(base_dir)
@@ -52,6 +57,7 @@ class VLLMEngine:
                        dtype="auto", enable_lora=bool(self.adapters), max_lora_rank=max_lora_rank,
                        max_loras=max(1, len(self.adapters)), gpu_memory_utilization=gpu_memory_utilization)
         self.has_adapter = self.adapter is not None
+        self.evidence_names_metric = evidence_names_metric
 
     def same_adapter(self, a: str, b: str) -> bool:
         """Whether adapters `a` and `b` load the same pinned files (`answer_store.same_adapter`)."""
@@ -72,9 +78,23 @@ class VLLMEngine:
         if name and name not in self.adapters:
             raise ValueError(f"no {name} adapter loaded" if name != "candidate" else "no adapter loaded")
         lora = LoRARequest(name, list(self.adapters).index(name) + 1, str(self.adapters[name])) if name else None
-        params = [SamplingParams(temperature=0.0, max_tokens=max_new_tokens, **_structured(s))
-                  for s in (schemas or [None] * len(conversations))]
+
+        def params(schema: dict | None):
+            return SamplingParams(temperature=0.0, max_tokens=max_new_tokens, **_structured(schema))
+
         prompts = [{"prompt_token_ids": self.encode(m)} for m in conversations]
+        out = self._answers(prompts, [params(s) for s in (schemas or [None] * len(conversations))], lora, batch_size,
+                            progress)
+        again = {i: narrowed for i, (schema, gen) in enumerate(zip(schemas or [], out))
+                 if self.evidence_names_metric and (narrowed := answer_naming_metric(schema, gen.text)) is not None}
+        if again:
+            redone = self._answers([prompts[i] for i in again], [params(n) for n in again.values()], lora, batch_size,
+                                   False)
+            for i, gen in zip(again, redone):
+                out[i] = Generation(gen.text, gen.new_tokens, out[i].latency_ms + gen.latency_ms)
+        return out
+
+    def _answers(self, prompts: list[dict], params: list, lora, batch_size: int, progress: bool) -> list[Generation]:
         out: list[Generation] = []
         bar = _progress(len(prompts), progress)
         for s in range(0, len(prompts), batch_size):

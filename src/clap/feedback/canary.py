@@ -40,6 +40,7 @@ from clap import model, paths
 from clap.agent.engine import served_agent
 from clap.config import Params
 from clap.errors import UserError
+from clap.evaluate.engines import decoding
 from clap.evaluate.generate import Engine
 from clap.evaluate.metrics import parse_answer
 from clap.feedback.traffic import UpstreamGeneration, post
@@ -224,8 +225,7 @@ def from_registry(root: Path, cfg: Params, log_dir: Path, candidate: Path | None
     c_dir, c_expected = folders[canary["version"]]
     p_dir, p_expected = folders[prod["version"]] if prod else (None, None)
     if upstream is None:
-        engine = Engine(base, c_dir, c_expected, p_dir, p_expected, dtype=cfg.generate.dtype,
-                        jump_forward=cfg.generate.jump_forward, merge_adapters=cfg.generate.merge_adapters)
+        engine = Engine(base, c_dir, c_expected, p_dir, p_expected, **decoding(cfg.generate))
     else:
         identity = model.identity(base)
         for folder, expected in folders.values():

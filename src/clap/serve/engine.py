@@ -13,6 +13,7 @@ from clap import model, paths
 from clap.agent.engine import served_agent
 from clap.config import Params
 from clap.errors import UserError
+from clap.evaluate.engines import decoding
 from clap.evaluate.generate import Engine
 from clap.feedback.canary import vllm_command as canary_vllm_command
 from clap.integrity import pinned_expectation, verify_adapter
@@ -48,9 +49,7 @@ def _version(root: Path, version: str | None, or_else: str = "") -> str:
 def cpu_engine(cfg: Params, folder: Path | None, expected: dict | None):
     """The transformers engine with the adapter attached through the serving check (`serving.attach`); the base
     model alone when `folder` is None (`clap serve --base`)."""
-    generate = cfg.generate
-    return Engine(model.resolve(cfg.model), folder, expected, dtype=generate.dtype,
-                  jump_forward=generate.jump_forward, merge_adapters=generate.merge_adapters)
+    return Engine(model.resolve(cfg.model), folder, expected, **decoding(cfg.generate))
 
 
 def vllm_command(cfg: Params, name: str, folder: Path, expected: dict, host: str, port: int) -> list[str]:
