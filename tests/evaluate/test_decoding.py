@@ -379,3 +379,14 @@ def test_a_finished_answer_is_decoded_again_only_when_its_evidence_misses_a_name
         assert _quotes(narrowed) == {"Equity: Total equity | 2019: 228,144", "Equity: Total equity | 2018: 243,668"}
     assert answer_naming_metric(None, text) is None
     assert answer_naming_metric(schema, '{"entity": "The company", "metr') is None   # cut before its metric
+
+
+def test_only_an_answer_with_quotes_to_choose_from_is_narrowable():
+    from clap.evaluate.decoding import decision_schema, narrowable
+
+    assert narrowable(answer_schema([{"text": PARENT_EQUITY}], with_location=False))
+    assert not narrowable(answer_schema([{"text": "Revenue was 5%."}], with_location=False))  # one quote: nothing to pick
+    assert not narrowable(answer_schema([], with_location=False))
+    assert not narrowable(decision_schema(["supplier"], ["Audit it."]))
+    assert not narrowable({"anyOf": [{"type": "object", "properties": {"name": {"const": "lookup"}}}]})  # a tool call
+    assert not narrowable(None)

@@ -191,6 +191,13 @@ def names_metric(quote: str, metric: str, rows: bool, exactly: bool = False) -> 
     return folded in (label, label.rpartition(": ")[2]) if exactly else folded in label
 
 
+def narrowable(schema: dict | None) -> bool:
+    """Whether `schema` is an extractive answer's with quotes to choose from (`answer_schema` with sources): one
+    alternative per quote, each with its evidence fixed. A decision's, an agent turn's or a free answer's is not."""
+    alternatives = (schema or {}).get("anyOf")
+    return bool(alternatives) and all("const" in a.get("properties", {}).get("evidence", {}) for a in alternatives)
+
+
 def naming_alternatives(schema: dict, metric: str) -> dict | None:
     """An answer schema narrowed to the quotes that name the metric the answer wrote (pure), or None when it stands:
     no quote names it, every quote does, or the schema is not an extractive answer's (`answer_schema` with sources).
@@ -202,9 +209,9 @@ def naming_alternatives(schema: dict, metric: str) -> dict | None:
     (`Other operating expenses`, not `Total Other operating expenses`), else the rows whose label holds it, or in
     prose the sentences that do; when none does (`"metric": "Number"` over rows labelled `Options granted in the
     year`), the model's choice among all quotes stands."""
-    alternatives = schema.get("anyOf")
-    if not alternatives or not all("const" in a.get("properties", {}).get("evidence", {}) for a in alternatives):
+    if not narrowable(schema):
         return None
+    alternatives = schema["anyOf"]
     quotes = {a["properties"]["evidence"]["const"] for a in alternatives}
     rows = any(valued_part(q) != q for q in quotes)
     naming = [a for a in alternatives if names_metric(a["properties"]["evidence"]["const"], metric, rows, exactly=True)]

@@ -30,7 +30,7 @@ from pathlib import Path
 from clap import lazy
 from clap import model as base_model
 from clap.evaluate.answer_store import AnswerStore, model_id
-from clap.evaluate.decoding import GrammarCache, naming_alternatives, written_metric
+from clap.evaluate.decoding import GrammarCache, naming_alternatives, narrowable, written_metric
 from clap.evaluate.merged_lora import MergedAdapters
 from clap.evaluate.metrics import object_end
 from clap.evaluate.prefix_cache import PrefixCache, seeded_batch
@@ -183,7 +183,7 @@ class Engine:
 
     def narrowing(self, schema: dict | None) -> MetricNarrowing | None:
         """The narrowing a request under `schema` decodes with (None: its grammar stays as compiled)."""
-        if schema is None or not self.evidence_names_metric or "anyOf" not in schema:
+        if not self.evidence_names_metric or not narrowable(schema):
             return None
         return MetricNarrowing(schema, self.grammars, lambda tokens: self.tok.decode(tokens, skip_special_tokens=True))
 
