@@ -337,6 +337,9 @@ def test_the_written_metric_is_read_once_its_string_closes(text, written):
     (OPEX, "operating expenses", {"Other operating expenses | 2019 (1): 27.0",           # else those holding it
                                   "Total Other operating expenses | 2019 (1): $166.3"}),
     (PARENT_EQUITY, "Net income", None),          # no quote names it: every quote stays open
+    (EMISSIONS + "\nRatio (KgCO2e per £1 sales revenue) | FY19**: 0.060", "CO2e", None),  # never inside a word
+    (EMISSIONS, "emission", None),
+    (PROSE, "原材料库存", {"2022年，公司期末原材料库存为24,823.7吨。"}),  # Chinese has no word boundary to keep
     (PARENT_EQUITY, "", None),
     (LIFE, "Average life expectancy", None),      # among rows only a paragraph mentions it: not the row stating it
     (OPTIONS, "Number", None),                    # a header line and a paragraph, no row label

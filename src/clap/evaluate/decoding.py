@@ -173,22 +173,28 @@ def _folded(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+def _holds(text: str, words: str) -> bool:
+    """Whether folded `text` holds folded `words` as words: not inside a Latin word or number (`co2e` is not in
+    `kgco2e`); Chinese, written without spaces, has no such boundary."""
+    return re.search(rf"(?<![0-9a-z]){re.escape(words)}(?![0-9a-z])", text) is not None
+
+
 def names_metric(quote: str, metric: str, rows: bool, exactly: bool = False) -> bool:
     """Whether a quotable line names `metric` (pure; case and spacing aside). Among table rows (`rows`: the sources
     have some) a row names it by its label (`Total Other operating expenses | 2019: $166.3` names `Other operating
     expenses`), `exactly` when the label, or the last part of a qualified label, is the metric (`Equity: Total equity`
     is `Total equity`); a sentence does not name it: a paragraph that mentions `an average life expectancy for a
     pensioner retiring at age 65` is not the row that states it. In sources without rows (prose) a sentence names it
-    by containing it."""
+    by containing it. A metric is held as words, never inside one: `CO2e` is not named by `Ratio (KgCO2e per £1)`."""
     folded = _folded(metric)
     if not folded:
         return False
     if not rows:
-        return folded in _folded(quote)
+        return _holds(_folded(quote), folded)
     if valued_part(quote) == quote:
         return False
     label = _folded(quote.split(" | ")[0])
-    return folded in (label, label.rpartition(": ")[2]) if exactly else folded in label
+    return folded in (label, label.rpartition(": ")[2]) if exactly else _holds(label, folded)
 
 
 def narrowable(schema: dict | None) -> bool:
