@@ -2,7 +2,10 @@
 alone (under a grammar and free), a cancelled row leaves without changing the others, and through `clap serve` a
 request joins a batch that is already decoding."""
 
+import json
+
 import pytest
+from tests.helpers.namesakes import EQUITY_ROWS, asking, saying
 
 from clap.domain import prompts
 from clap.evaluate.continuous import Row, RunningBatch
@@ -97,12 +100,7 @@ def test_a_row_narrows_its_grammar_once_its_metric_is_written_as_the_engine_does
     (`generate.evidence_names_metric`) the way `Engine.generate` does."""
     from clap.evaluate.generate import truncate_at_json_end
 
-    page = ("US$’000\nTotal assets | 2019: 383,665\nTotal current liabilities | 2019: 154,619\n"
-            "Equity: Total equity | 2019: 228,144\nEquity: Total equity | 2018: 243,668")
-    head = {"entity": {"const": "X"}, "metric": {"const": "Total equity"}, "period": {"const": "2019"}}
-    schema = {"anyOf": [a | {"properties": a["properties"] | head}
-                        for a in answer_schema([{"text": page}], with_location=False)["anyOf"]]}
-    messages = prompts.messages(prompts.system_extract(["thousand USD"]), f"Source:\n{page}\nQuestion: Total equity?")
+    schema, messages = saying("Total equity"), asking("Total equity")
     engine.evidence_names_metric = True
     try:
         alone = engine.generate([messages], use_adapter=True, max_new_tokens=120, progress=False, schemas=[schema],
@@ -120,4 +118,4 @@ def test_a_row_narrows_its_grammar_once_its_metric_is_written_as_the_engine_does
     finally:
         engine.evidence_names_metric = False
     got = truncate_at_json_end(engine.tok.decode(done[0], skip_special_tokens=True))
-    assert got == alone.text and '"evidence": "Equity: Total equity | 20' in got
+    assert got == alone.text and json.loads(got)["evidence"] in EQUITY_ROWS

@@ -1,5 +1,8 @@
+import json
+
 import pytest
 import torch
+from tests.helpers.namesakes import EQUITY_ROWS, asking, saying
 
 from clap.domain import prompts
 from clap.evaluate.generate import (
@@ -150,41 +153,22 @@ def test_sample_under_grammar_says_which_completions_closed(tiny_dir):
     assert all(len(row) == 2 and not closed for row, closed in cut)
 
 
-EQUITY_PAGE = """US$’000
-Total assets | 2019: 383,665
-Total assets | 2018: 336,032
-Total current liabilities | 2019: 154,619
-Equity: Total equity | 2019: 228,144
-Equity: Total equity | 2018: 243,668"""
-EQUITY_ROWS = {"Equity: Total equity | 2019: 228,144", "Equity: Total equity | 2018: 243,668"}
-
-
-def _says(schema: dict, metric: str) -> dict:
-    """`schema` with its head fixed, so a random tiny model writes `metric` and then picks a quote."""
-    head = {"entity": {"const": "X"}, "metric": {"const": metric}, "period": {"const": "2019"}}
-    return {"anyOf": [a | {"properties": a["properties"] | head} for a in schema["anyOf"]]}
-
-
 @pytest.mark.parametrize("jump_forward", [False, True])
 def test_the_evidence_names_the_metric_the_answer_wrote_in_one_pass(tiny_dir, jump_forward):
     """`generate.evidence_names_metric`: once the metric is written the grammar narrows to the rows naming it; the
     answer is the one the same model gives under the narrowed schema from the start (greedy: the head is written
     under the same grammar), and without the setting the grammar is the sources' own."""
-    from clap.evaluate.decoding import answer_schema, naming_alternatives
+    from clap.evaluate.decoding import naming_alternatives
 
-    schemas = [_says(answer_schema([{"text": EQUITY_PAGE}], with_location=False), m)
-               for m in ("Total equity", "Total assets", "Net income")]
-    convs = [prompts.messages(prompts.system_extract(["thousand USD"]), f"Source:\n{EQUITY_PAGE}\nQuestion: {m}?")
-             for m in ("Total equity", "Total assets", "Net income")]
+    metrics = ("Total equity", "Total assets", "Net income")
+    schemas, convs = [saying(m) for m in metrics], [asking(m) for m in metrics]
     engine = Engine(tiny_dir, jump_forward=jump_forward, evidence_names_metric=True)
     narrowed = [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=120, batch_size=3,
                                                 progress=False, schemas=schemas, use_store=False)]
     engine.evidence_names_metric = False
-    fixed = [naming_alternatives(s, m) or s for s, m in zip(schemas, ("Total equity", "Total assets", "Net income"))]
+    fixed = [naming_alternatives(s, m) or s for s, m in zip(schemas, metrics)]
     assert narrowed == [g.text for g in engine.generate(convs, use_adapter=False, max_new_tokens=120, batch_size=3,
                                                         progress=False, schemas=fixed, use_store=False)]
-    import json
-
     evidence = [json.loads(t)["evidence"] for t in narrowed]
     assert evidence[0] in EQUITY_ROWS and evidence[1].startswith("Total assets | ")
     free = [json.loads(g.text)["evidence"] for g in engine.generate(convs, use_adapter=False, max_new_tokens=120,

@@ -12,9 +12,13 @@ from __future__ import annotations
 import glob
 import json
 import sys
+from pathlib import Path
 
 from clap.domain.quantities import in_a_currency, scales_declared
 from clap.evaluate.decoding import answer_schema
+
+sys.path.insert(0, str(Path(__file__).parent))
+from narrowing_on_recorded import held_out  # noqa: E402
 
 
 def offered_units(source: str, evidence: str, value) -> list[str]:
@@ -29,11 +33,7 @@ def offered_units(source: str, evidence: str, value) -> list[str]:
 
 def main(projects: list[str]) -> int:
     for project in projects:
-        samples = {}
-        for path in glob.glob(f"{project}/data/materialized/*/sft_eval.jsonl"):
-            for line in open(path, encoding="utf-8"):
-                row = json.loads(line)
-                samples[row["sample_id"]] = row
+        samples = held_out(project)
         right = {}
         for path in glob.glob(f"{project}/data/eval/*/records.jsonl"):
             for line in open(path, encoding="utf-8"):
