@@ -150,8 +150,7 @@ def answer_schema(sources: list[dict], with_location: bool) -> dict:
                 alt = _object(props | location)
                 alternatives.setdefault(json.dumps(alt, ensure_ascii=False, sort_keys=True), alt)
     if alternatives:
-        alts = list(alternatives.values())
-        return alts[0] if len(alts) == 1 else {"anyOf": alts}
+        return _one_of(list(alternatives.values()))
     props = head | {"evidence": {"type": "string", "minLength": 1, "maxLength": MAX_FREE_QUOTE_CHARS},
                     "value": {"type": "number"}, "unit": {"enum": sorted(UNITS)}}
     if with_location:
@@ -167,6 +166,11 @@ def written_metric(text: str) -> str | None:
     "Total equity", "pe` → `Total equity`; None before (`{"entity": "X", "metric": "Total eq`)."""
     match = _WRITTEN_METRIC.search(text)
     return None if match is None else json.loads(match.group(1))
+
+
+def _one_of(alternatives: list[dict]) -> dict:
+    """A schema of one of `alternatives` (one alternative is itself)."""
+    return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
 
 
 def _folded(text: str) -> str:
@@ -218,13 +222,13 @@ def naming_alternatives(schema: dict, metric: str) -> dict | None:
     if not narrowable(schema):
         return None
     alternatives = schema["anyOf"]
-    quotes = {a["properties"]["evidence"]["const"] for a in alternatives}
+    quotes = {a["properties"]["evidence"]["const"] for a in alternatives}  # a quote has an alternative per unit group
     rows = any(valued_part(q) != q for q in quotes)
-    naming = [a for a in alternatives if names_metric(a["properties"]["evidence"]["const"], metric, rows, exactly=True)]
-    naming = naming or [a for a in alternatives if names_metric(a["properties"]["evidence"]["const"], metric, rows)]
-    if not naming or len(naming) == len(alternatives):
+    naming = ({q for q in quotes if names_metric(q, metric, rows, exactly=True)}
+              or {q for q in quotes if names_metric(q, metric, rows)})
+    if not naming or naming == quotes:
         return None
-    return naming[0] if len(naming) == 1 else {"anyOf": naming}
+    return _one_of([a for a in alternatives if a["properties"]["evidence"]["const"] in naming])
 
 
 def answer_naming_metric(schema: dict | None, text: str) -> dict | None:
@@ -241,8 +245,8 @@ def answer_naming_metric(schema: dict | None, text: str) -> dict | None:
         evidence = json.loads(text).get("evidence")
     except (ValueError, AttributeError):
         return narrowed
-    kept = narrowed.get("anyOf", [narrowed])
-    return None if any(a["properties"]["evidence"]["const"] == evidence for a in kept) else narrowed
+    kept = {a["properties"]["evidence"]["const"] for a in narrowed.get("anyOf", [narrowed])}
+    return None if isinstance(evidence, str) and evidence in kept else narrowed
 
 
 def _object(props: dict) -> dict:

@@ -97,23 +97,18 @@ def extraction_engine(generate: Generate, base_section: Model, adapter: Path | N
     expected = pinned_expectation(Path("."), adapter) if adapter is not None else None
     backend = choose_backend(generate.backend, importlib.util.find_spec("vllm") is not None,
                              torch.cuda.is_available())
-    gpu_share = generate.gpu_memory_utilization
+    args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
+            "prod_expected": prod_expected}
+    if backend == "vllm":
+        args |= {"base_identity": model.identity(base), "gpu_memory_utilization": generate.gpu_memory_utilization,
+                 "evidence_names_metric": generate.evidence_names_metric}
+    else:
+        args |= decoding(generate)
     if generate.ray_workers:  # the same engine on each of N Ray actors (clap.evaluate.generate_ray)
-
-        args = {"base_dir": base, "adapter_dir": adapter, "expected": expected, "prod_dir": prod_dir,
-                "prod_expected": prod_expected}
-        if backend == "vllm":
-            args |= {"base_identity": model.identity(base), "gpu_memory_utilization": gpu_share,
-                     "evidence_names_metric": generate.evidence_names_metric}
-        else:
-            args |= decoding(generate)
         return RayEngine(args, generate.ray_workers, backend), backend
     if backend == "vllm":
-        return VLLMEngine(base, adapter, expected, model.identity(base), gpu_memory_utilization=gpu_share,
-                          prod_dir=prod_dir, prod_expected=prod_expected,
-                          evidence_names_metric=generate.evidence_names_metric), backend
-    return Engine(base, adapter, expected, prod_dir, prod_expected, answer_store=answer_store(generate),
-                  **decoding(generate)), backend
+        return VLLMEngine(**args), backend
+    return Engine(**args, answer_store=answer_store(generate)), backend
 
 
 def chain_engine(generate: Generate, base_section: Model, steps: list[str], prod_dir: Path | None,

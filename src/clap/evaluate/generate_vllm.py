@@ -85,8 +85,9 @@ class VLLMEngine:
         prompts = [{"prompt_token_ids": self.encode(m)} for m in conversations]
         out = self._answers(prompts, [params(s) for s in (schemas or [None] * len(conversations))], lora, batch_size,
                             progress)
-        again = {i: narrowed for i, (schema, gen) in enumerate(zip(schemas or [], out))
-                 if self.evidence_names_metric and (narrowed := answer_naming_metric(schema, gen.text)) is not None}
+        narrowed = ([answer_naming_metric(schema, gen.text) for schema, gen in zip(schemas, out)]
+                    if self.evidence_names_metric and schemas else [])
+        again = {i: schema for i, schema in enumerate(narrowed) if schema is not None}
         if again:
             redone = self._answers([prompts[i] for i in again], [params(n) for n in again.values()], lora, batch_size,
                                    False)

@@ -287,7 +287,7 @@ class ContinuousBatcher:
                    request_generator(sampling.seed, prompt) if sampling is not None and sampling.seed is not None
                    else None, streamed if job.stream is not None else None, lambda: job.cancelled, done,
                    lambda exc: _resolve(loop, job, error=exc), text_of=text if matcher is None else None,
-                   narrowing=None if matcher is None else getattr(engine, "narrowing", lambda _: None)(job.schema))
+                   narrowing=None if matcher is None else engine.narrowing(job.schema))
 
 
 def _stream(engine, loop: asyncio.AbstractEventLoop, job: Job, tokens: list[int]) -> None:
