@@ -15,12 +15,16 @@ python - >> reanswer.log 2>&1 <<'PY'
 # demo's rounds left it (recomposing conf/ would undo the `-S` overrides `clap demo` ran with)
 import yaml
 from pathlib import Path
-from clap.config import check, compose, dump, upgrade_plan, _put
+from clap.config import check, compose, dump, upgrade_plan
 from clap.project import template_root
 params = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
 plan = upgrade_plan(params, compose([], conf=template_root() / "conf"))
 for key, value in plan.adds:
-    _put(params, key, value)
+    *parents, last = key.split(".")
+    node = params
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
     print(f"params.yaml: {key} = {value} (the checkout's default)")
 Path("params.yaml").write_text(dump(check(params, "params.yaml")), encoding="utf-8")
 PY
