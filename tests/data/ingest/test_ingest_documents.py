@@ -151,6 +151,26 @@ def test_the_size_bound_cuts_between_blocks_and_long_paragraphs_at_sentences():
     assert " ".join(pieces) == long.strip()
 
 
+AFTER = "After the table, a paragraph on the scope of the figures."
+
+
+def test_a_table_cut_by_the_bound_repeats_its_header_lines_where_it_continues():
+    header = ["Emissions reported in tonnes CO2e", "| 2019 | 2018"]
+    rows = [f"Scope {i} | 2019: {i},100 | 2018: {i},200" for i in range(1, 5)]
+    blocks = ([Block("Emissions", "heading", 1, "Emissions")] + [Block(h, "table_header", 1, "Emissions") for h in header]
+              + [Block(r, "table_row", 1, "Emissions") for r in rows] + [Block(AFTER, "paragraph", 1, "Emissions")])
+    chunks, where = chunk_blocks(blocks, 140)
+    assert [c.lines for c in chunks] == [["Emissions", *header, rows[0], rows[1]], [*header, rows[2], rows[3]],
+                                         [AFTER]]
+    assert where == [0, 0, 0, 0, 0, 1, 1, 2]  # a block is still held by the one chunk it was read into
+    # the header lines of one table are not carried into the next table, nor past a paragraph
+    other = [Block("Other | 2019", "table_header", 1), Block("Staff | 2019: 12", "table_row", 1),
+             Block("A long paragraph that fills the chunk.", "paragraph", 1), Block("Orphan | 7", "table_row", 1)]
+    chunks, _ = chunk_blocks(other, 40)
+    assert [c.lines for c in chunks] == [["Other | 2019", "Staff | 2019: 12"], ["A long paragraph that fills the chunk."],
+                                         ["Orphan | 7"]]
+
+
 def test_a_row_longer_than_the_bound_is_its_own_chunk_not_cut():
     row = "Item | " + " | ".join(str(i) for i in range(100))
     chunks, _ = chunk_blocks([Block("A.", "paragraph", 1), Block(row, "table_row", 1)], 50)

@@ -5,6 +5,11 @@ where it comes from), as does a new page. Blocks are added while the chunk stays
 is never cut (one row longer than the bound is a chunk of its own); a paragraph longer than the bound is cut
 at sentence ends, then at spaces. Blocks are joined by line breaks, which end a sentence for the evidence
 quotes (clap.evaluate.decoding), so one table row is one quotable line.
+
+A table cut by the bound repeats its header lines at the head of each chunk it continues in: a row carries its
+column headers, but the caption or header row that declares the table's scale or unit ("(in millions)",
+"Emissions reported in tonnes CO2e") is written once, and a retrieved continuation would otherwise state bare
+amounts (clap.evaluate.decoding.units_around reads a chunk's header lines).
 """
 
 from __future__ import annotations
@@ -60,7 +65,14 @@ def chunk_blocks(blocks: list[Block], max_chars: int) -> tuple[list[Chunk], list
     chunks: list[Chunk] = []
     where: list[int] = []
     current: Chunk | None = None
+    headers: list[str] = []  # the header lines of the table being read
+    previous_kind = None
     for block in blocks:
+        if block.kind == "table_header":
+            headers = [*headers, block.text] if previous_kind == "table_header" else [block.text]
+        elif block.kind != "table_row":
+            headers = []
+        previous_kind = block.kind
         pieces = [block.text] if block.kind in ("table_row", "table_header") else split_long(block.text, max_chars)
         first = None
         for piece in pieces:
@@ -69,6 +81,9 @@ def chunk_blocks(blocks: list[Block], max_chars: int) -> tuple[list[Chunk], list
             if fresh:
                 current = Chunk(block.page, block.section)
                 chunks.append(current)
+                if block.kind == "table_row" and headers:
+                    current.lines.extend(headers)
+                    current.size = len("\n".join(headers))
             current.lines.append(piece)
             current.size += len(piece) + (1 if current.size else 0)
             first = len(chunks) - 1 if first is None else first
