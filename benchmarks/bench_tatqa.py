@@ -19,7 +19,9 @@ The conversion (`convert`), as a team would do it by hand:
   page`, `Question` = the annotator's question), mapped in `conf/ingest/default.yaml`. It has no period column: the
   period comes from the value's column header in the page (ingest). The unit is the page's scale (TAT-QA's
   `scale`) with the currency the table writes (`$` → USD, `£` → GBP, `€` → EUR); a scaled amount whose page writes
-  no currency is left out (a team would know it; the page does not say). Arithmetic, count, multi-span and text
+  no currency is left out (a team would know it; the page does not say); a count with no currency takes the unit
+  of measure its table declares above it or in its label (`Emissions reported in tonnes CO2e` → `tonnes`; TAT-QA's
+  scale has none: `--annotated-units` keeps its empty unit). Arithmetic, count, multi-span and text
   answers stay out: the loop's task is to state a number the page prints.
 The project is `clap init`'s, unchanged but for the model profile; one round is `dvc repro` (`--repro-args` adds
 e.g. `-S` overrides through `clap params`). The figures: the held-out evaluation (base → candidate: value accuracy,
@@ -45,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "tatqa" / "tatqa_dataset_dev.json"
 _NUMBER = re.compile(r"^\(?-?[$€£]?\s*\(?-?[\d,]+(?:\.\d+)?\)?%?$")
 _YEAR = re.compile(r"^(19|20)\d{2}$")
+_MEASURE = re.compile(r"\b(tonnes|tonne|tons|kilograms|kg)\b", re.I)  # the units of measure CLAP's registry knows
 CURRENCY = {"$": "USD", "£": "GBP", "€": "EUR"}
 MAPPING = """tables:
   - path: sources/tables/facts.csv
@@ -81,8 +84,22 @@ def _currency(ctx: dict, cell: str) -> str | None:
     return None
 
 
-def fact_of(ctx: dict, q: dict) -> tuple[dict | None, str]:
-    """(the facts-table row of a question, or None with why it stays out)."""
+def measure_declared(table: list[list[str]], row: int) -> str:
+    """The unit of measure a count's table declares above it or in its label (`Emissions reported in tonnes CO2e`),
+    as a team's facts table would write it; "" when none. TAT-QA's `scale` covers only thousands, millions and
+    percentages, so an emission count's annotation has no unit though its page states one."""
+    lines = [table[row][0], *(c for r in table[:row] if not any(_NUMBER.match(x.replace(" ", "")) for x in r[1:] if x)
+                              for c in r)]
+    for text in lines:
+        found = _MEASURE.search(text)
+        if found:
+            return found.group(1).lower()
+    return ""
+
+
+def fact_of(ctx: dict, q: dict, measures: bool = True) -> tuple[dict | None, str]:
+    """(the facts-table row of a question, or None with why it stays out). `measures`: a count takes the unit of
+    measure its table declares (else no unit, as TAT-QA annotates it)."""
     if q["answer_type"] != "span" or q["answer_from"] not in ("table", "table-text"):
         return None, f"{q['answer_type']}/{q['answer_from']}"
     answer = q["answer"][0].strip() if isinstance(q["answer"], list) and len(q["answer"]) == 1 else None
@@ -106,13 +123,15 @@ def fact_of(ctx: dict, q: dict) -> tuple[dict | None, str]:
         if currency is None:
             return None, "a scaled amount in no written currency"
         unit = f"{scale} {currency}"
+    elif "$" in answer or "€" in answer or "£" in answer:
+        unit = currency
     else:
-        unit = currency if "$" in answer or "€" in answer or "£" in answer else ""
+        unit = measure_declared(table, i) if measures else ""
     return {"Line item": table[i][0].strip(), "Amount": amount, "Unit": unit, "Source page": f"{ctx['table']['uid']}.html",
             "Question": q["question"].strip()}, "kept"
 
 
-def convert(data: Path, project: Path, period_column: bool = False) -> dict:
+def convert(data: Path, project: Path, period_column: bool = False, measures: bool = True) -> dict:
     """The pages into `sources/docs/`, the facts table into `sources/tables/facts.csv` and its mapping; returns the
     counts (pages, questions kept, and why the others stay out). `period_column`: the table gets a `Fiscal year`
     column (the period its column header gives, as ingest reads it; facts without one stay out), for code that
@@ -126,7 +145,7 @@ def convert(data: Path, project: Path, period_column: bool = False) -> dict:
     for ctx in contexts:
         (docs / f"{ctx['table']['uid']}.html").write_text(page_html(ctx), encoding="utf-8")
         for q in ctx["questions"]:
-            row, reason = fact_of(ctx, q)
+            row, reason = fact_of(ctx, q, measures)
             if row and period_column:
                 row["Fiscal year"] = header_period(docs / row["Source page"], row)
                 if row["Fiscal year"] is None:
@@ -155,6 +174,48 @@ def sh(cmd: list[str], cwd: Path, env: dict, log: Path | None = None) -> None:
         sys.exit(f"{' '.join(cmd)} failed in {cwd} ({r.returncode}){'; see ' + str(log) if log else ': ' + r.stdout[-2000:]}")
 
 
+UNIT_GROUPS = ("the page decides", "scale not on the page", "gold unit not offered")
+
+
+def unit_group(source: str, evidence: str, value: float, unit: str) -> str:
+    """Whether a fact's page text decides its unit, under the answer grammar (`clap.evaluate.decoding.answer_schema`):
+    "gold unit not offered" — the page contradicts the gold unit (`(in thousand NT dollars)` where the annotators gave
+    none); "scale not on the page" — an amount in a currency whose chunk declares no scale, which the annotators read
+    from the PDF and TAT-QA's table does not carry (the grammar offers every scale: a model can only guess); else
+    "the page decides". The first two bound what any model that reads the page can score."""
+    from clap.domain.quantities import in_a_currency, scales_declared
+    from clap.evaluate.decoding import answer_schema
+
+    schema = answer_schema([{"text": source}], with_location=False)
+    offered = {u for alt in schema.get("anyOf", [schema]) for u in alt["properties"]["unit"]["enum"]
+               if alt["properties"]["evidence"].get("const") == evidence
+               and value in alt["properties"]["value"].get("enum", [])}
+    if unit not in offered:
+        return UNIT_GROUPS[2]
+    if in_a_currency(unit) and "/" not in unit and not scales_declared(source):
+        return UNIT_GROUPS[1]
+    return UNIT_GROUPS[0]
+
+
+def by_unit_group(project: Path) -> dict:
+    """The candidate's held-out value accuracy in each `unit_group`."""
+    samples = {}
+    for path in sorted((project / "data" / "materialized").glob("*/sft_eval.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            row = json.loads(line)
+            samples[row["sample_id"]] = row
+    right: dict[str, list[float]] = {g: [] for g in UNIT_GROUPS}
+    for path in sorted((project / "data" / "eval").glob("*/records.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            record = json.loads(line)
+            sample = samples.get(record["sample_id"])
+            if record["model"] == "candidate" and sample is not None:
+                target = json.loads(sample["target"])
+                group = unit_group(sample["source"], target["evidence"], target["value"], target["unit"])
+                right[group].append(float(record["value_accuracy"]))
+    return {g: {"n": len(v), "candidate_value": sum(v) / len(v) if v else None} for g, v in right.items()}
+
+
 def figures(project: Path) -> dict:
     ev = json.loads((project / "metrics" / "eval" / "b1.json").read_text())
     replay = json.loads((project / "metrics" / "replay.json").read_text())
@@ -168,6 +229,7 @@ def figures(project: Path) -> dict:
                                                                           "evidence_doc_page_exact", "retrieved_target_chunk")}
                                 for a in sorted(replay["arms"])},
                        "B-A": replay["contrasts"]["B-A"]},
+            "holdout_by_unit_group": by_unit_group(project),
             "gate": {"decision": gate["decision"], "reasons": [f"{r['rule']}: {r['observed']}" for r in gate["reasons"]
                                                                if r["outcome"] != "info"]}}
 
@@ -183,6 +245,9 @@ def table(result: dict) -> str:
              f"held-out (n = {f['n_holdout']}) | base | candidate | candidate − base"]
     for k, v in f["holdout"].items():
         lines.append(f"  {k} | {v['base']:.2f} | {v['candidate']:.2f} | {ci(v['delta'])}")
+    lines.append("  candidate value by what the page says of the unit: " + "; ".join(
+        f"{g} {v['candidate_value']:.2f} (n = {v['n']})" if v["n"] else f"{g} (n = 0)"
+        for g, v in f["holdout_by_unit_group"].items()))
     lines.append(f"replay (n = {f['replay']['n_cases']}) | value | core fields | doc+page | target chunk retrieved")
     for a, v in f["replay"]["arms"].items():
         lines.append(f"  {a} | {v['value_exact']:.2f} | {v['core_fields_exact']:.2f} | {v['evidence_doc_page_exact']:.2f} | "
@@ -202,6 +267,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="a Hydra override for `clap params -S`")
     ap.add_argument("--convert-only", action="store_true")
     ap.add_argument("--period-column", action="store_true", help="map a period column (code before header periods)")
+    ap.add_argument("--annotated-units", action="store_true",
+                    help="a count takes no unit even where its table declares one (TAT-QA's annotation; older runs)")
     ap.add_argument("--json", type=Path, help="write the result here")
     a = ap.parse_args()
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
@@ -210,7 +277,7 @@ def main() -> None:
     if a.out.exists():
         shutil.rmtree(a.out)
     sh(["clap", "init", str(a.out)], Path.cwd(), env)
-    conversion = convert(a.data, a.out, a.period_column)
+    conversion = convert(a.data, a.out, a.period_column, not a.annotated_units)
     print(json.dumps(conversion))
     config = a.out / "conf" / "config.yaml"
     config.write_text(re.sub(r"(\n  - model: )\S+", rf"\g<1>{a.model}", config.read_text(encoding="utf-8"), count=1))

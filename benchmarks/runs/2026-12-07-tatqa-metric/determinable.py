@@ -14,21 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-from clap.domain.quantities import in_a_currency, scales_declared
-from clap.evaluate.decoding import answer_schema
-
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from narrowing_on_recorded import held_out  # noqa: E402
 
-
-def offered_units(source: str, evidence: str, value) -> list[str]:
-    schema = answer_schema([{"text": source}], with_location=False)
-    units = set()
-    for alt in schema.get("anyOf", [schema]):
-        props = alt["properties"]
-        if props["evidence"].get("const") == evidence and value in props["value"].get("enum", []):
-            units |= set(props["unit"]["enum"])
-    return sorted(units)
+from bench_tatqa import UNIT_GROUPS, unit_group  # noqa: E402
 
 
 def main(projects: list[str]) -> int:
@@ -40,14 +30,10 @@ def main(projects: list[str]) -> int:
                 record = json.loads(line)
                 if record["model"] == "candidate":
                     right[record["sample_id"]] = record["value_accuracy"]
-        groups: dict[str, list[float]] = {"the page decides": [], "scale not on the page": [],
-                                          "gold unit not offered": []}
+        groups: dict[str, list[float]] = {g: [] for g in UNIT_GROUPS}
         for sid, sample in samples.items():
             target = json.loads(sample["target"])
-            units = offered_units(sample["source"], target["evidence"], target["value"])
-            group = ("gold unit not offered" if target["unit"] not in units
-                     else "scale not on the page" if in_a_currency(target["unit"]) and "/" not in target["unit"]
-                     and not scales_declared(sample["source"]) else "the page decides")
+            group = unit_group(sample["source"], target["evidence"], target["value"], target["unit"])
             groups[group].append(right.get(sid, float("nan")))
         print(project, {g: f"{len(v)} facts, candidate value {sum(v) / len(v):.2f}" if v else "0 facts"
                         for g, v in groups.items()})
