@@ -23,9 +23,11 @@ The conversion (`convert`), as a team would do it by hand:
   of measure its table declares above it or in its label (`Emissions reported in tonnes CO2e` → `tonnes`; TAT-QA's
   scale has none: `--annotated-units` keeps its empty unit). Arithmetic, count, multi-span and text
   answers stay out: the loop's task is to state a number the page prints.
-The project is `clap init`'s, unchanged but for the model profile; one round is `dvc repro` (`--repro-args` adds
-e.g. `-S` overrides through `clap params`). The figures: the held-out evaluation (base → candidate: value accuracy,
-wrong facts, evidence, with the paired CI of the difference) and the replay arms A/B/C/D with the B − A interval.
+The project is `clap init`'s, unchanged but for the model profile; one round is `dvc repro` (`--set` passes Hydra
+overrides to `clap params -S` first, e.g. `--set materialize.seed=29` for another split). The figures: the
+held-out evaluation (base → candidate: value accuracy, wrong facts, evidence, with the paired CI of the
+difference), the candidate's held-out value by what the page says of the unit (`unit_group`: the ceiling a model
+that reads the page can reach), and the replay arms A/B/C/D with the B − A interval.
 """
 
 from __future__ import annotations
