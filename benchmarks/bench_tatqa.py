@@ -199,13 +199,19 @@ def unit_group(source: str, evidence: str, value: float, unit: str) -> str:
     return UNIT_GROUPS[0]
 
 
-def by_unit_group(project: Path) -> dict:
-    """The candidate's held-out value accuracy in each `unit_group`."""
+def held_out(project: Path) -> dict[str, dict]:
+    """A project's held-out samples by id (prompt source, target), from every batch."""
     samples = {}
     for path in sorted((project / "data" / "materialized").glob("*/sft_eval.jsonl")):
         for line in path.open(encoding="utf-8"):
             row = json.loads(line)
             samples[row["sample_id"]] = row
+    return samples
+
+
+def by_unit_group(project: Path) -> dict:
+    """The candidate's held-out value accuracy in each `unit_group`."""
+    samples = held_out(project)
     right: dict[str, list[float]] = {g: [] for g in UNIT_GROUPS}
     for path in sorted((project / "data" / "eval").glob("*/records.jsonl")):
         for line in path.open(encoding="utf-8"):

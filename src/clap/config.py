@@ -16,7 +16,7 @@ import copy
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -639,6 +639,7 @@ class UpgradePlan:
     adds: tuple[tuple[str, object], ...] = ()         # (key, CLAP's default): keys this CLAP has that the project lacks
     unknown: tuple[str, ...] = ()                     # keys no CLAP schema knows and no move names: the user's to fix
     invalid: tuple[str, ...] = ()                     # values the schema refuses (type, range): the user's to fix
+    upgraded: dict = field(default_factory=dict, compare=False, repr=False)  # the conf with the moves and adds made
 
 
 def upgrade_plan(project: dict, template: dict, moved: dict[str, str] = MOVED_KEYS) -> UpgradePlan:
@@ -669,7 +670,7 @@ def upgrade_plan(project: dict, template: dict, moved: dict[str, str] = MOVED_KE
             for k, v in found:
                 _put(conf, k, copy.deepcopy(v))
             adds += found
-    return UpgradePlan(tuple(moves), tuple(adds), tuple(unknown), tuple(invalid))
+    return UpgradePlan(tuple(moves), tuple(adds), tuple(unknown), tuple(invalid), conf)
 
 
 _ABSENT = object()

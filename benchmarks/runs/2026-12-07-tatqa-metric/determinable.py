@@ -9,34 +9,17 @@
 
 from __future__ import annotations
 
-import glob
-import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from narrowing_on_recorded import held_out  # noqa: E402
-
-from bench_tatqa import UNIT_GROUPS, unit_group  # noqa: E402
+from bench_tatqa import by_unit_group  # noqa: E402
 
 
 def main(projects: list[str]) -> int:
     for project in projects:
-        samples = held_out(project)
-        right = {}
-        for path in glob.glob(f"{project}/data/eval/*/records.jsonl"):
-            for line in open(path, encoding="utf-8"):
-                record = json.loads(line)
-                if record["model"] == "candidate":
-                    right[record["sample_id"]] = record["value_accuracy"]
-        groups: dict[str, list[float]] = {g: [] for g in UNIT_GROUPS}
-        for sid, sample in samples.items():
-            target = json.loads(sample["target"])
-            group = unit_group(sample["source"], target["evidence"], target["value"], target["unit"])
-            groups[group].append(right.get(sid, float("nan")))
-        print(project, {g: f"{len(v)} facts, candidate value {sum(v) / len(v):.2f}" if v else "0 facts"
-                        for g, v in groups.items()})
+        print(project, {g: f"{v['n']} facts, candidate value {v['candidate_value']:.2f}" if v["n"] else "0 facts"
+                        for g, v in by_unit_group(Path(project)).items()})
     return 0
 
 

@@ -14,23 +14,17 @@ from __future__ import annotations
 import glob
 import json
 import sys
+from pathlib import Path
 
 from clap.evaluate.decoding import answer_naming_metric, answer_schema
 
-
-def held_out(project: str) -> dict[str, dict]:
-    """A project's held-out samples by id (prompt source, target), from every batch."""
-    samples = {}
-    for path in glob.glob(f"{project}/data/materialized/*/sft_eval.jsonl"):
-        for line in open(path, encoding="utf-8"):
-            row = json.loads(line)
-            samples[row["sample_id"]] = row
-    return samples
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench_tatqa import held_out  # noqa: E402
 
 
 def main(projects: list[str]) -> int:
     for project in projects:
-        samples = held_out(project)
+        samples = held_out(Path(project))
         for path in sorted(glob.glob(f"{project}/data/eval/*/records.jsonl")):
             counts = {"stand": 0, "change": 0, "right before": 0, "gold left": 0}
             for line in open(path, encoding="utf-8"):

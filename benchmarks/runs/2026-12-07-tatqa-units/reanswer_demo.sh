@@ -11,8 +11,9 @@ cd "$copy"
 export PYTHONPATH=$src PATH="$root/.venv/bin:$PATH"
 if [ -f clap-code.json ]; then clap upgrade; fi > reanswer.log 2>&1   # a `clap init` project re-pins; the demo (a clone of CLAP) runs its src
 python - >> reanswer.log 2>&1 <<'PY'
-# keys the checkout's conf has and the demo's params.yaml lacks: added with their defaults, every other value as the
-# demo's rounds left it (recomposing conf/ would undo the `-S` overrides `clap demo` ran with)
+# keys the checkout's conf has and the demo's params.yaml lacks: added with their defaults (a moved key carried to its
+# new name, as `clap upgrade` does), every other value as the demo's rounds left it (recomposing conf/ would undo the
+# `-S` overrides `clap demo` ran with)
 import yaml
 from pathlib import Path
 from clap.config import check, compose, dump, upgrade_plan
@@ -20,13 +21,8 @@ from clap.project import template_root
 params = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
 plan = upgrade_plan(params, compose([], conf=template_root() / "conf"))
 for key, value in plan.adds:
-    *parents, last = key.split(".")
-    node = params
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
     print(f"params.yaml: {key} = {value} (the checkout's default)")
-Path("params.yaml").write_text(dump(check(params, "params.yaml")), encoding="utf-8")
+Path("params.yaml").write_text(dump(check(plan.upgraded, "params.yaml")), encoding="utf-8")
 PY
 stages=$(grep -o 'evaluate@b[0-9]*' dvc.lock | sort -u | tr '\n' ' ')
 dvc repro -f -s $stages replay >> reanswer.log 2>&1
